@@ -1,0 +1,53 @@
+// mantis formats — the named formats and a few family examples, one row each.
+#include <fmt/format.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "common.h"
+
+namespace mantis::cli {
+
+namespace {
+
+// 2^k when x is a power of two, else a decimal with 7 significant digits.
+std::string pow2_or_decimal(double x) {
+  int e = 0;
+  const double m = std::frexp(x, &e);
+  if (m == 0.5) return fmt::format("2^{}", e - 1);
+  return fmt::format("{:.7g}", x);
+}
+
+}  // namespace
+
+int run_formats(const FormatsArgs& a) {
+  std::vector<Format> rows;
+  if (a.names.empty()) {
+    for (const auto& n : named_formats()) rows.push_back(format_lookup(n));
+    for (const char* n : {"ps4", "ps13", "e3m2", "e6m9", "e8m7"}) rows.push_back(format_lookup(n));
+  } else {
+    for (const auto& n : a.names) rows.push_back(format_lookup(n));
+  }
+  const size_t named = a.names.empty() ? named_formats().size() : 0;
+
+  std::string out = fmt::format("{:<8} {:>3} {:>6} {:>6} {:>10} {:>8} {:>8} {:>14} {:>14} {:>18} {:>14}\n", "name",
+                                "μ", "emin", "emax", "subnormals", "specials", "overflow", "largest finite",
+                                "smallest normal", "smallest subnormal", "unit roundoff");
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const Format& f = rows[i];
+    if (named && i == named) out += "family examples:\n";
+    out += fmt::format("{:<8} {:>3} {:>6} {:>6} {:>10} {:>8} {:>8} {:>14} {:>14} {:>18} {:>14}\n", f.name, f.mu,
+                       f.emin, f.emax, f.subnormals ? "yes" : "no", to_string(f.specials), to_string(f.overflow),
+                       fmt::format("{:.7g}", max_finite(f)), pow2_or_decimal(min_normal(f)),
+                       f.subnormals ? pow2_or_decimal(min_subnormal(f)) : std::string("-"),
+                       pow2_or_decimal(unit_roundoff(f)));
+  }
+  out += fmt::format("\nfamilies: {}\n", family_help());
+  out += "convention: μ counts stored fraction bits (precision p = μ+1); CPFloat/chop t = μ+1 "
+         "(bf16: μ = 7, t = 8). unit roundoff = 2^-(μ+1), the rne relative error bound.\n";
+  std::fwrite(out.data(), 1, out.size(), stdout);
+  return 0;
+}
+
+}  // namespace mantis::cli

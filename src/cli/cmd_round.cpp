@@ -1,0 +1,118 @@
+// mantis round / mantis dot — stdin in, %a out.
+#include <fmt/format.h>
+
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "common.h"
+#include "gemm.h"
+#include "oracle.h"
+#include "philox.h"
+#include "round_array.h"
+
+namespace mantis::cli {
+
+namespace {
+
+std::string shown(std::string_view s) {
+  constexpr size_t kMax = 60;
+  return s.size() <= kMax ? std::string(s) : std::string(s.substr(0, kMax)) + "…";
+}
+
+void write_out(const std::string& s) {
+  if (std::fwrite(s.data(), 1, s.size(), stdout) != s.size() || std::fflush(stdout) != 0)
+    throw InputError("cannot write standard output");
+}
+
+}  // namespace
+
+int run_round(const RoundArgs& a) {
+  const Format f = format_lookup(a.format);
+  RoundOptions o;
+  o.mode = rounding_from_string(a.rounding);
+  validate_sr_bits(a.sr_bits);
+  o.sr_bits = a.sr_bits;
+  o.seed = a.seed;
+  o.stream = a.stream;
+  o.index0 = 0;
+  apply_threads(a.threads);
+
+  const std::string text = read_all_stdin();
+  const auto lines = split_lines(text);
+  std::vector<double> x(lines.size());
+  for (size_t i = 0; i < lines.size(); ++i) {
+    const std::string_view t = trim(lines[i]);
+    if (t.empty()) throw InputError(fmt::format("stdin line {}: empty line (expected a number)", i + 1));
+    if (!parse_double(t, x[i]))
+      throw InputError(fmt::format("stdin line {}: cannot parse '{}' as a number", i + 1, shown(t)));
+  }
+
+  std::vector<double> y(x.size());
+  if (a.reference) {
+    for (size_t i = 0; i < x.size(); ++i)
+      y[i] = oracle_round(x[i], f, o.mode, random_word(o.seed, o.stream, o.index0 + i), o.sr_bits);
+  } else if (!x.empty()) {
+    round_array(x.data(), y.data(), x.size(), f, o);
+  }
+
+  std::string out;
+  out.reserve(y.size() * 24);
+  for (double v : y) {
+    out += hex(v);
+    out += '\n';
+  }
+  write_out(out);
+  return 0;
+}
+
+int run_dot(const DotArgs& a) {
+  GemmSpec s;
+  s.acc = format_lookup(a.format);
+  s.acc_mode = rounding_from_string(a.rounding);
+  s.accumulation = accumulation_from_string(a.accumulation);
+  s.block = a.block;
+  s.sr_bits = a.sr_bits;
+  s.seed = a.seed;
+  s.stream = a.stream;
+  validate(s);
+
+  const std::string text = read_all_stdin();
+  const auto lines = split_lines(text);
+  if (lines.size() != 2)
+    throw InputError(fmt::format("dot expects exactly two lines on stdin (two comma-separated vectors), got {}",
+                                 lines.size()));
+  std::vector<float> v[2];
+  for (int l = 0; l < 2; ++l) {
+    const std::string_view line = trim(lines[l]);
+    if (line.empty()) continue;  // an empty vector
+    size_t pos = 0, k = 0;
+    for (;;) {
+      const size_t comma = line.find(',', pos);
+      const std::string_view t = trim(line.substr(pos, comma == std::string_view::npos ? line.npos : comma - pos));
+      ++k;
+      float val;
+      if (t.empty()) throw InputError(fmt::format("stdin line {}, element {}: empty element", l + 1, k));
+      if (!parse_float(t, val))
+        throw InputError(
+            fmt::format("stdin line {}, element {}: cannot parse '{}' as a binary32 number", l + 1, k, shown(t)));
+      v[l].push_back(val);
+      if (comma == std::string_view::npos) break;
+      pos = comma + 1;
+    }
+  }
+  if (v[0].size() != v[1].size())
+    throw InputError(fmt::format("vectors of different lengths: line 1 has {} elements, line 2 has {}",
+                                 v[0].size(), v[1].size()));
+  const size_t K = v[0].size();
+  double r;
+  if (a.reference) {
+    oracle_gemm(v[0].data(), v[1].data(), &r, 1, 1, K, s);
+  } else {
+    r = dot(v[0].data(), v[1].data(), K, s);
+  }
+  write_out(hex(r) + "\n");
+  return 0;
+}
+
+}  // namespace mantis::cli

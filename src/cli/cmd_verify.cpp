@@ -1,0 +1,171 @@
+// mantis verify --exhaustive — fast path vs MPFR oracle on every binary32 bit pattern.
+//
+// Input number j (j = 0, 1, …) is the pattern j·k (k = 1, or an odd stride with --limit) and uses
+// the random word (seed, stream, j): round_array is called on chunks with index0 = chunk start.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstdio>
+#include <exception>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common.h"
+#include "oracle.h"
+#include "philox.h"
+#include "round.h"
+#include "round_array.h"
+
+namespace mantis::cli {
+
+namespace {
+
+struct Mismatch {
+  uint64_t index;
+  uint32_t input;
+  double fast, oracle;
+};
+
+bool same(double a, double b) {
+  if (std::isnan(a) && std::isnan(b)) return true;
+  return to_bits(a) == to_bits(b);
+}
+
+std::string duration(double s) {
+  if (s < 120) return fmt::format("{:.1f} s", s);
+  return fmt::format("{}m{:02}s", int(s) / 60, int(s) % 60);
+}
+
+}  // namespace
+
+int run_verify(const VerifyArgs& a) {
+  if (!a.exhaustive) throw InputError("verify needs --exhaustive (the only mode so far)");
+  const Format f = format_lookup(a.format);
+  const Rounding mode = rounding_from_string(a.rounding);
+  validate_sr_bits(a.sr_bits);
+  const bool use_float = a.container == "float";
+  if (!use_float && a.container != "double")
+    throw InputError(fmt::format("unknown container '{}' (known: float, double)", a.container));
+  if (use_float && !fits_float(f))
+    throw InputError(fmt::format("format {} does not fit the float container (use --container double)", f.name));
+
+  constexpr uint64_t kAll = uint64_t(1) << 32;
+  uint64_t stride = 1;
+  if (a.limit > 0 && a.limit < kAll) {
+    stride = kAll / a.limit;
+    if (stride > 1) stride |= 1;  // odd: the low (rounding) bits of the patterns vary
+  }
+  const uint64_t count = (kAll - 1) / stride + 1;
+
+  int threads = a.threads > 0 ? a.threads : int(std::max(1u, std::thread::hardware_concurrency()));
+  if (!oracle_thread_safe() && threads > 1) {
+    if (a.threads > 1) std::fprintf(stderr, "mantis: note: MPFR is not thread-safe; verifying on 1 thread\n");
+    threads = 1;
+  }
+  // Chunks stay below round_array's parallel threshold: each worker thread rounds its own chunk.
+  const uint64_t chunk = std::min<uint64_t>(8192, kParallelThreshold / 2);
+  const uint64_t nchunks = (count + chunk - 1) / chunk;
+
+  RoundOptions o;
+  o.mode = mode;
+  o.sr_bits = a.sr_bits;
+  o.seed = a.seed;
+  o.stream = a.stream;
+
+  std::printf("verify: format %s, rounding %s, %s container, %llu of %llu binary32 patterns (stride %llu), %d thread%s\n",
+              f.name.c_str(), to_string(mode), a.container.c_str(), (unsigned long long)count,
+              (unsigned long long)kAll, (unsigned long long)stride, threads, threads == 1 ? "" : "s");
+  std::fflush(stdout);
+
+  std::atomic<uint64_t> next{0}, done{0}, nmis{0};
+  std::atomic<bool> failed{false};
+  std::mutex mu;
+  std::vector<Mismatch> first;
+  std::exception_ptr error;
+  const size_t keep = size_t(std::max(a.show, 0));
+
+  auto worker = [&] {
+    std::vector<float> in(chunk), outf(chunk);
+    std::vector<double> ind(chunk), outd(chunk);
+    std::vector<Mismatch> local;
+    try {
+      for (;;) {
+        const uint64_t c = next.fetch_add(1);
+        if (c >= nchunks || failed.load()) break;
+        const uint64_t j0 = c * chunk, n = std::min(chunk, count - j0);
+        for (uint64_t i = 0; i < n; ++i) in[i] = float_from_bits(uint32_t((j0 + i) * stride));
+        RoundOptions oc = o;
+        oc.index0 = j0;
+        if (use_float) {
+          round_array(in.data(), outf.data(), n, f, oc);
+          for (uint64_t i = 0; i < n; ++i) outd[i] = double(outf[i]);
+        } else {
+          for (uint64_t i = 0; i < n; ++i) ind[i] = double(in[i]);
+          round_array(ind.data(), outd.data(), n, f, oc);
+        }
+        local.clear();
+        uint64_t bad = 0;
+        for (uint64_t i = 0; i < n; ++i) {
+          const double ref =
+              oracle_round(double(in[i]), f, mode, random_word(o.seed, o.stream, j0 + i), o.sr_bits);
+          if (!same(outd[i], ref)) {
+            ++bad;
+            if (local.size() < keep) local.push_back({j0 + i, to_bits(in[i]), outd[i], ref});
+          }
+        }
+        if (bad) {
+          nmis += bad;
+          std::lock_guard<std::mutex> lk(mu);
+          first.insert(first.end(), local.begin(), local.end());
+          std::sort(first.begin(), first.end(), [](auto& x, auto& y) { return x.index < y.index; });
+          if (first.size() > keep) first.resize(keep);
+        }
+        done += n;
+      }
+    } catch (...) {
+      std::lock_guard<std::mutex> lk(mu);
+      if (!error) error = std::current_exception();
+      failed = true;
+    }
+  };
+
+  Stopwatch clock;
+  std::vector<std::thread> pool;
+  for (int t = 0; t < threads; ++t) pool.emplace_back(worker);
+
+  const bool tty = stderr_is_tty();
+  const bool show_progress = !a.quiet && (tty || a.progress);
+  double last = 0;
+  while (done.load() < count && !failed.load()) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    const double t = clock.seconds();
+    if (show_progress && t - last >= (tty ? 0.5 : 10.0)) {
+      last = t;
+      const double frac = double(done.load()) / double(count);
+      const double eta = frac > 0 ? t * (1 - frac) / frac : 0;
+      std::fprintf(stderr, "%sverify: %5.1f%%  %llu mismatches  elapsed %s  ETA %s%s", tty ? "\r" : "", 100 * frac,
+                   (unsigned long long)nmis.load(), duration(t).c_str(), duration(eta).c_str(), tty ? "  " : "\n");
+      std::fflush(stderr);
+    }
+  }
+  for (auto& th : pool) th.join();
+  if (show_progress && tty && last > 0) std::fprintf(stderr, "\r%70s\r", "");
+  if (error) std::rethrow_exception(error);
+
+  const double elapsed = clock.seconds();
+  std::printf("mismatches: %llu\n", (unsigned long long)nmis.load());
+  for (const auto& m : first)
+    std::printf("  input 0x%08x (%s): fast %s, oracle %s\n", m.input, hex(double(float_from_bits(m.input))).c_str(),
+                hex(m.fast).c_str(), hex(m.oracle).c_str());
+  if (nmis.load() > first.size() && !first.empty())
+    std::printf("  … and %llu more\n", (unsigned long long)(nmis.load() - first.size()));
+  std::printf("elapsed: %.2f s (%.1f ns per input per thread)\n", elapsed,
+              elapsed * 1e9 * threads / double(count));
+  return nmis.load() ? 1 : 0;
+}
+
+}  // namespace mantis::cli

@@ -1,0 +1,213 @@
+// mantis — command-line front end: formats, round, dot, bench, verify, sweep.
+//
+// Exit status: 0 success; 1 a check failed (verify found mismatches); 2 a usage or input error
+// (exactly one line "mantis: error: …" on stderr); 3 an internal error.
+#include <fmt/format.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <exception>
+#include <new>
+#include <optional>
+#include <cctype>
+#include <string>
+
+#include "common.h"
+#include "mantis_config.h"
+
+namespace {
+
+constexpr const char* kSubcommands[] = {"formats", "round", "dot", "bench", "verify", "sweep"};
+
+// One line, no trailing newline characters inside.
+std::string one_line(std::string s) {
+  std::replace(s.begin(), s.end(), '\n', ' ');
+  std::replace(s.begin(), s.end(), '\r', ' ');
+  while (!s.empty() && s.back() == ' ') s.pop_back();
+  return s;
+}
+
+int fail(const std::string& msg, int status = 2) {
+  std::fflush(stdout);
+  std::fprintf(stderr, "mantis: error: %s\n", one_line(msg).c_str());
+  return status;
+}
+
+// The first option word (--name or -x) that neither the subcommand nor the app knows, if any.
+std::optional<std::string> unknown_option(CLI::App& app, int argc, char** argv) {
+  CLI::App* sub = nullptr;
+  if (argc > 1) {
+    try {
+      sub = app.get_subcommand(argv[1]);
+    } catch (const CLI::OptionNotFound&) {
+      sub = nullptr;
+    }
+  }
+  for (int i = sub ? 2 : 1; i < argc; ++i) {
+    const std::string w = argv[i];
+    if (w == "--") break;
+    const bool long_opt = w.size() > 2 && w.compare(0, 2, "--") == 0;
+    const bool short_opt = w.size() == 2 && w[0] == '-' && std::isalpha(static_cast<unsigned char>(w[1]));
+    if (!long_opt && !short_opt) continue;
+    const std::string name = w.substr(0, w.find('='));
+    const bool known = (sub && sub->get_option_no_throw(name) != nullptr) || app.get_option_no_throw(name) != nullptr;
+    if (!known)
+      return sub ? fmt::format("unknown option '{}' for 'mantis {}' (see mantis {} --help)", name, argv[1], argv[1])
+                 : fmt::format("unknown option '{}' (see mantis --help)", name);
+  }
+  return std::nullopt;
+}
+
+int run(int argc, char** argv) {
+  using namespace mantis::cli;
+  CLI::App app{fmt::format(
+      "mantis {} — floating-point format simulator (formats of μ stored fraction bits; "
+      "CPFloat/chop t = μ+1)",
+      MANTIS_VERSION)};
+  app.name("mantis");
+  app.set_version_flag("--version", std::string("mantis ") + MANTIS_VERSION);
+  app.require_subcommand(1);
+  app.footer(
+      "Exit status: 0 ok, 1 verify found mismatches, 2 usage or input error (one line on stderr), "
+      "3 internal error.");
+
+  const std::string fmt_help =
+      "target format: a named format (see `mantis formats`), a family name (" + mantis::family_help() +
+      "), or a path to a .toml format file";
+  std::string modes;
+  for (auto& m : mantis::rounding_names()) modes += (modes.empty() ? "" : ", ") + m;
+  const std::string mode_help = "rounding mode: " + modes;
+
+  // formats
+  FormatsArgs fa;
+  auto* formats = app.add_subcommand("formats", "table of the named formats and family examples");
+  formats->add_option("names", fa.names, "show only these formats (names, family names or .toml paths)");
+
+  // round
+  RoundArgs ra;
+  auto* round = app.add_subcommand(
+      "round",
+      "round numbers read from stdin (one per line: decimal or C99 hex float, inf, -inf, nan; "
+      "each first converted to binary64 by strtod) and print each result as %a of a double. "
+      "Element i (0-based line number) uses the random word (seed, stream, i).");
+  round->add_option("--format,-f", ra.format, fmt_help)->required();
+  round->add_option("--rounding,-r", ra.rounding, mode_help)->capture_default_str();
+  round->add_option("--seed", ra.seed, "Philox seed for sr/sre")->capture_default_str();
+  round->add_option("--stream", ra.stream, "Philox stream for sr/sre")->capture_default_str();
+  round->add_option("--sr-bits", ra.sr_bits, "random bits used by sr (1..32)")->capture_default_str();
+  round->add_flag("--reference", ra.reference, "use the MPFR oracle instead of the fast path (same results)");
+  round->add_option("--threads,-j", ra.threads, "CPU threads (default: OpenMP's)")->check(CLI::Range(1, 4096));
+
+  // dot
+  DotArgs da;
+  auto* dot = app.add_subcommand(
+      "dot",
+      "dot product with a rounded accumulator. Reads two lines from stdin, each a comma-separated "
+      "vector (decimal or hex floats) of equal length; the operands are binary32: every element is "
+      "converted with strtof (correctly rounded decimal -> binary32). Prints the accumulated result "
+      "as %a of a double. Accumulation step k uses the random word (seed, stream, k).");
+  dot->add_option("--format,-f", da.format, "accumulator format (μ ≤ 50): " + fmt_help)->required();
+  dot->add_option("--rounding,-r", da.rounding, "accumulator " + mode_help)->capture_default_str();
+  dot->add_option("--accumulation", da.accumulation, "strict (fused a·b+acc), unfused or blocked")
+      ->capture_default_str();
+  dot->add_option("--block", da.block, "chunk length for --accumulation blocked")->capture_default_str();
+  dot->add_option("--seed", da.seed, "Philox seed for sr/sre")->capture_default_str();
+  dot->add_option("--stream", da.stream, "Philox stream for sr/sre")->capture_default_str();
+  dot->add_option("--sr-bits", da.sr_bits, "random bits used by sr (strict needs ≤ 52 − (μ+1))")
+      ->capture_default_str();
+  dot->add_flag("--reference", da.reference, "use the MPFR reference GEMM (M = N = 1) instead of the fast path");
+
+  // bench
+  BenchArgs ba;
+  auto* bench = app.add_subcommand(
+      "bench",
+      "round: ns per element of out-of-place round_array (double and float arrays; bf16, fp16, ps4; "
+      "rne, sr) beside memcpy of the same array. gemm: GFLOP/s of strict GEMM with a ps4 "
+      "accumulator beside Eigen's float GEMM. Medians over --reps after one warm-up.");
+  bench->add_option("benchmark", ba.what, "round or gemm")->required()->check(CLI::IsMember({"round", "gemm"}));
+  bench->add_flag("--json", ba.json, "print JSON instead of a table");
+  bench->add_option("--reps", ba.reps, "timed repetitions (median)")->capture_default_str()->check(CLI::Range(1, 100000));
+  bench->add_option("--threads,-j", ba.threads, "thread counts to measure (comma-separated)")
+      ->delimiter(',')
+      ->capture_default_str()
+      ->check(CLI::Range(1, 4096));
+  bench->add_option("--n", ba.n, "round: elements per array")->capture_default_str()->check(CLI::Range(uint64_t(1), uint64_t(1) << 32));
+  bench->add_option("--sizes", ba.sizes, "gemm: square shapes N (N×N×N), comma-separated")
+      ->delimiter(',')
+      ->capture_default_str()
+      ->check(CLI::Range(1, 8192));
+
+  // verify
+  VerifyArgs va;
+  auto* verify = app.add_subcommand(
+      "verify",
+      "compare the fast path with the MPFR oracle bit for bit. --exhaustive: every binary32 bit pattern "
+      "(2^32 inputs, NaNs and infinities included); input number j uses the random word (seed, stream, j). "
+      "Exit status 1 on any mismatch.");
+  verify->add_flag("--exhaustive", va.exhaustive, "all 2^32 binary32 patterns (required: the only mode so far)");
+  verify->add_option("--format,-f", va.format, fmt_help)->required();
+  verify->add_option("--rounding,-r", va.rounding, mode_help)->capture_default_str();
+  verify->add_option("--container", va.container, "float (round binary32 arrays) or double (round (double)x)")
+      ->capture_default_str();
+  verify->add_option("--threads,-j", va.threads, "threads (default: all; 1 if MPFR is not thread-safe)")
+      ->check(CLI::Range(1, 4096));
+  verify->add_option("--limit", va.limit,
+                     "check only about N patterns: every k-th with k = 2^32/N made odd (for quick runs)")
+      ->check(CLI::Range(uint64_t(1), uint64_t(1) << 32));
+  verify->add_option("--seed", va.seed, "Philox seed for sr/sre")->capture_default_str();
+  verify->add_option("--stream", va.stream, "Philox stream for sr/sre")->capture_default_str();
+  verify->add_option("--sr-bits", va.sr_bits, "random bits used by sr (1..32)")->capture_default_str();
+  verify->add_option("--show", va.show, "mismatches to print")->capture_default_str()->check(CLI::Range(0, 1000000));
+  verify->add_flag("--progress", va.progress, "progress on stderr even when it is not a terminal");
+  verify->add_flag("--quiet,-q", va.quiet, "no progress indicator");
+
+  // sweep
+  SweepArgs sa;
+  auto* sweep = app.add_subcommand(
+      "sweep",
+      "mantissa-width sweep: relative error of strictly accumulated dot products and GEMMs in ps<μ> "
+      "against exact / binary64 references (see experiments/mu-sweep.toml)");
+  sweep->add_option("config", sa.config, "TOML configuration")->required();
+  sweep->add_option("--out,-o", sa.out, "write DIR/results.csv and DIR/results.json (atomically)");
+  sweep->add_option("--threads,-j", sa.threads, "CPU threads (default: OpenMP's)")->check(CLI::Range(1, 4096));
+
+  // An unknown first word is an unknown subcommand, not "an unexpected argument".
+  if (argc > 1 && argv[1][0] != '-' &&
+      std::none_of(std::begin(kSubcommands), std::end(kSubcommands),
+                   [&](const char* s) { return std::strcmp(s, argv[1]) == 0; }))
+    return fail(fmt::format("unknown subcommand '{}' (known: formats, round, dot, bench, verify, sweep)", argv[1]));
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    if (e.get_exit_code() == 0) return app.exit(e);  // --help, --help-all, --version: stdout, status 0
+    // CLI11 reports a missing required option before an unknown one; the unknown one is the
+    // more fundamental problem, so name it first.
+    if (auto unknown = unknown_option(app, argc, argv)) return fail(*unknown);
+    return fail(e.what());
+  }
+
+  if (*formats) return run_formats(fa);
+  if (*round) return run_round(ra);
+  if (*dot) return run_dot(da);
+  if (*bench) return run_bench(ba);
+  if (*verify) return run_verify(va);
+  if (*sweep) return run_sweep(sa);
+  return fail("no subcommand given");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const mantis::InputError& e) {
+    return fail(e.what());
+  } catch (const std::bad_alloc&) {
+    return fail("out of memory", 3);
+  } catch (const std::exception& e) {
+    return fail(fmt::format("internal: {}", e.what()), 3);
+  }
+}

@@ -1,0 +1,125 @@
+// cuda_round_array — round_array (round_array.h) on the GPU, bit-identical to the CPU path.
+#include <algorithm>
+#include <string>
+
+#include "common.cuh"
+#include "cuda/cuda.h"  // not "cuda.h": that name is also the CUDA driver API header
+#include "philox.h"
+#include "round.h"
+#include "round_array.h"
+
+namespace mantis {
+namespace cuda_detail {
+namespace {
+
+// Deterministic modes: one element per thread (grid-stride), no random words.
+template <Rounding M, class T>
+__global__ void round_kernel(T* d, size_t n, Target<T> t) {
+  const size_t stride = size_t(gridDim.x) * blockDim.x;
+  for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride)
+    d[i] = round_value<M>(d[i], t, 0u);
+}
+
+// sr / sre: one Philox block (4 words, global indices 4b..4b+3) per thread, so every word is
+// generated once. Group g covers local elements [4g − lead, 4g − lead + 4) ∩ [0, n), with
+// lead = index0 mod 4; its block is (index0 + i) >> 2 for each of them (mod 2^62, as the CPU's
+// wrapping index0 + i would give).
+template <Rounding M, class T>
+__global__ void round_stochastic_kernel(T* d, size_t n, Target<T> t, uint64_t seed,
+                                        uint64_t stream, uint64_t index0) {
+  const uint64_t lead = index0 & 3;
+  const uint64_t groups = (lead + n + 3) >> 2;
+  const uint64_t stride = uint64_t(gridDim.x) * blockDim.x;
+  for (uint64_t g = uint64_t(blockIdx.x) * blockDim.x + threadIdx.x; g < groups; g += stride) {
+    const uint64_t block = ((index0 >> 2) + g) & ((uint64_t(1) << 62) - 1);
+    const Philox4 r = random_block(seed, stream, block);
+#pragma unroll
+    for (int w = 0; w < 4; ++w) {
+      const uint64_t v = 4 * g + w;  // = i + lead
+      if (v >= lead && v - lead < n) {
+        const size_t i = size_t(v - lead);
+        d[i] = round_value<M>(d[i], t, r.v[w]);
+      }
+    }
+  }
+}
+
+template <class T>
+void round_device_impl(T* d, size_t n, const Target<T>& t, Rounding m, uint64_t seed,
+                       uint64_t stream, uint64_t index0) {
+  if (n == 0) return;
+  dispatch_mode(m, [&]<Rounding M>() {
+    if constexpr (M == Rounding::sr || M == Rounding::sre) {
+      const size_t groups = ((index0 & 3) + n + 3) >> 2;
+      round_stochastic_kernel<M, T><<<blocks_for(groups), kThreads>>>(d, n, t, seed, stream, index0);
+    } else {
+      round_kernel<M, T><<<blocks_for(n), kThreads>>>(d, n, t);
+    }
+    MANTIS_CUDA_CHECK_LAUNCH();
+  });
+}
+
+// Host arrays are processed in chunks so device memory stays bounded for any n.
+constexpr size_t kChunkBytes = size_t(1) << 29;
+
+template <class T>
+void round_host(const T* in, T* out, size_t n, const Target<T>& t, const RoundOptions& o) {
+  if (n == 0) return;
+  const size_t chunk = std::min(n, kChunkBytes / sizeof(T));
+  DeviceBuffer<T> buf(chunk);
+  for (size_t off = 0; off < n; off += chunk) {
+    const size_t len = std::min(chunk, n - off);
+    buf.upload(in + off, len);
+    round_device_impl(buf.get(), len, t, o.mode, o.seed, o.stream, o.index0 + off);
+    buf.download(out + off, len);  // synchronous: also reports kernel execution errors
+  }
+}
+
+}  // namespace
+
+void round_device(float* d, size_t n, const Target<float>& t, Rounding m, uint64_t seed,
+                  uint64_t stream, uint64_t index0) {
+  round_device_impl(d, n, t, m, seed, stream, index0);
+}
+void round_device(double* d, size_t n, const Target<double>& t, Rounding m, uint64_t seed,
+                  uint64_t stream, uint64_t index0) {
+  round_device_impl(d, n, t, m, seed, stream, index0);
+}
+
+}  // namespace cuda_detail
+
+bool cuda_device_available() {
+  int count = 0;
+  const cudaError_t e = cudaGetDeviceCount(&count);
+  if (e != cudaSuccess) {
+    (void)cudaGetLastError();  // clear the (non-sticky) error: no driver or no device
+    return false;
+  }
+  return count > 0;
+}
+
+namespace {
+// Same check and message as round_array.cpp (require_float), before validate(f) as there.
+void require_float(const Format& f) {
+  if (!fits_float(f))
+    throw InputError("format " + f.name + " does not fit a binary32 container (μ ≤ 23, exponents within "
+                     "[-126, 127], nothing below 2^-149); use double arrays");
+}
+}  // namespace
+
+void cuda_round_array(const float* in, float* out, size_t n, const Format& f,
+                      const RoundOptions& o) {
+  require_float(f);
+  validate(f);
+  validate_sr_bits(o.sr_bits);
+  cuda_detail::round_host(in, out, n, make_target<float>(f, o.sr_bits), o);
+}
+
+void cuda_round_array(const double* in, double* out, size_t n, const Format& f,
+                      const RoundOptions& o) {
+  validate(f);  // every validated format fits binary64
+  validate_sr_bits(o.sr_bits);
+  cuda_detail::round_host(in, out, n, make_target<double>(f, o.sr_bits), o);
+}
+
+}  // namespace mantis

@@ -1,0 +1,43 @@
+// round_array — round whole arrays to a Format (CPU; vectorised, OpenMP above a threshold).
+//
+// Array-in/array-out, in place allowed (in == out). Each element is rounded exactly once from
+// its input container (a double rounded to bf16 is rounded directly, never via float).
+// Element i of a call uses the random word (seed, stream, index0 + i) (philox.h), so stochastic
+// results are identical for any thread count, chunking or device.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "format.h"
+
+namespace mantis {
+
+struct RoundOptions {
+  Rounding mode = Rounding::rne;
+  int sr_bits = 32;        // random bits used by sr, 1..32
+  uint64_t seed = 0;
+  uint64_t stream = 0;
+  uint64_t index0 = 0;     // global index of element 0 (for rounding a slice of a larger tensor)
+};
+
+// Throws InputError if the format does not fit the output container (fits_float) or options are
+// invalid. float → float rounds in the float container, everything else in the double one.
+void round_array(const float* in, float* out, size_t n, const Format& f, const RoundOptions& o);
+void round_array(const double* in, double* out, size_t n, const Format& f, const RoundOptions& o);
+void round_array(const double* in, float* out, size_t n, const Format& f, const RoundOptions& o);
+void round_array(const float* in, double* out, size_t n, const Format& f, const RoundOptions& o);
+
+// Scalar convenience (double container), same semantics as element `index` of round_array.
+double round_scalar(double x, const Format& f, const RoundOptions& o, uint64_t index = 0);
+
+// Threads used by the CPU kernels (OpenMP); 0 = OpenMP's default.
+void set_num_threads(int n);
+int num_threads();
+
+// Below this many elements round_array stays on one thread (measured: see docs/benchmarks.md).
+constexpr size_t kParallelThreshold = 1 << 15;
+
+void validate_sr_bits(int sr_bits);
+
+}  // namespace mantis

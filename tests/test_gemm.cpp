@@ -1,0 +1,140 @@
+// Emulated dot/GEMM == MPFR reference GEMM bit for bit; thread invariance; semantics checks.
+#include <catch2/catch.hpp>
+#include <fmt/format.h>
+
+#include <cmath>
+#include <cstring>
+
+#include "gemm.h"
+#include "oracle.h"
+#include "philox.h"
+#include "round_array.h"
+#include "testutil.h"
+
+using namespace mantis;
+
+namespace {
+
+std::vector<float> random_matrix(size_t n, uint64_t seed, bool wide) {
+  std::vector<float> v(n);
+  for (size_t i = 0; i < n; ++i) {
+    const uint32_t r = random_word(seed, 1, i), e = random_word(seed, 2, i);
+    double x = (double(r) / 4294967296.0) * 2 - 1;
+    if (wide) x = std::ldexp(x, int(e % 40) - 20);  // large dynamic range: cancellations, underflow
+    v[i] = float(x);
+  }
+  return v;
+}
+
+void check(const GemmSpec& s, size_t M, size_t N, size_t K, uint64_t seed, bool wide) {
+  const auto A = random_matrix(M * K, seed, wide), B = random_matrix(K * N, seed + 100, wide);
+  std::vector<double> fast(M * N), ref(M * N);
+  gemm(A.data(), B.data(), fast.data(), M, N, K, s);
+  oracle_gemm(A.data(), B.data(), ref.data(), M, N, K, s);
+  size_t bad = 0;
+  std::string first;
+  for (size_t i = 0; i < M * N; ++i)
+    if (!test::same(fast[i], ref[i])) {
+      if (bad++ < 3) first += fmt::format(" [{}] fast={} mpfr={}", i, test::hex(fast[i]), test::hex(ref[i]));
+    }
+  INFO(fmt::format("{} {} {} {}x{}x{} block {} input {}{}", s.acc.name, to_string(s.acc_mode),
+                   to_string(s.accumulation), M, N, K, s.block, s.input ? s.input->name : "-", first));
+  CHECK(bad == 0);
+}
+
+}  // namespace
+
+TEST_CASE("strict, unfused and blocked GEMM == MPFR reference on random shapes") {
+  const char* formats[] = {"ps4", "bf16", "fp16", "e4m3", "ps13", "fp32", "e5m2", "e11m20"};
+  const Rounding modes[] = {Rounding::rne, Rounding::rna, Rounding::rz, Rounding::ru,
+                            Rounding::rd, Rounding::ro, Rounding::sr, Rounding::sre};
+  uint64_t seed = 1;
+  for (const char* fname : formats)
+    for (Rounding m : modes)
+      for (Accumulation acc : {Accumulation::strict, Accumulation::unfused, Accumulation::blocked}) {
+        GemmSpec s{.acc = format_lookup(fname), .acc_mode = m, .accumulation = acc};
+        s.block = int(1 + seed % 9);
+        s.seed = seed;
+        if (m == Rounding::sr) s.sr_bits = std::min(32, 52 - s.acc.precision());
+        const size_t M = 1 + seed % 5, N = 1 + (seed * 7) % 13, K = 1 + (seed * 13) % 70;
+        check(s, M, N, K, seed, seed % 2 == 0);
+        ++seed;
+      }
+}
+
+TEST_CASE("input-format rounding before the product") {
+  GemmSpec s{.acc = format_lookup("fp32"), .acc_mode = Rounding::rne};
+  for (const char* in : {"e4m3", "bf16", "e5m2"})
+    for (Rounding im : {Rounding::rne, Rounding::sr}) {
+      s.input = format_lookup(in);
+      s.input_mode = im;
+      s.sr_bits = 20;
+      check(s, 3, 17, 40, 77, true);
+    }
+}
+
+TEST_CASE("1 thread == 2 threads; dot == 1x1 GEMM") {
+  const size_t M = 64, N = 48, K = 300;
+  const auto A = random_matrix(M * K, 5, false), B = random_matrix(K * N, 6, false);
+  for (Rounding m : {Rounding::rne, Rounding::sr}) {
+    GemmSpec s{.acc = format_lookup("ps4"), .acc_mode = m, .seed = 9};
+    std::vector<double> c1(M * N), c2(M * N);
+    set_num_threads(1);
+    gemm(A.data(), B.data(), c1.data(), M, N, K, s);
+    set_num_threads(2);
+    gemm(A.data(), B.data(), c2.data(), M, N, K, s);
+    CHECK(std::memcmp(c1.data(), c2.data(), c1.size() * 8) == 0);
+  }
+  GemmSpec s{.acc = format_lookup("bf16")};
+  std::vector<float> x(A.begin(), A.begin() + K), y(K);
+  for (size_t k = 0; k < K; ++k) y[k] = B[k * N];  // column 0 of B
+  double c[N];
+  std::vector<double> row(N);
+  gemm(x.data(), B.data(), row.data(), 1, N, K, s);
+  CHECK(test::same(dot(x.data(), y.data(), K, s), row[0]));
+  (void)c;
+}
+
+TEST_CASE("accumulation semantics: strict ps23 differs from native float only by fusion") {
+  // strict with a binary32-shaped accumulator is exactly a chain of fmaf in order.
+  const size_t K = 1000;
+  const auto x = random_matrix(K, 11, true), y = random_matrix(K, 12, true);
+  float acc = 0;
+  for (size_t k = 0; k < K; ++k) acc = std::fma(x[k], y[k], acc);
+  GemmSpec s{.acc = format_lookup("ps23")};
+  CHECK(dot(x.data(), y.data(), K, s) == double(acc));
+  // unfused ps23 is the plain float loop with separate rounding of the product
+  float acc2 = 0;
+  for (size_t k = 0; k < K; ++k) {
+    const float p = x[k] * y[k];
+    acc2 = acc2 + p;
+  }
+  s.accumulation = Accumulation::unfused;
+  CHECK(dot(x.data(), y.data(), K, s) == double(acc2));
+  // blocked with a block covering everything is one fp32 chunk then one rounding into ps23
+  s.accumulation = Accumulation::blocked;
+  s.block = int(K);
+  CHECK(dot(x.data(), y.data(), K, s) == double(acc));
+}
+
+TEST_CASE("gemm validation names the problem") {
+  GemmSpec s{.acc = format_lookup("fp64")};
+  const float a = 1, b = 1;
+  double c;
+  CHECK_THROWS_WITH(gemm(&a, &b, &c, 1, 1, 1, s), Catch::Contains("fp64"));
+  s.acc = format_lookup("fp32");
+  s.acc_mode = Rounding::sr;
+  s.sr_bits = 32;
+  CHECK_THROWS_WITH(gemm(&a, &b, &c, 1, 1, 1, s), Catch::Contains("sr_bits"));
+  s.acc_mode = Rounding::rne;
+  s.accumulation = Accumulation::blocked;
+  s.block = 0;
+  CHECK_THROWS_AS(gemm(&a, &b, &c, 1, 1, 1, s), InputError);
+  s.block = 4;
+  s.input = format_lookup("fp64");
+  CHECK_THROWS_WITH(gemm(&a, &b, &c, 1, 1, 1, s), Catch::Contains("input format"));
+  float cf;
+  GemmSpec w{.acc = format_lookup("e11m20")};
+  CHECK_THROWS_AS(gemm(&a, &b, &cf, 1, 1, 1, w), InputError);
+  CHECK_THROWS_AS(accumulation_from_string("kahan"), InputError);
+}

@@ -1,0 +1,161 @@
+// Fast path (round.h via round_array) == MPFR oracle, bit for bit: every 16-bit pattern, millions
+// of stratified random values and every boundary, for every test format and every mode.
+#include <catch2/catch.hpp>
+#include <fmt/format.h>
+
+#include <cmath>
+#include <cstring>
+
+#include "oracle.h"
+#include "philox.h"
+#include "round_array.h"
+#include "testutil.h"
+
+using namespace mantis;
+using namespace mantis::test;
+
+namespace {
+
+const Rounding kAllModes[] = {Rounding::rne, Rounding::rna, Rounding::rz, Rounding::ru,
+                              Rounding::rd,  Rounding::ro,  Rounding::sr, Rounding::sre};
+
+// Compares fast results `got` (rounded from inputs xs) with the oracle; returns mismatches.
+size_t compare(const std::vector<double>& xs, const std::vector<double>& got, const Format& f, Rounding m,
+               const RoundOptions& o, const char* what) {
+  size_t bad = 0;
+  std::string first;
+  const long n = long(xs.size());
+#pragma omp parallel for reduction(+ : bad) schedule(static) if (oracle_thread_safe())
+  for (long i = 0; i < n; ++i) {
+    const double want = oracle_round(xs[size_t(i)], f, m, random_word(o.seed, o.stream, o.index0 + uint64_t(i)), o.sr_bits);
+    if (!same(want, got[size_t(i)])) {
+      ++bad;
+#pragma omp critical
+      if (first.size() < 600)
+        first += fmt::format("\n  {} x={} fast={} mpfr={}", what, hex(xs[size_t(i)]), hex(got[size_t(i)]), hex(want));
+    }
+  }
+  if (bad) FAIL_CHECK(fmt::format("{} {} {}: {} mismatches{}", f.name, to_string(m), what, bad, first));
+  return bad;
+}
+
+// All container combinations for one input set.
+void check_all(const Format& f, Rounding m, const std::vector<double>& xd, const std::vector<float>& xf,
+               uint64_t seed, int sr_bits = 32) {
+  RoundOptions o{.mode = m, .sr_bits = sr_bits, .seed = seed, .stream = 3};
+  std::vector<double> outd(xd.size());
+  round_array(xd.data(), outd.data(), xd.size(), f, o);
+  CHECK(compare(xd, outd, f, m, o, "double->double") == 0);
+
+  std::vector<double> xf_as_d(xf.begin(), xf.end()), outfd(xf.size());
+  round_array(xf.data(), outfd.data(), xf.size(), f, o);
+  CHECK(compare(xf_as_d, outfd, f, m, o, "float->double") == 0);
+
+  if (fits_float(f)) {
+    std::vector<float> outf(xf.size());
+    round_array(xf.data(), outf.data(), xf.size(), f, o);
+    CHECK(compare(xf_as_d, std::vector<double>(outf.begin(), outf.end()), f, m, o, "float->float") == 0);
+    std::vector<float> outdf(xd.size());
+    round_array(xd.data(), outdf.data(), xd.size(), f, o);
+    CHECK(compare(xd, std::vector<double>(outdf.begin(), outdf.end()), f, m, o, "double->float") == 0);
+    // In place gives the same bits.
+    std::vector<float> inplace = xf;
+    round_array(inplace.data(), inplace.data(), inplace.size(), f, o);
+    CHECK(std::memcmp(inplace.data(), outf.data(), outf.size() * 4) == 0);
+  }
+}
+
+float half_to_float(uint16_t h) {  // exact decoding of an IEEE binary16 pattern
+  const int s = h >> 15, e = (h >> 10) & 31, m = h & 1023;
+  double v = e == 0 ? std::ldexp(m, -24) : e == 31 ? (m ? NAN : INFINITY) : std::ldexp(1024 + m, e - 25);
+  return float(s ? -v : v);
+}
+
+}  // namespace
+
+TEST_CASE("every bf16 and fp16 bit pattern, every test format and mode") {
+  std::vector<float> xf;
+  for (uint32_t u = 0; u < 65536; ++u) {
+    uint32_t b = u << 16;
+    float x;
+    std::memcpy(&x, &b, 4);
+    xf.push_back(x);
+    xf.push_back(half_to_float(uint16_t(u)));
+  }
+  const std::vector<double> xd(xf.begin(), xf.end());
+  for (const Format& f : test_formats())
+    for (Rounding m : kAllModes) {
+      INFO(f.name << " " << to_string(m));
+      check_all(f, m, xd, xf, 11);
+    }
+}
+
+TEST_CASE("stratified random binary32 and binary64 inputs plus boundaries, named formats") {
+  const size_t n = scaled(1'000'000);
+  for (const std::string& name : named_formats()) {
+    const Format f = format_lookup(name);
+    auto xd = stratified_doubles(f, n, 1);
+    auto xf = stratified_floats(f, n, 2);
+    for (double b : boundary_doubles(f)) xd.push_back(b);
+    for (float b : boundary_floats(f)) xf.push_back(b);
+    for (Rounding m : kAllModes) {
+      const bool random = m == Rounding::sr || m == Rounding::sre;
+      if (random) {  // stochastic modes: fewer inputs, same exactness requirement
+        std::vector<double> sd(xd.end() - long(n / 10), xd.end());
+        std::vector<float> sf(xf.end() - long(n / 10), xf.end());
+        check_all(f, m, sd, sf, 5);
+        if (m == Rounding::sr) check_all(f, m, sd, sf, 6, 7);  // few random bits
+      } else {
+        check_all(f, m, xd, xf, 0);
+      }
+    }
+  }
+}
+
+TEST_CASE("generated families and custom formats: sampled inputs and boundaries") {
+  std::vector<Format> fs = test_formats();
+  for (int mu = 1; mu <= 23; ++mu) fs.push_back(format_lookup(fmt::format("ps{}", mu)));
+  for (int E = 2; E <= 11; ++E)
+    for (int M : {0, 1, 3, 10, 23, 52}) fs.push_back(format_lookup(fmt::format("e{}m{}", E, M)));
+  const size_t n = scaled(20'000);
+  for (const Format& f : fs) {
+    auto xd = stratified_doubles(f, n, 3);
+    auto xf = stratified_floats(f, n, 4);
+    for (double b : boundary_doubles(f)) xd.push_back(b);
+    for (float b : boundary_floats(f)) xf.push_back(b);
+    for (Rounding m : kAllModes) check_all(f, m, xd, xf, 9);
+  }
+}
+
+TEST_CASE("hand-checked values from the format definitions") {
+  auto r = [](const char* fmtname, Rounding m, double x) {
+    return round_scalar(x, format_lookup(fmtname), RoundOptions{.mode = m});
+  };
+  // bf16: 8 significant bits
+  CHECK(r("bf16", Rounding::rne, 1 + std::ldexp(1, -8)) == 1.0);                    // tie → even
+  CHECK(r("bf16", Rounding::rne, 1 + 3 * std::ldexp(1, -8)) == 1 + std::ldexp(1, -6));  // tie → even (up)
+  CHECK(r("bf16", Rounding::rna, 1 + std::ldexp(1, -8)) == 1 + std::ldexp(1, -7));
+  CHECK(r("bf16", Rounding::ru, 1 + std::ldexp(1, -50)) == 1 + std::ldexp(1, -7));
+  CHECK(r("bf16", Rounding::rd, -(1 + std::ldexp(1, -50))) == -(1 + std::ldexp(1, -7)));
+  CHECK(r("bf16", Rounding::rz, 1 - std::ldexp(1, -50)) == 1 - std::ldexp(1, -8));
+  CHECK(r("bf16", Rounding::ro, 1 + std::ldexp(1, -50)) == 1 + std::ldexp(1, -7));  // odd neighbour
+  // OCP E4M3: largest finite 448; 464 is the midpoint to the (NaN) code 480: ties to even 448
+  CHECK(r("e4m3", Rounding::rne, 464) == 448);
+  CHECK(std::isnan(r("e4m3", Rounding::rne, 465)));
+  CHECK(r("e4m3", Rounding::rz, 1e6) == 448);
+  CHECK(std::isnan(r("e4m3", Rounding::rne, INFINITY)));
+  // binary16 overflow threshold 65520 → inf under rne; 65519 → 65504
+  CHECK(std::isinf(r("fp16", Rounding::rne, 65520)));
+  CHECK(r("fp16", Rounding::rne, 65519) == 65504);
+  CHECK(r("fp16", Rounding::rd, 1e9) == 65504);
+  // Signed zero survives underflow; half the smallest subnormal ties to 0 under rne
+  CHECK(std::signbit(r("fp16", Rounding::rne, -1e-30)));
+  CHECK(r("fp16", Rounding::rne, -1e-30) == 0);
+  CHECK(r("fp16", Rounding::rne, std::ldexp(1, -25)) == 0);
+  CHECK(r("fp16", Rounding::rna, std::ldexp(1, -25)) == std::ldexp(1, -24));
+  CHECK(r("fp16", Rounding::ru, 1e-30) == std::ldexp(1, -24));
+  // A double rounded to bf16 directly (no double rounding through binary32):
+  // x = 1 + 2^-8 + 2^-30 rounds up in bf16, but via float it would hit the tie and go to 1.
+  CHECK(r("bf16", Rounding::rne, 1 + std::ldexp(1, -8) + std::ldexp(1, -30)) == 1 + std::ldexp(1, -7));
+  CHECK(std::isnan(r("bf16", Rounding::rne, NAN)));
+}

@@ -1,0 +1,99 @@
+// Stochastic rounding: Philox known answers, unbiasedness, reproducibility, thread invariance.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <cstring>
+
+#include "philox.h"
+#include "round_array.h"
+#include "testutil.h"
+
+using namespace mantis;
+
+TEST_CASE("Philox4x32-10 known-answer vectors (Random123 kat_vectors)") {
+  struct Kat { uint32_t c[4], k[2], out[4]; };
+  const Kat kats[] = {
+      {{0, 0, 0, 0}, {0, 0}, {0x6627e8d5, 0xe169c58d, 0xbc57ac4c, 0x9b00dbd8}},
+      {{~0u, ~0u, ~0u, ~0u}, {~0u, ~0u}, {0x408f276d, 0x41c83b0e, 0xa20bc7c6, 0x6d5451fd}},
+      {{0x243f6a88, 0x85a308d3, 0x13198a2e, 0x03707344}, {0xa4093822, 0x299f31d0},
+       {0xd16cfe09, 0x94fdcceb, 0x5001e420, 0x24126ea1}}};
+  for (auto& k : kats) {
+    const Philox4 r = philox4x32_10(k.c[0], k.c[1], k.c[2], k.c[3], k.k[0], k.k[1]);
+    for (int i = 0; i < 4; ++i) CHECK(r.v[i] == k.out[i]);
+  }
+}
+
+namespace {
+std::vector<float> run(const char* fmtname, Rounding m, std::vector<float> x, uint64_t seed, int threads,
+                       uint64_t stream = 0) {
+  set_num_threads(threads);
+  RoundOptions o{.mode = m, .seed = seed, .stream = stream};
+  round_array(x.data(), x.data(), x.size(), format_lookup(fmtname), o);
+  set_num_threads(0 + 2);
+  return x;
+}
+}  // namespace
+
+TEST_CASE("sr is unbiased and sre goes up half the time") {
+  // x sits at fraction 0.3 of a bf16 quantum above 1: E[sr(x)] = x, P(up) = 0.3.
+  const double q = std::ldexp(1.0, -7), x = 1 + 0.3 * q;
+  const size_t n = 1 << 20;
+  std::vector<float> v(n, float(x));
+  for (Rounding m : {Rounding::sr, Rounding::sre}) {
+    const auto r = run("bf16", m, v, 42, 2);
+    size_t ups = 0;
+    for (float y : r) {
+      REQUIRE((y == 1.0f || double(y) == 1 + q));
+      ups += y != 1.0f;
+    }
+    const double p = m == Rounding::sr ? 0.3 : 0.5;
+    const double sigma = std::sqrt(p * (1 - p) / double(n));
+    const double freq = double(ups) / double(n);
+    INFO(to_string(m) << " frequency " << freq);
+    CHECK(std::fabs(freq - p) < 5 * sigma);
+  }
+  // Mean error over many distinct values is ~0 for sr (unbiased), in units of the quantum.
+  std::vector<float> w(n);
+  for (size_t i = 0; i < n; ++i) w[i] = float(1 + std::ldexp(double(i % 997) / 997.0, -7) + std::ldexp(1.0, -20));
+  const auto r = run("bf16", Rounding::sr, w, 7, 2);
+  double err = 0;
+  for (size_t i = 0; i < n; ++i) err += (double(r[i]) - double(w[i])) / q;
+  CHECK(std::fabs(err / double(n)) < 5 * 0.5 / std::sqrt(double(n)));
+}
+
+TEST_CASE("same seed same bits; 1 thread == 2 threads; seeds and streams differ") {
+  const auto xs = mantis::test::stratified_floats(format_lookup("ps4"), 200'000, 5);
+  for (Rounding m : {Rounding::sr, Rounding::sre}) {
+    const auto a = run("ps4", m, xs, 1, 1);
+    const auto b = run("ps4", m, xs, 1, 2);
+    const auto c = run("ps4", m, xs, 1, 2);
+    const auto d = run("ps4", m, xs, 2, 2);
+    const auto e = run("ps4", m, xs, 1, 2, 9);
+    CHECK(std::memcmp(a.data(), b.data(), a.size() * 4) == 0);
+    CHECK(std::memcmp(b.data(), c.data(), a.size() * 4) == 0);
+    CHECK(std::memcmp(a.data(), d.data(), a.size() * 4) != 0);
+    CHECK(std::memcmp(a.data(), e.data(), a.size() * 4) != 0);
+  }
+}
+
+TEST_CASE("a slice rounded with index0 equals the same elements of the whole array") {
+  const auto xs = mantis::test::stratified_doubles(format_lookup("bf16"), 10'001, 8);
+  std::vector<double> whole(xs.size()), part(xs.size() - 1237);
+  RoundOptions o{.mode = Rounding::sr, .seed = 3};
+  round_array(xs.data(), whole.data(), xs.size(), format_lookup("bf16"), o);
+  o.index0 = 1237;
+  round_array(xs.data() + 1237, part.data(), part.size(), format_lookup("bf16"), o);
+  CHECK(std::memcmp(whole.data() + 1237, part.data(), part.size() * 8) == 0);
+}
+
+TEST_CASE("float and double containers give the same stochastic bits") {
+  const auto xf = mantis::test::stratified_floats(format_lookup("fp16"), 50'000, 9);
+  std::vector<double> xd(xf.begin(), xf.end()), od(xd.size());
+  std::vector<float> of(xf.size());
+  RoundOptions o{.mode = Rounding::sr, .seed = 4};
+  round_array(xf.data(), of.data(), xf.size(), format_lookup("fp16"), o);
+  round_array(xd.data(), od.data(), xd.size(), format_lookup("fp16"), o);
+  size_t bad = 0;
+  for (size_t i = 0; i < xf.size(); ++i) bad += !mantis::test::same(double(of[i]), od[i]);
+  CHECK(bad == 0);
+}

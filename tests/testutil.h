@@ -1,0 +1,35 @@
+// testutil — shared helpers for the tests: bit-exact comparison, stratified inputs, boundaries.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "format.h"
+
+namespace mantis::test {
+
+// Scale factor for sample counts (MANTIS_TEST_SCALE, default 1; the sanitizer job uses less).
+double scale();
+size_t scaled(size_t n);
+
+// Bit-identical, treating every NaN as equal to every NaN (NaN results are canonical anyway).
+bool same(double a, double b);
+std::string hex(double x);
+
+// n values covering the whole exponent range of `f` and beyond (and some raw random bit
+// patterns of the container), reproducible from `seed`. Float values are exact binary32.
+std::vector<double> stratified_doubles(const Format& f, size_t n, uint64_t seed);
+std::vector<float> stratified_floats(const Format& f, size_t n, uint64_t seed);
+
+// Every boundary of f: ±0, ±inf, NaN, largest finite and its neighbours, the overflow threshold,
+// the normal/subnormal boundary, the smallest subnormal and half of it, exact midpoints across
+// the range — each also one container ulp above and below. Filtered to those exact in T.
+std::vector<double> boundary_doubles(const Format& f);
+std::vector<float> boundary_floats(const Format& f);
+
+// Formats used by the differential tests: the named ones plus custom variants (fnuz,
+// saturating, no subnormals, tiny and wide exponent ranges).
+std::vector<Format> test_formats();
+
+}  // namespace mantis::test
