@@ -48,54 +48,64 @@ const char* to_string(Accumulation a) {
 
 namespace {
 
-// One row of C: acc[N] (the accumulators, binary64 values of the accumulator format).
-// The j-loop is the vectorised one; k stays sequential per output.
-template <Rounding M>
-void row_strict(const float* a, const float* B, double* acc, size_t i, size_t N, size_t K,
-                const Target<double>& t, const GemmSpec& s) {
-  constexpr bool kRandom = M == Rounding::sr || M == Rounding::sre;
-  for (size_t k = 0; k < K; ++k) {
-    const double ak = a[k];
-    const float* b = B + k * N;
-    for (size_t j = 0; j < N; ++j) {
-      const uint32_t r = kRandom ? random_word(s.seed, s.stream, (i * N + j) * K + k) : 0u;
-      acc[j] = round_value<M>(add_round_odd(ak * double(b[j]), acc[j]), t, r);
-    }
+// One k step of a row: dst[j] ← round(value(j)), with word(j) the random word of output j.
+// One vectorised pass rounds with the normal-range shortcut and records whether every value was
+// zero or normal; if not, the step is redone from v[] with the general rounding.
+template <Rounding M, class Value, class Word>
+void round_step(double* dst, double* v, size_t N, const Target<double>& t, Value value, Word word) {
+  uint64_t outside = 0;
+  for (size_t j = 0; j < N; ++j) {
+    const double x = value(j);
+    v[j] = x;
+    outside |= outside_normal_range(x, t);
+    dst[j] = round_normal<M>(x, t, word(j));
   }
+  if (outside != 0)
+    for (size_t j = 0; j < N; ++j) dst[j] = round_value<M>(v[j], t, word(j));
 }
 
-template <Rounding M>
-void row_unfused(const float* a, const float* B, double* acc, size_t i, size_t N, size_t K,
-                 const Target<double>& t, const GemmSpec& s) {
-  constexpr bool kRandom = M == Rounding::sr || M == Rounding::sre;
-  for (size_t k = 0; k < K; ++k) {
-    const double ak = a[k];
-    const float* b = B + k * N;
-    for (size_t j = 0; j < N; ++j) {
-      const uint64_t idx = 2 * ((i * N + j) * K + k);
-      const uint32_t r0 = kRandom ? random_word(s.seed, s.stream, idx) : 0u;
-      const uint32_t r1 = kRandom ? random_word(s.seed, s.stream, idx + 1) : 0u;
-      const double prod = round_value<M>(ak * double(b[j]), t, r0);
-      acc[j] = round_value<M>(add_round_odd(acc[j], prod), t, r1);
-    }
-  }
-}
+constexpr bool random_mode(Rounding m) { return m == Rounding::sr || m == Rounding::sre; }
 
+// One row i of C: acc[N] (the accumulators: binary64 values of the accumulator format); v[N],
+// prod[N] and chunk[N] are scratch. The j-loops vectorise; k stays sequential per output.
 template <Rounding M>
-void row_blocked(const float* a, const float* B, double* acc, size_t i, size_t N, size_t K,
-                 const Target<double>& t, const GemmSpec& s, float* chunk) {
-  constexpr bool kRandom = M == Rounding::sr || M == Rounding::sre;
-  const size_t kb = size_t(s.block), nchunks = (K + kb - 1) / kb;
-  for (size_t c = 0; c < nchunks; ++c) {
-    for (size_t j = 0; j < N; ++j) chunk[j] = 0.0f;
-    for (size_t k = c * kb; k < std::min(K, (c + 1) * kb); ++k) {
-      const float ak = a[k];
-      const float* b = B + k * N;
-      for (size_t j = 0; j < N; ++j) chunk[j] = std::fma(ak, b[j], chunk[j]);  // binary32 RNE
-    }
-    for (size_t j = 0; j < N; ++j) {
-      const uint32_t r = kRandom ? random_word(s.seed, s.stream, (i * N + j) * nchunks + c) : 0u;
-      acc[j] = round_value<M>(add_round_odd(acc[j], double(chunk[j])), t, r);
+void gemm_row(const float* a, const float* B, double* acc, double* v, double* prod, float* chunk, size_t i,
+              size_t N, size_t K, const Target<double>& t, const GemmSpec& s) {
+  constexpr bool kRandom = random_mode(M);
+  for (size_t j = 0; j < N; ++j) acc[j] = 0.0;
+  switch (s.accumulation) {
+    case Accumulation::strict:
+      for (size_t k = 0; k < K; ++k) {
+        const double ak = a[k];
+        const float* b = B + k * N;
+        round_step<M>(acc, v, N, t, [&](size_t j) { return add_round_odd(ak * double(b[j]), acc[j]); },
+                      [&](size_t j) { return kRandom ? random_word(s.seed, s.stream, (i * N + j) * K + k) : 0u; });
+      }
+      break;
+    case Accumulation::unfused:
+      for (size_t k = 0; k < K; ++k) {
+        const double ak = a[k];
+        const float* b = B + k * N;
+        const uint64_t idx = 2 * (i * N * K + k);  // 2·((i·N + j)·K + k) = idx + 2·j·K
+        round_step<M>(prod, v, N, t, [&](size_t j) { return ak * double(b[j]); },  // exact product
+                      [&](size_t j) { return kRandom ? random_word(s.seed, s.stream, idx + 2 * j * K) : 0u; });
+        round_step<M>(acc, v, N, t, [&](size_t j) { return add_round_odd(acc[j], prod[j]); },
+                      [&](size_t j) { return kRandom ? random_word(s.seed, s.stream, idx + 2 * j * K + 1) : 0u; });
+      }
+      break;
+    case Accumulation::blocked: {
+      const size_t kb = size_t(s.block), nchunks = (K + kb - 1) / kb;
+      for (size_t c = 0; c < nchunks; ++c) {
+        for (size_t j = 0; j < N; ++j) chunk[j] = 0.0f;
+        for (size_t k = c * kb; k < std::min(K, (c + 1) * kb); ++k) {
+          const float ak = a[k];
+          const float* b = B + k * N;
+          for (size_t j = 0; j < N; ++j) chunk[j] = std::fma(ak, b[j], chunk[j]);  // binary32 RNE
+        }
+        round_step<M>(acc, v, N, t, [&](size_t j) { return add_round_odd(acc[j], double(chunk[j])); },
+                      [&](size_t j) { return kRandom ? random_word(s.seed, s.stream, (i * N + j) * nchunks + c) : 0u; });
+      }
+      break;
     }
   }
 }
@@ -106,18 +116,11 @@ void gemm_mode(const float* A, const float* B, double* C, size_t M_, size_t N, s
   const bool parallel = M_ > 1 && double(M_) * double(N) * double(K) >= 1 << 16;
 #pragma omp parallel if (parallel)
   {
-    std::vector<float> chunk(s.accumulation == Accumulation::blocked ? N : 0);
+    std::vector<double> v(N), prod(N);
+    std::vector<float> chunk(N);
 #pragma omp for schedule(static)
-    for (size_t i = 0; i < M_; ++i) {
-      double* acc = C + i * N;
-      for (size_t j = 0; j < N; ++j) acc[j] = 0.0;
-      const float* a = A + i * K;
-      switch (s.accumulation) {
-        case Accumulation::strict: row_strict<M>(a, B, acc, i, N, K, t, s); break;
-        case Accumulation::unfused: row_unfused<M>(a, B, acc, i, N, K, t, s); break;
-        case Accumulation::blocked: row_blocked<M>(a, B, acc, i, N, K, t, s, chunk.data()); break;
-      }
-    }
+    for (size_t i = 0; i < M_; ++i)
+      gemm_row<M>(A + i * K, B, C + i * N, v.data(), prod.data(), chunk.data(), i, N, K, t, s);
   }
 }
 

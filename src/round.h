@@ -17,6 +17,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #include "format.h"
 #include "philox.h"
@@ -79,7 +80,9 @@ template <class T> struct Target {
   U ovf_bits;          // what an overflowing finite value becomes (inf, max or NaN pattern)
   U inf_bits;          // what an infinite input becomes
   U nan_bits;          // canonical quiet NaN
-  bool unsigned_zero;  // fnuz: −0 → +0
+  U unsigned_zero;     // fnuz: −0 → +0 (0 or 1; an integer so that loops vectorise)
+  U normal_lo;         // |x| pattern range where round_normal applies: 2^emin ..
+  U normal_hi;         // .. largest finite
 };
 
 // Pattern of 2^e (normal in the container) — host helper for make_target.
@@ -112,32 +115,41 @@ template <class T> Target<T> make_target(const Format& f, int sr_bits = 32) {
              : f.overflow == Overflow::saturate ? t.max_bits : t.nan_bits;
   t.inf_bits = has_inf ? inf : (f.overflow == Overflow::saturate ? t.max_bits : t.nan_bits);
   t.unsigned_zero = f.specials == Specials::fnuz;
+  t.normal_lo = pow2_bits<T>(f.emin);
+  t.normal_hi = t.max_bits;
   return t;
 }
 
 // ---------------------------------------------------------------- the rounding of one value
-// Whether to add one quantum, from the exact remainder `rem` (in quantum units 2^s, s = shift),
-// its half, the truncated value's last bit, the sign and a 32-bit random word.
-template <Rounding M, class U>
-MANTIS_HD bool up_decision(U rem, U half, int shift, bool lsb, bool neg, uint32_t rnd,
-                           int sr_shift) {
-  const bool inexact = rem != 0;
-  if constexpr (M == Rounding::rne) return inexact && (rem > half || (rem == half && lsb));
-  if constexpr (M == Rounding::rna) return inexact && rem >= half;
-  if constexpr (M == Rounding::rz) return false;
-  if constexpr (M == Rounding::ru) return inexact && !neg;
-  if constexpr (M == Rounding::rd) return inexact && neg;
-  if constexpr (M == Rounding::ro) return inexact && !lsb;
-  if constexpr (M == Rounding::sre) return inexact && (rnd >> 31);
+// Whether to add one quantum (1) or not (0), from the exact remainder `rem` (in units of the
+// container pattern; the quantum is 2^shift), its half, the truncated value's last bit `lsb`,
+// the sign `neg` (0/1) and a 32-bit random word. Flags are integers of the container width
+// combined by selects, never bools or short-circuit logic: the loops stay branch-free and
+// vectorise (GCC does not vectorise 1-bit bool arithmetic).
+template <Rounding M, class U, class I>
+MANTIS_HD U up_decision(U rem, U half, I shift, U lsb, U neg, uint32_t rnd, int sr_shift) {
+  const U inexact = rem != 0 ? U(1) : U(0);
+  if constexpr (M == Rounding::rne) {
+    const U up = rem > half ? U(1) : (rem == half ? lsb : U(0));
+    return up & inexact;
+  }
+  if constexpr (M == Rounding::rna) return rem >= half ? inexact : U(0);
+  if constexpr (M == Rounding::rz) return U(0);
+  if constexpr (M == Rounding::ru) return inexact & (neg ^ 1);
+  if constexpr (M == Rounding::rd) return inexact & neg;
+  if constexpr (M == Rounding::ro) return inexact & (lsb ^ 1);
+  if constexpr (M == Rounding::sre) return inexact & U(rnd >> 31);
   if constexpr (M == Rounding::sr) {
     // P(up) = floor(rem/2^s · 2^R) / 2^R with R = 32 − sr_shift random bits: exact when s ≤ R.
-    const int R = 32 - sr_shift;
-    constexpr int W = int(sizeof(U) * 8);
-    const int down = shift - R, upsh = R - shift;
-    const U scaled = shift >= R ? (down >= W ? U(0) : U(rem >> down)) : U(rem << upsh);
-    return uint32_t(rnd >> sr_shift) < uint32_t(scaled);
+    const I R = 32 - sr_shift;
+    constexpr I W = I(sizeof(U) * 8);
+    const I down = shift - R, upsh = R - shift;
+    const U dn = rem >> (down < W ? (down > 0 ? down : I(0)) : I(0));
+    const U upv = rem << (upsh > 0 ? upsh : I(0));
+    const U scaled = shift >= R ? (down >= W ? U(0) : dn) : upv;
+    return U(rnd >> sr_shift) < scaled ? U(1) : U(0);
   }
-  return false;
+  return U(0);
 }
 
 template <Rounding M, class T>
@@ -149,39 +161,69 @@ MANTIS_HD T round_value(T x, const Target<T>& t, uint32_t rnd = 0) {
   constexpr U kHidden = U(1) << C::kMant;
 
   const U u = to_bits(x);
-  U sign = u & kSign;
+  const U sign = u & kSign;
   const U a = u ^ sign;
-  const bool neg = sign != 0;
-  const int E = int(a >> C::kMant);
-  const int e = (E > 1 ? E : 1) - C::kBias;
-  const int d = t.emin - e > 0 ? t.emin - e : 0;
-  const bool below = E == 0 || d > 0;                    // |x| < 2^emin
-  const int s = t.drop + d + (below ? t.extra : 0);
+  const U neg = sign >> (C::kWidth - 1);
+  // Exponent arithmetic in a signed integer of the container's width: one lane type per loop.
+  using I = std::make_signed_t<U>;
+  const I E = I(a >> C::kMant);
+  const I e = (E > 1 ? E : I(1)) - C::kBias;
+  const I d = I(t.emin) - e > 0 ? I(t.emin) - e : I(0);
+  const I s = I(t.drop) + d + ((E == 0) | (d > 0) ? I(t.extra) : I(0));  // extra only below 2^emin
   const bool tiny = s > C::kMant;
 
   // Quantisation at bit s of the pattern (s ≤ MANT), or against the quantum q (tiny).
-  const int sp = tiny ? 0 : s;                           // keeps shifts defined
+  const I sp = tiny ? I(0) : s;                                // keeps shifts defined
   const U mask = (U(1) << sp) - 1;
-  const U sig = (a & (kHidden - 1)) | (E ? kHidden : U(0));  // value in units 2^(e−MANT)
+  const U sig = (a & (kHidden - 1)) | (E != 0 ? kHidden : U(0));  // value in units 2^(e−MANT)
   const U rem = tiny ? sig : (a & mask);
   const U trunc = tiny ? U(0) : (a & ~mask);
   const U inc = tiny ? t.tiny_bits : (U(1) << sp);
-  const int sh = tiny ? (s < C::kMant + 2 ? s : C::kMant + 2) : sp;  // half fits in U
+  const I sh = tiny ? (s < C::kMant + 2 ? s : I(C::kMant + 2)) : sp;  // half fits in U
   const U half = (U(1) << sh) >> 1;
-  const bool lsb = !tiny && ((sig >> sp) & 1);           // at s = MANT: the hidden bit
-  const bool up = up_decision<M>(rem, half, s, lsb, neg, rnd, t.sr_shift);
-  U r = trunc + (up ? inc : U(0));
+  const U lsb = tiny ? U(0) : ((sig >> sp) & 1);             // at s = MANT: the hidden bit
+  const U up = up_decision<M>(rem, half, s, lsb, neg, rnd, t.sr_shift);
+  U r = trunc + (up != 0 ? inc : U(0));
 
   // Overflow: toward-zero directions stop at the largest finite value.
-  constexpr bool kTowardZeroBoth = M == Rounding::rz || M == Rounding::ro;
-  const bool toward_zero = kTowardZeroBoth || (M == Rounding::rd && !neg) ||
-                           (M == Rounding::ru && neg);
-  if (r > t.max_bits) r = toward_zero ? t.max_bits : t.ovf_bits;
-  if (a == kExpMask) r = t.inf_bits;
-  if (a > kExpMask) r = t.nan_bits;
-  const bool is_nan = (r & kExpMask) == kExpMask && (r & (kHidden - 1)) != 0;
-  if (is_nan || (r == 0 && t.unsigned_zero)) sign = 0;
-  return from_bits<T>(sign | r);
+  const U toward_zero = M == Rounding::rz || M == Rounding::ro ? U(1)
+                      : M == Rounding::rd ? (neg ^ 1)
+                      : M == Rounding::ru ? neg : U(0);
+  const U ovf = toward_zero != 0 ? t.max_bits : t.ovf_bits;
+  r = r > t.max_bits ? ovf : r;
+  r = a == kExpMask ? t.inf_bits : r;
+  r = a > kExpMask ? t.nan_bits : r;
+  const bool drop_sign = ((r & kExpMask) == kExpMask && (r & (kHidden - 1)) != 0) ||  // NaN
+                         (r == 0 && t.unsigned_zero != 0);
+  return from_bits<T>((drop_sign ? U(0) : sign) | r);
+}
+
+// The shortcut for the common case: x = ±0 or 2^emin ≤ |x| ≤ largest finite. There the quantum
+// is the fixed bit `drop` of the pattern and no overflow, underflow or special value can occur,
+// so this is round_value with those cases removed (same decisions, same random bits).
+// 0 when round_normal applies to x, 1 otherwise (an integer, so a loop can OR it up).
+template <class T> MANTIS_HD typename Container<T>::U outside_normal_range(T x, const Target<T>& t) {
+  using U = typename Container<T>::U;
+  const U a = to_bits(x) & ~(U(1) << (Container<T>::kWidth - 1));
+  const U nonzero = a != 0 ? U(1) : U(0);
+  return a - t.normal_lo > t.normal_hi - t.normal_lo ? nonzero : U(0);
+}
+
+template <Rounding M, class T>
+MANTIS_HD T round_normal(T x, const Target<T>& t, uint32_t rnd = 0) {
+  using C = Container<T>;
+  using U = typename C::U;
+  using I = std::make_signed_t<U>;
+  constexpr U kSign = U(1) << (C::kWidth - 1);
+  const U u = to_bits(x);
+  const U sign = u & kSign;
+  const U a = u ^ sign;
+  const U mask = (U(1) << t.drop) - 1;
+  const U half = (U(1) << t.drop) >> 1;
+  const U lsb = ((a | (U(1) << C::kMant)) >> t.drop) & 1;  // at drop = MANT: the hidden bit
+  const U up = up_decision<M>(a & mask, half, I(t.drop), lsb, sign >> (C::kWidth - 1), rnd, t.sr_shift);
+  const U r = (a & ~mask) + (up != 0 ? (U(1) << t.drop) : U(0));
+  return from_bits<T>(((r == 0) & (t.unsigned_zero != 0) ? U(0) : sign) | r);
 }
 
 // Runtime-mode dispatch for scalar use (CLI, tests, CUDA); loops should hoist the switch.
@@ -209,10 +251,15 @@ MANTIS_HD double add_round_odd(double a, double b) {
   const double bb = s - a;
   const double err = (a - (s - bb)) + (b - bb);
   const uint64_t bits = to_bits(s);
-  const bool odd = bits & 1;
-  if (err == 0 || odd || s - s != 0) return s;  // exact, already odd, or overflowed
-  const bool same = (err > 0) == (s > 0);        // exact value lies beyond s (away from 0)?
-  return double_from_bits(same ? bits + 1 : bits - 1);
+  constexpr uint64_t kExpMask = uint64_t(0x7FF) << 52;
+  // Keep s when exact, already odd, or not finite; else step to the odd neighbour on err's side.
+  // Integer selects only (no bool arithmetic), so that loops over it vectorise.
+  const uint64_t inexact = err != 0 ? uint64_t(1) : uint64_t(0);
+  const uint64_t finite = (bits & kExpMask) != kExpMask ? inexact : uint64_t(0);
+  const uint64_t change = (bits & 1) != 0 ? uint64_t(0) : finite;
+  const uint64_t err_sign = to_bits(err) >> 63, s_sign = bits >> 63;
+  const uint64_t step = err_sign == s_sign ? uint64_t(1) : ~uint64_t(0);
+  return double_from_bits(change != 0 ? bits + step : bits);
 }
 
 }  // namespace mantis

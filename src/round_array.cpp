@@ -18,27 +18,48 @@ namespace {
 constexpr size_t kChunk = 1024;  // elements per inner pass (random words stay in L1)
 
 // Random words for global indices g0 .. g0+len−1, one Philox call per aligned block of four.
+// Blocks are computed lane-parallel (structure of arrays), then interleaved.
 void fill_random(uint32_t* buf, uint64_t seed, uint64_t stream, uint64_t g0, size_t len) {
-  const uint64_t b0 = g0 >> 2, b1 = (g0 + len + 3) >> 2;
-  for (uint64_t b = b0; b < b1; ++b) {
-    const Philox4 r = random_block(seed, stream, b);
-    for (int k = 0; k < 4; ++k) buf[(b - b0) * 4 + k] = r.v[k];
+  const uint64_t b0 = g0 >> 2;
+  const size_t nb = size_t(((g0 + len + 3) >> 2) - b0);
+  alignas(64) uint32_t w[4][kChunk / 4 + 2];
+  for (size_t j = 0; j < nb; ++j) {
+    const Philox4 r = random_block(seed, stream, b0 + j);
+    w[0][j] = r.v[0];
+    w[1][j] = r.v[1];
+    w[2][j] = r.v[2];
+    w[3][j] = r.v[3];
   }
+  for (size_t j = 0; j < nb; ++j)
+    for (int k = 0; k < 4; ++k) buf[j * 4 + k] = w[k][j];
 }
 
 template <Rounding M, class T, class Tout>
-void kernel(const T* in, Tout* out, size_t begin, size_t end, const Target<T>& t, const RoundOptions& o) {
+void kernel(const T* in, Tout* out, size_t begin, size_t end, const Target<T>& target, const RoundOptions& o) {
+  const Target<T> t = target;  // a local copy: its fields stay in registers across stores to out
   constexpr bool kRandom = M == Rounding::sr || M == Rounding::sre;
   alignas(64) uint32_t rnd[kChunk + 8];
   for (size_t c = begin; c < end; c += kChunk) {
     const size_t len = std::min(kChunk, end - c);
+    const T* x = in + c;
+    Tout* y = out + c;
+    // Chunks made only of zeros and normal-range values take the shortcut (round.h).
+    typename Target<T>::U outside = 0;
+    for (size_t i = 0; i < len; ++i) outside |= outside_normal_range(x[i], t);
+    const bool normal = outside == 0;
     if constexpr (kRandom) {
       const uint64_t g0 = o.index0 + c;
       fill_random(rnd, o.seed, o.stream, g0, len);
       const uint32_t* r = rnd + (g0 & 3);
-      for (size_t i = 0; i < len; ++i) out[c + i] = Tout(round_value<M>(in[c + i], t, r[i]));
+      if (normal)
+        for (size_t i = 0; i < len; ++i) y[i] = Tout(round_normal<M>(x[i], t, r[i]));
+      else
+        for (size_t i = 0; i < len; ++i) y[i] = Tout(round_value<M>(x[i], t, r[i]));
     } else {
-      for (size_t i = 0; i < len; ++i) out[c + i] = Tout(round_value<M>(in[c + i], t, 0u));
+      if (normal)
+        for (size_t i = 0; i < len; ++i) y[i] = Tout(round_normal<M>(x[i], t, 0u));
+      else
+        for (size_t i = 0; i < len; ++i) y[i] = Tout(round_value<M>(x[i], t, 0u));
     }
   }
 }

@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Quick start, step 2: install what is missing, build, run the whole test suite.
+#   1. the release build: every test (GPU tests report SKIP where there is no GPU);
+#   2. an AddressSanitizer + UndefinedBehaviorSanitizer build of the CPU tests at reduced
+#      sample counts (MANTIS_TEST_SCALE), which must be clean too.
+# Prints "N passed, N failed, N skipped" and exits non-zero on any failure.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+scripts/setup.sh build || exit 2
+[ -d /usr/local/cuda/bin ] && export PATH="/usr/local/cuda/bin:$PATH"
+meson test -C build --print-errorlogs --num-processes 2
+rc1=$?
+if [ "${MANTIS_SKIP_SANITIZE:-0}" != 1 ]; then
+  scripts/setup.sh build-asan -Db_sanitize=address,undefined -Db_lundef=false -Dcuda=disabled \
+    -Dbuildtype=debugoptimized || exit 2
+  MANTIS_TEST_SCALE=0.02 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
+    ASAN_OPTIONS=detect_leaks=1 meson test -C build-asan --print-errorlogs --num-processes 2
+  rc2=$?
+else
+  rc2=0
+fi
+python3 - build build-asan <<'PY'
+import json, os, sys
+p = f = s = 0
+for d in sys.argv[1:]:
+    log = os.path.join(d, 'meson-logs', 'testlog.json')
+    if not os.path.exists(log):
+        continue
+    for line in open(log):
+        r = json.loads(line)
+        st = r.get('result')
+        if st == 'OK': p += 1
+        elif st in ('SKIP',): s += 1
+        else: f += 1
+        if st not in ('OK', 'SKIP'):
+            print(f"FAILED: {d}: {r.get('name')} ({st})")
+print(f"{p} passed, {f} failed, {s} skipped")
+PY
+[ $rc1 -eq 0 ] && [ $rc2 -eq 0 ]
