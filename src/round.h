@@ -145,7 +145,7 @@ MANTIS_HD U up_decision(U rem, U half, I shift, U lsb, U neg, uint32_t rnd, int 
     constexpr I W = I(sizeof(U) * 8);
     const I down = shift - R, upsh = R - shift;
     const U dn = rem >> (down < W ? (down > 0 ? down : I(0)) : I(0));
-    const U upv = rem << (upsh > 0 ? upsh : I(0));
+    const U upv = rem << (upsh > 0 && upsh < W ? upsh : I(0));  // upsh ≥ W only when rem = 0
     const U scaled = shift >= R ? (down >= W ? U(0) : dn) : upv;
     return U(rnd >> sr_shift) < scaled ? U(1) : U(0);
   }

@@ -39,7 +39,8 @@ int run_round(const RoundArgs& a) {
   apply_threads(a.threads);
 
   const std::string text = read_all_stdin();
-  const auto lines = split_lines(text);
+  auto lines = split_lines(text);
+  while (!lines.empty() && trim(lines.back()).empty()) lines.pop_back();  // trailing blank lines
   std::vector<double> x(lines.size());
   for (size_t i = 0; i < lines.size(); ++i) {
     const std::string_view t = trim(lines[i]);
@@ -78,7 +79,8 @@ int run_dot(const DotArgs& a) {
   validate(s);
 
   const std::string text = read_all_stdin();
-  const auto lines = split_lines(text);
+  auto lines = split_lines(text);
+  while (lines.size() > 2 && trim(lines.back()).empty()) lines.pop_back();  // trailing blank lines
   if (lines.size() != 2)
     throw InputError(fmt::format("dot expects exactly two lines on stdin (two comma-separated vectors), got {}",
                                  lines.size()));

@@ -52,6 +52,7 @@ struct Config {
   Rounding rounding = Rounding::rne;
   Distribution dist = Distribution::uniform01;
   std::optional<int> sr_bits;
+  std::string path, sr_where;  // the config file; "file:line" of sr_bits (or the file)
 };
 
 Config parse_config(const std::string& path) {
@@ -92,6 +93,7 @@ Config parse_config(const std::string& path) {
   };
 
   Config c;
+  c.path = c.sr_where = path;
   const toml::array* mu = array("mu");
   if (!mu) throw InputError(fmt::format("{}: missing 'mu' (the list of stored fraction widths, 1..23)", path));
   for (const auto& e : *mu) c.mu.push_back(int(integer(e, "mu", 1, 23)));
@@ -115,7 +117,10 @@ Config parse_config(const std::string& path) {
   c.gemm_trials = c.trials;
   if (const toml::node* n = t.get("gemm_trials")) c.gemm_trials = int(integer(*n, "gemm_trials", 1, 100000));
   if (const toml::node* n = t.get("seed")) c.seed = uint64_t(integer(*n, "seed", 0, INT64_MAX));
-  if (const toml::node* n = t.get("sr_bits")) c.sr_bits = int(integer(*n, "sr_bits", 1, 32));
+  if (const toml::node* n = t.get("sr_bits")) {
+    c.sr_bits = int(integer(*n, "sr_bits", 1, 32));
+    c.sr_where = where(*n);
+  }
   if (auto s = string("rounding")) {
     try {
       c.rounding = rounding_from_string(s->first);
@@ -189,7 +194,11 @@ GemmSpec spec_for(const Config& c, int mu) {
   s.accumulation = Accumulation::strict;
   s.sr_bits = c.sr_bits ? *c.sr_bits : std::min(32, 51 - mu);
   s.seed = c.seed;
-  validate(s);
+  try {
+    validate(s);
+  } catch (const InputError& e) {
+    throw InputError(fmt::format("{}: {}", c.sr_where, e.what()));
+  }
   return s;
 }
 

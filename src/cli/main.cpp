@@ -90,7 +90,8 @@ int run(int argc, char** argv) {
   auto* round = app.add_subcommand(
       "round",
       "round numbers read from stdin (one per line: decimal or C99 hex float, inf, -inf, nan; "
-      "each first converted to binary64 by strtod) and print each result as %a of a double. "
+      "each first converted to binary64 by strtod; blank lines at the end are ignored) and print each result "
+      "as %a of a double. "
       "Element i (0-based line number) uses the random word (seed, stream, i).");
   round->add_option("--format,-f", ra.format, fmt_help)->required();
   round->add_option("--rounding,-r", ra.rounding, mode_help)->capture_default_str();

@@ -1,0 +1,77 @@
+// forward — one transformer forward pass (gpt2, llama) over Eigen, every step at a policy site.
+//
+// forward<T>(model, tokens, policy) → logits [T_seq, V]. One implementation, two scalars:
+//   float   the simulator: every GEMM goes through its site (policy.h). native → Eigen's binary32
+//           product; strict / unfused / blocked → mantis::gemm (gemm.h) on row-major binary32
+//           operands, its double result converted to float (exact whenever the accumulator fits
+//           binary32). Nonlinearities compute in binary32 between their optional roundings.
+//   double  the numerical reference (tests): binary64 throughout from the same binary32 weights;
+//           only the all-native policy is allowed (anything else is an InputError).
+//
+// The model (llm.c's dimension alphabet, model.h): T sequence length, C width, NH heads, NKV
+// key/value heads, HS = C/NH head size, H MLP width, V vocabulary.
+//   gpt2 : x = wte[tok] + wpe[pos]; per layer  x += proj(attn(LN_1(x))),  x += mlp(LN_2(x)) with
+//          mlp = c_proj(GELU(c_fc(·))) (exact erf, or tanh per cfg.gelu_tanh); LN_f; logits = x·wteᵀ.
+//   llama: x = tok_embeddings[tok]; per layer x += wo(attn(RMSNorm(x))), x += w2(silu(w1·) ⊙ w3·)
+//          after RMSNorm; final RMSNorm; logits = x·outputᵀ (tok_embeddingsᵀ when tied).
+//   LayerNorm: (x − mean)/√(var + eps)·γ + β, biased variance; RMSNorm: x/√(mean(x²) + eps)·γ.
+//   Attention: causal, scores = (Q_h·K_hᵀ)/√HS, softmax over keys 0..i, out_h = P_h·V_h. Query
+//          head h reads key/value head h / (NH/NKV) (grouped-query attention; NKV = NH for gpt2).
+//   RoPE (llama): the llama2.c / Meta convention: consecutive pairs (x[2i], x[2i+1]) of every head
+//          are rotated by the angle pos·θ^(−2i/HS), i = 0..HS/2−1 (NOT Hugging Face's rotate_half,
+//          which pairs x[i] with x[i + HS/2]); cos and sin are computed in binary64 and then
+//          converted to T. Applied to q and k after the attn.qkv site, before attn.qk.
+// Order at a GEMM site (site_gemm): product → ÷ divisor (attn.qk: √HS) → + bias → output rounding.
+// At attn.qk the masked (future) scores are never used; rows are processed in blocks of 64
+// queries, each against keys 0..end of its block, so about half of Q·Kᵀ and P·V is computed.
+//
+// Threads: heads are split over OpenMP threads; native GEMMs are cut into fixed tiles (not
+// depending on the thread count) each multiplied by Eigen on one thread (Eigen's own threading
+// is switched off: Eigen::setNbThreads(1)); emulated GEMMs are thread-invariant by construction.
+// The logits are therefore bit-identical for any thread count.
+//
+// Randomness (sr / sre sites): each call of a site draws from its own Philox stream, a function
+// of (site, layer, slot: head or q/k/v or gate/up, query block); gemm() uses stream + 0..2 and the
+// output rounding stream + 3. Results do not depend on threads, but do on the sequence length
+// (through the block structure) and on the seed.
+#pragma once
+
+#include <Eigen/Dense>
+
+#include <cstdint>
+#include <span>
+
+#include "model.h"
+#include "policy.h"
+
+namespace mantis {
+
+template <class T> using Matrix = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+
+// Logits [T_seq, V]. InputError: empty sequence, T_seq > ctx, a token outside [0, V), a missing
+// or mis-shaped parameter, a policy that does not fit the model (Policy::check), or T = double
+// with a non-native policy.
+template <class T>
+Matrix<T> forward(const Model& m, std::span<const int32_t> tokens, const Policy& policy = {});
+
+extern template Matrix<float> forward<float>(const Model&, std::span<const int32_t>, const Policy&);
+extern template Matrix<double> forward<double>(const Model&, std::span<const int32_t>, const Policy&);
+
+// The GEMM of one site call, as the forward pass does it (exposed for tests):
+//   out[M,N] = round_output((A[M,K] · B) / divisor + bias)
+// with B given as [K,N], or as its transpose [N,K] when b_transposed (Linear weights [out,in],
+// keys [T,HS]); bias: N values or null. Input rounding (if any) applies to A and to B in its
+// [K,N] orientation: A[i,k] uses index i·K + k of stream + 1, B[k,j] index k·N + j of stream + 2
+// (as gemm.h); output rounding of out[i,j] uses index i·N + j of stream + 3.
+template <class T>
+void site_gemm(const SitePolicy& p, Eigen::Ref<const Matrix<T>> A, Eigen::Ref<const Matrix<T>> B, bool b_transposed,
+               Eigen::Ref<Matrix<T>> out, uint64_t stream, T divisor = T(1), const T* bias = nullptr);
+
+extern template void site_gemm<float>(const SitePolicy&, Eigen::Ref<const Matrix<float>>,
+                                      Eigen::Ref<const Matrix<float>>, bool, Eigen::Ref<Matrix<float>>, uint64_t,
+                                      float, const float*);
+extern template void site_gemm<double>(const SitePolicy&, Eigen::Ref<const Matrix<double>>,
+                                       Eigen::Ref<const Matrix<double>>, bool, Eigen::Ref<Matrix<double>>, uint64_t,
+                                       double, const double*);
+
+}  // namespace mantis

@@ -1,0 +1,123 @@
+#include "model.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <cmath>
+#include <set>
+
+#include "format.h"
+
+namespace mantis {
+
+namespace {
+
+const char* arch_name(Arch a) { return a == Arch::gpt2 ? "gpt2" : "llama"; }
+
+std::string shape_str(const std::vector<int64_t>& s) { return fmt::format("[{}]", fmt::join(s, ",")); }
+
+// Largest value a size field may take: keeps every product of two or three of them (V·C, L·H·C,
+// the byte count of a tensor) far inside int64, so later size arithmetic cannot overflow.
+constexpr int kMaxDim = 1 << 24;
+
+}  // namespace
+
+void validate(const ModelConfig& c) {
+  const char* a = arch_name(c.arch);
+  if (c.arch != Arch::gpt2 && c.arch != Arch::llama)
+    throw InputError(fmt::format("model config: arch {} unknown (gpt2, llama)", int(c.arch)));
+  const std::pair<const char*, int> sizes[] = {{"vocab", c.vocab},   {"ctx", c.ctx}, {"layers", c.layers},
+                                                {"heads", c.heads},   {"kv_heads", c.kv_heads},
+                                                {"dim", c.dim},       {"hidden", c.hidden}};
+  for (auto& [name, v] : sizes) {
+    if (v <= 0) throw InputError(fmt::format("model config ({}): {} = {} must be positive", a, name, v));
+    if (v > kMaxDim) throw InputError(fmt::format("model config ({}): {} = {} exceeds {}", a, name, v, kMaxDim));
+  }
+  if (c.dim % c.heads != 0)
+    throw InputError(fmt::format("model config ({}): dim {} is not divisible by heads {}", a, c.dim, c.heads));
+  if (c.heads % c.kv_heads != 0)
+    throw InputError(fmt::format("model config ({}): heads {} is not divisible by kv_heads {}", a, c.heads, c.kv_heads));
+  if (!(c.norm_eps > 0) || !std::isfinite(c.norm_eps))
+    throw InputError(fmt::format("model config ({}): norm_eps = {} must be positive and finite", a, c.norm_eps));
+  if (c.arch == Arch::gpt2) {
+    if (c.kv_heads != c.heads)
+      throw InputError(fmt::format("model config (gpt2): kv_heads {} must equal heads {} (no grouped-query attention)",
+                                   c.kv_heads, c.heads));
+    if (!c.tied) throw InputError("model config (gpt2): tied = false, but gpt2 always ties the output to wte");
+  } else {
+    if (c.head_size() % 2 != 0)
+      throw InputError(fmt::format("model config (llama): head size dim/heads = {}/{} = {} must be even for RoPE",
+                                   c.dim, c.heads, c.head_size()));
+    if (!(c.rope_theta > 0) || !std::isfinite(c.rope_theta))
+      throw InputError(fmt::format("model config (llama): rope_theta = {} must be positive and finite", c.rope_theta));
+  }
+}
+
+std::vector<std::pair<std::string, std::vector<int64_t>>> parameter_shapes(const ModelConfig& c) {
+  validate(c);
+  const int64_t V = c.vocab, T = c.ctx, C = c.dim, H = c.hidden, KV = int64_t(c.kv_heads) * c.head_size();
+  std::vector<std::pair<std::string, std::vector<int64_t>>> s;
+  if (c.arch == Arch::gpt2) {
+    s.push_back({"wte", {V, C}});
+    s.push_back({"wpe", {T, C}});
+    for (int l = 0; l < c.layers; ++l) {
+      const std::string p = fmt::format("h.{}.", l);
+      s.push_back({p + "ln_1.weight", {C}});
+      s.push_back({p + "ln_1.bias", {C}});
+      s.push_back({p + "attn.c_attn.weight", {3 * C, C}});
+      s.push_back({p + "attn.c_attn.bias", {3 * C}});
+      s.push_back({p + "attn.c_proj.weight", {C, C}});
+      s.push_back({p + "attn.c_proj.bias", {C}});
+      s.push_back({p + "ln_2.weight", {C}});
+      s.push_back({p + "ln_2.bias", {C}});
+      s.push_back({p + "mlp.c_fc.weight", {H, C}});
+      s.push_back({p + "mlp.c_fc.bias", {H}});
+      s.push_back({p + "mlp.c_proj.weight", {C, H}});
+      s.push_back({p + "mlp.c_proj.bias", {C}});
+    }
+    s.push_back({"ln_f.weight", {C}});
+    s.push_back({"ln_f.bias", {C}});
+  } else {
+    s.push_back({"tok_embeddings", {V, C}});
+    for (int l = 0; l < c.layers; ++l) {
+      const std::string p = fmt::format("layers.{}.", l);
+      s.push_back({p + "attention_norm", {C}});
+      s.push_back({p + "attention.wq", {C, C}});
+      s.push_back({p + "attention.wk", {KV, C}});
+      s.push_back({p + "attention.wv", {KV, C}});
+      s.push_back({p + "attention.wo", {C, C}});
+      s.push_back({p + "ffn_norm", {C}});
+      s.push_back({p + "feed_forward.w1", {H, C}});
+      s.push_back({p + "feed_forward.w3", {H, C}});
+      s.push_back({p + "feed_forward.w2", {C, H}});
+    }
+    s.push_back({"norm", {C}});
+    if (!c.tied) s.push_back({"output", {V, C}});
+  }
+  return s;
+}
+
+void validate(const Model& m) {
+  const auto shapes = parameter_shapes(m.cfg);  // validates the configuration
+  std::set<std::string> expected;
+  for (auto& [name, shape] : shapes) {
+    expected.insert(name);
+    auto it = m.params.find(name);
+    if (it == m.params.end()) throw InputError(fmt::format("tensor {}: missing", name));
+    const Tensor& t = it->second;
+    if (t.shape != shape)
+      throw InputError(fmt::format("tensor {}: shape {}, expected {}", name, shape_str(t.shape), shape_str(shape)));
+    if (int64_t(t.data.size()) != t.numel())
+      throw InputError(fmt::format("tensor {}: holds {} values, shape {} needs {}", name, t.data.size(),
+                                   shape_str(t.shape), t.numel()));
+    for (size_t i = 0; i < t.data.size(); ++i)
+      if (!std::isfinite(t.data[i]))
+        throw InputError(fmt::format("tensor {}: non-finite value {} at flat index {}", name, t.data[i], i));
+  }
+  for (auto& [name, t] : m.params)
+    if (!expected.count(name))
+      throw InputError(fmt::format("tensor {}: unexpected for arch {} (layers {}, tied {})", name,
+                                   arch_name(m.cfg.arch), m.cfg.layers, m.cfg.tied));
+}
+
+}  // namespace mantis

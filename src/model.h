@@ -1,0 +1,72 @@
+// model — transformer configurations and their parameters as named tensors.
+//
+// Two families, sized by config:
+//   gpt2  : learned positions, pre-LN LayerNorm, GELU (exact erf or tanh), causal multi-head
+//           attention, tied embeddings.
+//   llama : RMSNorm, SwiGLU, RoPE, grouped-query attention, optionally untied output.
+// Parameters live in one map from name to a row-major float tensor. Linear weights are stored
+// [out, in] (y = x·Wᵀ + b), whatever the checkpoint's layout; checkpoint readers transpose.
+// Dimension alphabet (llm.c style): V vocab, T context, C model width, L layers, NH heads,
+// NKV key/value heads, HS head size = C/NH, H MLP hidden width.
+//
+// Names (gpt2), per layer l:
+//   wte [V,C]  wpe [T,C]  ln_f.weight [C]  ln_f.bias [C]
+//   h.l.ln_1.weight [C]  h.l.ln_1.bias [C]  h.l.attn.c_attn.weight [3C,C]  h.l.attn.c_attn.bias [3C]
+//   h.l.attn.c_proj.weight [C,C]  h.l.attn.c_proj.bias [C]  h.l.ln_2.weight [C]  h.l.ln_2.bias [C]
+//   h.l.mlp.c_fc.weight [H,C]  h.l.mlp.c_fc.bias [H]  h.l.mlp.c_proj.weight [C,H]  h.l.mlp.c_proj.bias [C]
+// Names (llama), per layer l:
+//   tok_embeddings [V,C]  norm [C]  output [V,C] (only when untied)
+//   layers.l.attention_norm [C]  layers.l.attention.wq [C,C]  layers.l.attention.wk [NKV·HS,C]
+//   layers.l.attention.wv [NKV·HS,C]  layers.l.attention.wo [C,C]  layers.l.ffn_norm [C]
+//   layers.l.feed_forward.w1 [H,C] (gate)  layers.l.feed_forward.w3 [H,C] (up)  layers.l.feed_forward.w2 [C,H] (down)
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace mantis {
+
+enum class Arch : uint8_t { gpt2, llama };
+
+struct ModelConfig {
+  Arch arch = Arch::gpt2;
+  int vocab = 50257;      // V
+  int ctx = 1024;         // T, the longest sequence
+  int layers = 12;        // L
+  int heads = 12;         // NH
+  int kv_heads = 12;      // NKV (gpt2: = heads)
+  int dim = 768;          // C
+  int hidden = 3072;      // H
+  bool gelu_tanh = false; // gpt2: "gelu_new" (tanh approximation) instead of exact erf
+  bool tied = true;       // output projection = token embedding
+  float norm_eps = 1e-5f;
+  float rope_theta = 10000.0f;  // llama
+
+  int head_size() const { return dim / heads; }
+};
+
+struct Tensor {
+  std::vector<int64_t> shape;
+  std::vector<float> data;  // row-major
+  int64_t numel() const {
+    int64_t n = 1;
+    for (int64_t d : shape) n *= d;
+    return n;
+  }
+};
+
+struct Model {
+  ModelConfig cfg;
+  std::map<std::string, Tensor> params;
+};
+
+// Throws InputError naming the field unless the configuration is consistent.
+void validate(const ModelConfig& c);
+// Every parameter name and shape the configuration requires, in a fixed order.
+std::vector<std::pair<std::string, std::vector<int64_t>>> parameter_shapes(const ModelConfig& c);
+// Throws InputError naming the offending tensor: missing, unexpected, wrong shape, NaN/inf.
+void validate(const Model& m);
+
+}  // namespace mantis

@@ -1,0 +1,673 @@
+// Forward pass == the PyTorch reference; precision policies; site GEMM semantics; metrics; errors.
+//
+// The reference models and logits in tests/data/reference/ are written by
+// tests/reference/torch_reference.py (Debian's python3-torch); see its header for the layout.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"  // Eigen's AVX-512 code under GCC 12 (forward.cpp)
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#endif
+#include <catch2/catch.hpp>
+#include <fmt/format.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <ctime>
+#include <fstream>
+#include <map>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "checkpoint.h"
+#include "forward.h"
+#include "mantis_config.h"
+#include "metrics.h"
+#include "philox.h"
+#include "policy.h"
+#include "round_array.h"
+
+using namespace mantis;
+using Catch::Contains;
+
+namespace {
+
+const std::string kRefDir = std::string(MANTIS_SOURCE_DIR) + "/tests/data/reference/";
+
+template <class T>
+std::vector<T> read_raw(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) FAIL("cannot read " << path << " (run tests/reference/torch_reference.py)");
+  std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::vector<T> v(bytes.size() / sizeof(T));
+  std::memcpy(v.data(), bytes.data(), v.size() * sizeof(T));
+  return v;
+}
+
+struct Reference {
+  Model model;
+  std::vector<int32_t> tokens;  // [T]
+  Matrix<double> logits32;      // [T,V] torch.float32, widened
+  Matrix<double> logits64;      // [T,V] torch.float64
+};
+
+const Reference& reference(const std::string& name) {
+  static std::map<std::string, Reference> cache;
+  if (auto it = cache.find(name); it != cache.end()) return it->second;
+  Reference r;
+  r.model = load_model(kRefDir + name);
+  r.tokens = read_raw<int32_t>(kRefDir + name + "/tokens.i32");
+  const auto l32 = read_raw<float>(kRefDir + name + "/logits.f32");
+  const auto l64 = read_raw<double>(kRefDir + name + "/logits.f64");
+  const Eigen::Index T = Eigen::Index(r.tokens.size()), V = r.model.cfg.vocab;
+  REQUIRE(l32.size() == size_t(T * V));
+  REQUIRE(l64.size() == size_t(T * V));
+  r.logits32 = Eigen::Map<const Matrix<float>>(l32.data(), T, V).cast<double>();
+  r.logits64 = Eigen::Map<const Matrix<double>>(l64.data(), T, V);
+  return cache.emplace(name, std::move(r)).first->second;
+}
+
+template <class F>
+std::string error_of(F&& f) {
+  try {
+    f();
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  return "(no InputError)";
+}
+
+bool same_bits(const Matrix<float>& a, const Matrix<float>& b) {
+  return a.rows() == b.rows() && a.cols() == b.cols() &&
+         std::memcmp(a.data(), b.data(), size_t(a.size()) * sizeof(float)) == 0;
+}
+
+Matrix<float> random_matrix(Eigen::Index rows, Eigen::Index cols, uint64_t seed) {
+  Matrix<float> m(rows, cols);
+  for (Eigen::Index i = 0; i < m.size(); ++i)
+    m.data()[i] = float((double(random_word(seed, 0, uint64_t(i))) / 4294967296.0) * 2 - 1);
+  return m;
+}
+
+const char* kLampToml = R"(# LAMP's setup: only the score GEMM in PS(4), strictly accumulated
+[site."attn.qk"]
+accumulation = "strict"
+accumulator = "ps4"
+output = "ps4"
+)";
+
+}  // namespace
+
+// ------------------------------------------------------------------------------------------------
+// forward == PyTorch
+
+TEST_CASE("forward<float> and forward<double> match the PyTorch reference models") {
+  for (const char* name : {"gpt2_erf", "gpt2_tanh", "llama_gqa"}) {
+    const Reference& r = reference(name);
+    const double scale = r.logits64.cwiseAbs().maxCoeff();
+    const Matrix<float> f = forward<float>(r.model, r.tokens);
+    const Matrix<double> d = forward<double>(r.model, r.tokens);
+    REQUIRE(f.rows() == Eigen::Index(r.tokens.size()));
+    REQUIRE(f.cols() == r.model.cfg.vocab);
+    const double err_f = (f.cast<double>() - r.logits64).cwiseAbs().maxCoeff();
+    const double err_f32 = (f.cast<double>() - r.logits32).cwiseAbs().maxCoeff();
+    const double err_d = (d - r.logits64).cwiseAbs().maxCoeff();
+    INFO(fmt::format("{}: max|logit| {:.4f}, float vs torch f64 {:.3g}, vs torch f32 {:.3g}, double vs f64 {:.3g}",
+                     name, scale, err_f, err_f32, err_d));
+    CHECK(err_f <= 1e-4 * scale);
+    CHECK(err_f32 <= 1e-4 * scale);
+    CHECK(err_d <= 1e-10 * scale);
+  }
+}
+
+TEST_CASE("the reference checkpoints load with their configurations") {
+  const Model& g = reference("gpt2_tanh").model;
+  CHECK(g.cfg.arch == Arch::gpt2);
+  CHECK(g.cfg.gelu_tanh);
+  CHECK(g.cfg.tied);
+  CHECK(g.cfg.ctx == 160);
+  const Model& l = reference("llama_gqa").model;
+  CHECK(l.cfg.arch == Arch::llama);
+  CHECK(l.cfg.kv_heads * 2 == l.cfg.heads);
+  CHECK_FALSE(l.cfg.tied);
+  CHECK(l.cfg.norm_eps == 1e-5f);
+  CHECK(l.params.count("output") == 1);
+}
+
+TEST_CASE("a prefix of the sequence gives the prefix of the logits (causality)") {
+  const Reference& r = reference("llama_gqa");
+  const Matrix<double> full = forward<double>(r.model, r.tokens);
+  const std::span<const int32_t> prefix(r.tokens.data(), 70);  // two query blocks, the second partial
+  const Matrix<double> part = forward<double>(r.model, prefix);
+  CHECK((part - full.topRows(70)).cwiseAbs().maxCoeff() <= 1e-12 * full.cwiseAbs().maxCoeff());
+}
+
+TEST_CASE("forward<float> is bit-identical for any thread count") {
+  const Reference& r = reference("gpt2_erf");
+  Policy sr = policy_from_toml(R"(
+[site."mlp.fc"]
+accumulation = "blocked"
+accumulator = "bf16"
+block = 8
+rounding = "sr"
+seed = 5
+[site.softmax]
+output = "bf16"
+rounding = "sr"
+seed = 9
+)", "sr.toml");
+  const int saved = num_threads();
+  for (const Policy& p : {Policy{}, lamp_policy(4), sr}) {
+    set_num_threads(1);
+    const Matrix<float> one = forward<float>(r.model, r.tokens, p);
+    set_num_threads(4);
+    const Matrix<float> four = forward<float>(r.model, r.tokens, p);
+    set_num_threads(3);
+    const Matrix<float> three = forward<float>(r.model, r.tokens, p);
+    CHECK(same_bits(one, four));
+    CHECK(same_bits(one, three));
+  }
+  set_num_threads(saved);
+}
+
+// ------------------------------------------------------------------------------------------------
+// the policy
+
+TEST_CASE("policy: the TOML form, defaults, layer entries and the resolver") {
+  const Policy empty = policy_from_toml("", "empty.toml");
+  CHECK(empty.is_native());
+  CHECK(Policy{}.is_native());
+  CHECK(describe(empty) == "native\n");
+
+  const Policy lamp = policy_from_toml(kLampToml, "lamp.toml");
+  const SitePolicy& qk = lamp.at(Site::attn_qk, 3);
+  REQUIRE(qk.accumulation);
+  CHECK(*qk.accumulation == Accumulation::strict);
+  CHECK(qk.accumulator->name == "ps4");
+  CHECK(qk.accumulator->mu == 4);
+  CHECK(qk.output->name == "ps4");
+  CHECK_FALSE(qk.input);
+  CHECK(qk.rounding == Rounding::rne);
+  CHECK(lamp.at(Site::attn_pv, 3).is_native());
+  CHECK_FALSE(lamp.is_native());
+  CHECK(describe(lamp) == "attn.qk: strict acc ps4, output ps4, rne\n");
+  CHECK(describe(lamp_policy(4)) == describe(lamp));
+
+  const Policy p = policy_from_toml(R"(
+[site."attn.qk"]
+accumulation = "blocked"
+accumulator = "fp16"
+block = 16
+input = "bf16"
+rounding = "rz"
+
+[site."layer.2.attn.qk"]
+accumulation = "unfused"
+accumulator = "ps7"
+
+[site."layer.0.attn.qk"]
+accumulation = "native"
+
+[site.ln]
+input = "bf16"
+output = "e4m3"
+rounding = "sr"
+seed = 42
+sr_bits = 12
+
+[site.lm_head]
+output = "bf16"
+)", "p.toml");
+  const SitePolicy& all = p.at(Site::attn_qk, 1);
+  CHECK(*all.accumulation == Accumulation::blocked);
+  CHECK(all.block == 16);
+  CHECK(all.accumulator->name == "fp16");
+  CHECK(all.input->name == "bf16");
+  CHECK(all.rounding == Rounding::rz);
+  CHECK(&p.at(Site::attn_qk, -1) == &all);      // outside the layers: the all-layers entry
+  const SitePolicy& l2 = p.at(Site::attn_qk, 2);  // replaces the all-layers entry as a whole
+  CHECK(*l2.accumulation == Accumulation::unfused);
+  CHECK(l2.accumulator->name == "ps7");
+  CHECK_FALSE(l2.input);
+  CHECK(l2.rounding == Rounding::rne);
+  CHECK(p.at(Site::attn_qk, 0).is_native());
+  const SitePolicy& ln = p.at(Site::ln, 5);
+  CHECK(ln.output->name == "e4m3");
+  CHECK(ln.seed == 42);
+  CHECK(ln.sr_bits == 12);
+  CHECK(ln.rounding == Rounding::sr);
+  CHECK(p.at(Site::lm_head).output->name == "bf16");
+  CHECK_FALSE(p.at(Site::lm_head).accumulation);
+  const GemmSpec s = all.gemm_spec(77);
+  CHECK(s.stream == 77);
+  CHECK(s.acc_mode == Rounding::rz);
+  CHECK(s.input_mode == Rounding::rz);
+  CHECK(s.block == 16);
+  CHECK(describe(p).find("layer.0.attn.qk: native acc, binary32") != std::string::npos);
+
+  CHECK(site_names() == "attn.qkv, attn.qk, attn.pv, attn.proj, mlp.fc, mlp.proj, lm_head, ln, softmax, gelu, silu");
+  for (int i = 0; i < kSiteCount; ++i) CHECK(site_from_string(to_string(Site(i))) == Site(i));
+  CHECK_FALSE(site_from_string("attn"));
+}
+
+TEST_CASE("policy: every error names the file, the line and the valid choices") {
+  auto parse = [](const std::string& text) { return error_of([&] { policy_from_toml(text, "pol.toml"); }); };
+  std::string e = parse("[site.\"attn.qkk\"]\naccumulation = \"strict\"\n");
+  CHECK_THAT(e, Contains("pol.toml:1") && Contains("unknown site 'attn.qkk'") &&
+                    Contains("attn.qkv, attn.qk, attn.pv, attn.proj, mlp.fc, mlp.proj, lm_head, ln, softmax, gelu, silu") &&
+                    Contains("layer.<n>.<site>"));
+  CHECK_THAT(parse("[site.attn.qk]\naccumulation = \"strict\"\n"), Contains("unknown site 'attn'") && Contains("quote"));
+  CHECK_THAT(parse("[site.\"layer.x.attn.qk\"]\n"), Contains("unknown site 'layer.x.attn.qk'"));
+  CHECK_THAT(parse("[site.\"layer.-1.ln\"]\n"), Contains("unknown site"));
+  CHECK_THAT(parse("\n\n[site.\"attn.qk\"]\naccumulation = \"strict\"\nacumulator = \"ps4\"\n"),
+             Contains("pol.toml:5") && Contains("unknown key 'acumulator'") &&
+                 Contains("accumulation, accumulator, block, input, output, rounding, seed, sr_bits"));
+  CHECK_THAT(parse("[site.softmax]\naccumulation = \"strict\"\n"),
+             Contains("unknown key 'accumulation'") && Contains("nonlinearity sites: input, output, rounding, seed, sr_bits"));
+  CHECK_THAT(parse("[site.\"attn.qk\"]\naccumulation = \"strict\"\naccumulator = \"ps99\"\n"),
+             Contains("pol.toml:3") && Contains("ps99") && Contains("out of range 1..23"));
+  CHECK_THAT(parse("[site.gelu]\noutput = \"posit8\"\n"), Contains("pol.toml:2") && Contains("unknown format 'posit8'"));
+  CHECK_THAT(parse("[site.gelu]\noutput = \"fp64\"\n"), Contains("does not fit binary32"));
+  CHECK_THAT(parse("[site.gelu]\nrounding = \"nearest\"\n"), Contains("pol.toml:2") && Contains("unknown rounding mode 'nearest'"));
+  CHECK_THAT(parse("[site.gelu]\nseed = -1\n"), Contains("out of range"));
+  CHECK_THAT(parse("[site.gelu]\nseed = \"x\"\n"), Contains("must be an integer"));
+  CHECK_THAT(parse("[site.gelu]\noutput = 4\n"), Contains("must be a string"));
+  CHECK_THAT(parse("[site.\"mlp.fc\"]\naccumulation = \"kahan\"\naccumulator = \"ps4\"\n"),
+             Contains("unknown accumulation 'kahan'") && Contains("native, strict, unfused, blocked"));
+  CHECK_THAT(parse("[site.\"mlp.fc\"]\naccumulation = \"strict\"\n"), Contains("needs an accumulator"));
+  CHECK_THAT(parse("[site.\"mlp.fc\"]\naccumulator = \"ps4\"\n"), Contains("an accumulator needs accumulation"));
+  CHECK_THAT(parse("[site.\"mlp.fc\"]\naccumulation = \"strict\"\naccumulator = \"ps4\"\nblock = 8\n"),
+             Contains("pol.toml:4") && Contains("'block' needs accumulation = \"blocked\""));
+  CHECK_THAT(parse("[site.\"mlp.fc\"]\naccumulation = \"blocked\"\naccumulator = \"ps4\"\nblock = 0\n"),
+             Contains("out of range"));
+  // sr on a ps23 accumulator is exact only with sr_bits ≤ 52 − 24 = 28 (gemm.h)
+  CHECK_THAT(parse("[site.\"mlp.fc\"]\naccumulation = \"strict\"\naccumulator = \"ps23\"\nrounding = \"sr\"\n"),
+             Contains("pol.toml:") && Contains("sr_bits"));
+  CHECK_THAT(parse("[site.\"layer.1.lm_head\"]\n"), Contains("lm_head is not inside a layer"));
+  CHECK_THAT(parse("[site]\n\"attn.qk\" = 3\n"), Contains("must be a table"));
+  CHECK_THAT(parse("site = 3\n"), Contains("'site' must hold"));
+  CHECK_THAT(parse("[sites.\"attn.qk\"]\n"), Contains("pol.toml:1") && Contains("unknown key 'sites'") && Contains("known: site"));
+  CHECK_THAT(parse("[site.\"attn.qk\"\n"), Contains("pol.toml:1") && Contains("malformed TOML"));
+  CHECK_THAT(error_of([] { load_policy("/nonexistent/policy.toml"); }), Contains("/nonexistent/policy.toml"));
+  CHECK_THAT(error_of([] { lamp_policy(0); }), Contains("out of range 1..23"));
+  CHECK_THAT(error_of([] { lamp_policy(24); }), Contains("out of range 1..23"));
+}
+
+TEST_CASE("policy: load_policy reads a file and reports its path") {
+  const std::string path = "test_forward_policy.tmp";
+  {
+    std::ofstream out(path);
+    out << kLampToml << "[site.\"layer.9.mlp.fcc\"]\n";
+  }
+  CHECK_THAT(error_of([&] { load_policy(path); }), Contains(path + ":6") && Contains("unknown site 'layer.9.mlp.fcc'"));
+  {
+    std::ofstream out(path);
+    out << kLampToml;
+  }
+  CHECK(describe(load_policy(path)) == describe(lamp_policy(4)));
+  std::remove(path.c_str());
+}
+
+// ------------------------------------------------------------------------------------------------
+// site GEMM semantics
+
+// Why these references are hand-written loops and not Eigen: Eigen's binary32 GEMM (the `native`
+// accumulation) sums each output in a blocked, vectorised order with several partial sums and
+// FMA contraction, which is not k = 0..K−1 in order. The emulated accumulations are specified
+// per step (gemm.h), and with a binary32-range accumulator of μ = 23 (ps23 = fp32) they ARE
+// binary32 arithmetic: strict = acc ← fmaf(a_k, b_k, acc); unfused = acc ← acc + a_k·b_k with
+// two roundings (this file compiles with -ffp-contract=off); blocked with k_b ≥ K = strict.
+TEST_CASE("site GEMM: strict ps23 == a sequential fmaf loop; unfused == mul-then-add; bit for bit") {
+  const Eigen::Index M = 37, N = 29, K = 70;
+  const Matrix<float> A = random_matrix(M, K, 1), Bt = random_matrix(N, K, 2), B = Bt.transpose();
+  Matrix<float> bias = random_matrix(1, N, 3);
+  const float divisor = std::sqrt(8.0f);
+  Matrix<float> fused(M, N), mul_add(M, N);  // [M,N] the references
+  for (Eigen::Index i = 0; i < M; ++i)
+    for (Eigen::Index j = 0; j < N; ++j) {
+      float acc = 0, acc2 = 0;
+      for (Eigen::Index k = 0; k < K; ++k) {
+        acc = std::fma(A(i, k), Bt(j, k), acc);
+        const float prod = A(i, k) * Bt(j, k);
+        acc2 = acc2 + prod;
+      }
+      fused(i, j) = acc / divisor + bias(0, j);
+      mul_add(i, j) = acc2 / divisor + bias(0, j);
+    }
+  for (const char* acc : {"ps23", "fp32"}) {
+    SitePolicy p;
+    p.accumulation = Accumulation::strict;
+    p.accumulator = format_lookup(acc);
+    p.output = format_lookup("ps23");  // identity on binary32 values
+    Matrix<float> out(M, N);
+    site_gemm<float>(p, A, Bt, true, out, 0, divisor, bias.data());  // B as [N,K], like keys
+    CHECK(same_bits(out, fused));
+    site_gemm<float>(p, A, B, false, out, 0, divisor, bias.data());  // B as [K,N]
+    CHECK(same_bits(out, fused));
+    p.accumulation = Accumulation::blocked;
+    p.block = int(K);
+    site_gemm<float>(p, A, B, false, out, 0, divisor, bias.data());
+    CHECK(same_bits(out, fused));
+    p.accumulation = Accumulation::unfused;
+    site_gemm<float>(p, A, B, false, out, 0, divisor, bias.data());
+    CHECK(same_bits(out, mul_add));
+  }
+  // Native is Eigen's product: close to the loop, but no bit-level claim is made.
+  Matrix<float> native(M, N);
+  site_gemm<float>(SitePolicy{}, A, Bt, true, native, 0, divisor, bias.data());
+  CHECK((native - fused).cwiseAbs().maxCoeff() < 1e-5f);
+}
+
+TEST_CASE("site GEMM: output rounding follows the scaling; input rounding == rounding the operands first") {
+  const Eigen::Index M = 9, N = 11, K = 20;
+  const Matrix<float> A = random_matrix(M, K, 4), B = random_matrix(K, N, 5);
+  SitePolicy p;
+  p.accumulation = Accumulation::strict;
+  p.accumulator = format_lookup("ps4");
+  p.output = format_lookup("ps4");
+  Matrix<float> scaled(M, N), plain(M, N);
+  site_gemm<float>(p, A, B, false, scaled, 0, 3.0f);  // ÷3 is inexact: then the rounding matters
+  p.output.reset();
+  site_gemm<float>(p, A, B, false, plain, 0);
+  Matrix<float> expect = plain / 3.0f;
+  round_array(expect.data(), expect.data(), size_t(expect.size()), format_lookup("ps4"), RoundOptions{});
+  CHECK(same_bits(scaled, expect));
+
+  // input rounding, native accumulation == Eigen on operands rounded beforehand
+  SitePolicy in;
+  in.input = format_lookup("bf16");
+  Matrix<float> Ar = A, Br = B, got(M, N), want(M, N);
+  round_array(Ar.data(), Ar.data(), size_t(Ar.size()), *in.input, RoundOptions{});
+  round_array(Br.data(), Br.data(), size_t(Br.size()), *in.input, RoundOptions{});
+  site_gemm<float>(in, A, B, false, got, 0);
+  site_gemm<float>(SitePolicy{}, Ar, Br, false, want, 0);
+  CHECK(same_bits(got, want));
+  // ... and strict accumulation rounds the same operands (gemm.h's input format)
+  SitePolicy sin = in;
+  sin.accumulation = Accumulation::strict;
+  sin.accumulator = format_lookup("fp32");
+  SitePolicy s32;
+  s32.accumulation = Accumulation::strict;
+  s32.accumulator = format_lookup("fp32");
+  site_gemm<float>(sin, A, B, false, got, 0);
+  site_gemm<float>(s32, Ar, Br, false, want, 0);
+  CHECK(same_bits(got, want));
+
+  const Matrix<double> Ad = A.cast<double>(), Bd = B.cast<double>();
+  Matrix<double> Cd(M, N);
+  CHECK_THAT(error_of([&] { site_gemm<double>(p, Ad, Bd, false, Cd, 0); }), Contains("native sites only"));
+  site_gemm<double>(SitePolicy{}, Ad, Bd, false, Cd, 0);
+  CHECK((Cd - A.cast<double>() * B.cast<double>()).cwiseAbs().maxCoeff() < 1e-12);
+}
+
+TEST_CASE("forward: strict ps23 at attn.qk == strict fp32 there; close to native, not claimed equal") {
+  const Reference& r = reference("gpt2_erf");
+  const Matrix<float> native = forward<float>(r.model, r.tokens);
+  auto strict = [&](const char* acc) {
+    return forward<float>(r.model, r.tokens, policy_from_toml(fmt::format(R"([site."attn.qk"]
+accumulation = "strict"
+accumulator = "{}"
+)", acc), "strict.toml"));
+  };
+  const Matrix<float> ps23 = strict("ps23"), fp32 = strict("fp32");
+  CHECK(same_bits(ps23, fp32));
+  const double scale = native.cwiseAbs().maxCoeff();
+  CHECK((ps23 - native).cwiseAbs().maxCoeff() <= 1e-5 * scale);
+  MetricsAccumulator m;
+  m.add(native, ps23);
+  CHECK(m.mean_kl() < 1e-9);
+}
+
+// ------------------------------------------------------------------------------------------------
+// LAMP and the metrics on real forwards
+
+TEST_CASE("LAMP's ps4 policy changes the logits (KL > 0); the native policy gives KL == 0 exactly") {
+  for (const char* name : {"gpt2_erf", "llama_gqa"}) {
+    const Reference& r = reference(name);
+    const std::span<const int32_t> in(r.tokens.data(), r.tokens.size() - 1), next(r.tokens.data() + 1, in.size());
+    const Matrix<float> ref = forward<float>(r.model, in);
+    const Matrix<float> again = forward<float>(r.model, in, Policy{});
+    const Matrix<float> lamp = forward<float>(r.model, in, lamp_policy(4));
+    const Matrix<float> lamp_toml = forward<float>(r.model, in, policy_from_toml(kLampToml, "lamp.toml"));
+    CHECK(same_bits(lamp, lamp_toml));
+
+    MetricsAccumulator same, low;
+    same.add(ref, again, next);
+    low.add(ref, lamp, next);
+    CHECK(same.mean_kl() == 0.0);
+    CHECK(same.flips() == 0);
+    CHECK(same.max_abs_error() == 0.0);
+    CHECK(same.ppl_ref() == same.ppl_test());
+    CHECK(low.mean_kl() > 0.0);
+    CHECK(low.max_abs_error() > 0.0);
+    CHECK(low.positions() == in.size());
+    CHECK(low.targets() == in.size());
+    INFO(fmt::format("{}: LAMP ps4 KL {:.3g}, flips {}/{}, ppl {:.3f} → {:.3f}, max|Δlogit| {:.3g}", name,
+                     low.mean_kl(), low.flips(), low.positions(), low.ppl_ref(), low.ppl_test(), low.max_abs_error()));
+    CHECK(std::isfinite(low.ppl_test()));
+    WARN(fmt::format("{}: LAMP ps4 KL {:.3g}, flips {}/{}, ppl {:.3f} -> {:.3f}, max|dlogit| {:.3g}", name,
+                     low.mean_kl(), low.flips(), low.positions(), low.ppl_ref(), low.ppl_test(), low.max_abs_error()));
+    // lower μ, larger error (on average over the positions)
+    MetricsAccumulator lower;
+    lower.add(ref, forward<float>(r.model, in, lamp_policy(2)), next);
+    CHECK(lower.mean_kl() > low.mean_kl());
+  }
+}
+
+TEST_CASE("layer entries act on their layer only; sr rounding is reproducible and follows the seed") {
+  const Reference& r = reference("llama_gqa");
+  const Matrix<float> native = forward<float>(r.model, r.tokens);
+  const Matrix<float> lamp = forward<float>(r.model, r.tokens, lamp_policy(4));
+  const Matrix<float> layer1 = forward<float>(r.model, r.tokens, policy_from_toml(R"([site."layer.1.attn.qk"]
+accumulation = "strict"
+accumulator = "ps4"
+output = "ps4"
+)", "l1.toml"));
+  const Matrix<float> layer0_native = forward<float>(r.model, r.tokens, policy_from_toml(std::string(kLampToml) + R"(
+[site."layer.0.attn.qk"]
+accumulation = "native"
+)", "l0.toml"));
+  CHECK_FALSE(same_bits(layer1, native));
+  CHECK_FALSE(same_bits(layer1, lamp));
+  CHECK(same_bits(layer1, layer0_native));  // 2 layers: LAMP minus layer 0 = LAMP on layer 1 only
+
+  auto sr = [&](int seed) {
+    return forward<float>(r.model, r.tokens, policy_from_toml(fmt::format(R"([site."mlp.fc"]
+accumulation = "strict"
+accumulator = "bf16"
+rounding = "sr"
+seed = {}
+[site.silu]
+input = "bf16"
+output = "bf16"
+rounding = "sre"
+seed = {}
+)", seed, seed), "sr.toml"));
+  };
+  CHECK(same_bits(sr(1), sr(1)));
+  CHECK_FALSE(same_bits(sr(1), sr(2)));
+}
+
+TEST_CASE("every site with every accumulation runs on both architectures") {
+  for (const char* name : {"gpt2_tanh", "llama_gqa"}) {
+    const Reference& r = reference(name);
+    const bool gpt2 = r.model.cfg.arch == Arch::gpt2;
+    const Matrix<float> native = forward<float>(r.model, r.tokens);
+    for (const char* acc : {"strict", "unfused", "blocked"}) {
+      std::string toml;
+      for (const char* s : {"attn.qkv", "attn.qk", "attn.pv", "attn.proj", "mlp.fc", "mlp.proj", "lm_head"})
+        toml += fmt::format("[site.\"{}\"]\naccumulation = \"{}\"\naccumulator = \"bf16\"\ninput = \"bf16\"\n"
+                            "output = \"bf16\"\n", s, acc);
+      for (const char* s : {"ln", "softmax", gpt2 ? "gelu" : "silu"})
+        toml += fmt::format("[site.\"{}\"]\ninput = \"bf16\"\noutput = \"bf16\"\n", s);
+      const Matrix<float> low = forward<float>(r.model, r.tokens, policy_from_toml(toml, "all.toml"));
+      MetricsAccumulator m;
+      m.add(native, low);
+      INFO(fmt::format("{} {}: KL {:.3g}, flips {}", name, acc, m.mean_kl(), m.flips()));
+      CHECK(std::isfinite(m.mean_kl()));
+      CHECK(m.mean_kl() > 0);
+      CHECK(m.mean_kl() < 1.0);  // bf16 everywhere: visibly off, not garbage
+      // every value that left a site with output = bf16 is a bf16 value: the logits are
+      const Matrix<float> rounded = low;
+      Matrix<float> again = low;
+      round_array(again.data(), again.data(), size_t(again.size()), format_lookup("bf16"), RoundOptions{});
+      CHECK(same_bits(again, rounded));
+    }
+  }
+}
+
+// ------------------------------------------------------------------------------------------------
+// metrics by hand
+
+TEST_CASE("metrics: hand-computed cases") {
+  // Identical distributions: KL exactly 0.
+  const std::vector<float> a{1.5f, -2.0f, 0.25f, 3.0f};
+  CHECK(kl_divergence(std::span<const float>(a), std::span<const float>(a)) == 0.0);
+  // A shifted copy is the same distribution (log-softmax removes the shift; exact for +1).
+  std::vector<float> shifted = a;
+  for (float& x : shifted) x += 1.0f;
+  CHECK(kl_divergence(std::span<const float>(a), std::span<const float>(shifted)) == Approx(0.0).margin(1e-15));
+
+  // Two tokens: ref logits (0, 0) → p = (1/2, 1/2); test logits (ln 3, 0) → q = (3/4, 1/4).
+  // KL(p‖q) = ½ ln(½ / ¾) + ½ ln(½ / ¼) = ½ ln(4/3) = 0.14384103622589045
+  // KL(q‖p) = ¾ ln(3/2) + ¼ ln(1/2)                 = 0.13081203594113694
+  const std::vector<double> p{0.0, 0.0}, q{std::log(3.0), 0.0};
+  CHECK(kl_divergence(std::span<const double>(p), std::span<const double>(q)) == Approx(0.5 * std::log(4.0 / 3.0)).epsilon(1e-14));
+  CHECK(kl_divergence(std::span<const double>(q), std::span<const double>(p)) == Approx(0.13081203594113694).epsilon(1e-14));
+  CHECK(nll(std::span<const double>(q), 0) == Approx(-std::log(0.75)).epsilon(1e-14));
+  CHECK(nll(std::span<const double>(q), 1) == Approx(std::log(4.0)).epsilon(1e-14));
+  CHECK(argmax(std::span<const double>(p)) == 0);  // ties: the first index
+  CHECK(argmax(std::span<const double>(q)) == 0);
+  CHECK_THAT(error_of([&] { nll(std::span<const double>(q), 2); }), Contains("outside the vocabulary [0, 2)"));
+
+  // Accumulator: two sequences, 3 positions. Sequence 1 = the rows above (targets 0, then none);
+  // sequence 2 = one position where the test flips the top-1 token: ref (0, ln 3), test (ln 3, 0).
+  LogitsD r1(2, 2), t1(2, 2), r2(1, 2), t2(1, 2);
+  r1 << 0, 0, 1, 2;
+  t1 << std::log(3.0), 0, 1, 2;
+  r2 << 0, std::log(3.0);
+  t2 << std::log(3.0), 0;
+  MetricsAccumulator m;
+  m.add(r1, t1, std::vector<int32_t>{0, -1});
+  m.add(r2, t2, std::vector<int32_t>{1});
+  CHECK(m.sequences() == 2);
+  CHECK(m.positions() == 3);
+  CHECK(m.targets() == 2);
+  CHECK(m.flips() == 1);
+  CHECK(m.flip_rate() == Approx(1.0 / 3.0));
+  // KL of (¼, ¾) ‖ (¾, ¼) = ¼ ln(1/3) + ¾ ln 3 = ½ ln 3
+  CHECK(m.mean_kl() == Approx((0.5 * std::log(4.0 / 3.0) + 0.0 + 0.5 * std::log(3.0)) / 3.0).epsilon(1e-14));
+  CHECK(m.max_abs_error() == Approx(std::log(3.0)).epsilon(1e-15));
+  // NLL ref: −ln ½ (position 0, target 0), −ln ¾ (sequence 2, target 1); test: −ln ¾, −ln ¼
+  CHECK(m.ppl_ref() == Approx(std::exp((std::log(2.0) - std::log(0.75)) / 2)).epsilon(1e-14));
+  CHECK(m.ppl_test() == Approx(std::exp((-std::log(0.75) + std::log(4.0)) / 2)).epsilon(1e-14));
+
+  const auto per = kl_per_position(r1, t1);
+  REQUIRE(per.size() == 2);
+  CHECK(per[0] == Approx(0.5 * std::log(4.0 / 3.0)).epsilon(1e-14));
+  CHECK(per[1] == 0.0);
+
+  MetricsAccumulator none;
+  CHECK(std::isnan(none.mean_kl()));
+  CHECK(std::isnan(none.ppl_ref()));
+  CHECK_THAT(error_of([&] { none.add(r1, r2); }), Contains("differ in shape"));
+  CHECK_THAT(error_of([&] { none.add(r1, t1, std::vector<int32_t>{0}); }), Contains("1 targets for 2 positions"));
+  CHECK_THAT(error_of([&] { none.add(r1, t1, std::vector<int32_t>{0, 7}); }), Contains("target token 7"));
+  CHECK(none.positions() == 0);  // a failed add leaves the totals alone
+}
+
+// ------------------------------------------------------------------------------------------------
+// errors
+
+TEST_CASE("forward: every error path is an InputError naming the problem") {
+  const Reference& g = reference("gpt2_erf");
+  const Reference& l = reference("llama_gqa");
+  std::vector<int32_t> t(g.tokens.begin(), g.tokens.begin() + 10);
+  t[3] = g.model.cfg.vocab;
+  CHECK_THAT(error_of([&] { forward<float>(g.model, t); }), Contains("token 96 at position 3") && Contains("[0, 96)"));
+  t[3] = -1;
+  CHECK_THAT(error_of([&] { forward<double>(g.model, t); }), Contains("token -1 at position 3"));
+  const std::vector<int32_t> longer(size_t(g.model.cfg.ctx) + 1, 1);
+  CHECK_THAT(error_of([&] { forward<float>(g.model, longer); }), Contains("161 tokens is longer than the context (160)"));
+  CHECK_NOTHROW(forward<float>(g.model, std::span<const int32_t>(longer.data(), longer.size() - 1)));
+  CHECK_THAT(error_of([&] { forward<float>(g.model, std::vector<int32_t>{}); }), Contains("empty"));
+  CHECK_THAT(error_of([&] { forward<double>(g.model, g.tokens, lamp_policy(4)); }),
+             Contains("forward<double>") && Contains("native policy") && Contains("attn.qk: strict acc ps4"));
+  CHECK_THAT(error_of([&] { forward<float>(g.model, g.tokens, policy_from_toml("[site.\"layer.2.ln\"]\noutput = \"bf16\"\n", "x.toml")); }),
+             Contains("layer.2.ln") && Contains("2 layers"));
+  CHECK_THAT(error_of([&] { forward<float>(l.model, l.tokens, policy_from_toml("[site.gelu]\noutput = \"bf16\"\n", "x.toml")); }),
+             Contains("'gelu' is gpt2's") && Contains("'silu'"));
+  CHECK_THAT(error_of([&] { forward<float>(g.model, g.tokens, policy_from_toml("[site.silu]\noutput = \"bf16\"\n", "x.toml")); }),
+             Contains("'silu' is llama's"));
+  // Policies built in code are checked before any thread starts (an exception inside an OpenMP
+  // region would terminate the program).
+  Policy coded;
+  coded.all[int(Site::attn_pv)].accumulation = Accumulation::strict;  // no accumulator
+  CHECK_THAT(error_of([&] { forward<float>(g.model, g.tokens, coded); }), Contains("site attn.pv") && Contains("accumulator"));
+  coded = Policy{};
+  coded.layer[{1, Site::softmax}].output = format_lookup("fp64");
+  CHECK_THAT(error_of([&] { forward<float>(g.model, g.tokens, coded); }), Contains("site softmax") && Contains("binary32"));
+  coded = lamp_policy(23);
+  coded.all[int(Site::attn_qk)].rounding = Rounding::sr;  // sr_bits 32 > 52 − 24
+  CHECK_THAT(error_of([&] { forward<float>(g.model, g.tokens, coded); }), Contains("site attn.qk") && Contains("sr_bits"));
+  coded = Policy{};
+  coded.all[int(Site::gelu)].accumulation = Accumulation::strict;
+  coded.all[int(Site::gelu)].accumulator = format_lookup("ps4");
+  CHECK_THAT(error_of([&] { forward<float>(g.model, g.tokens, coded); }), Contains("nonlinearity"));
+
+  Model broken = g.model;
+  broken.params.erase("h.1.mlp.c_fc.bias");
+  CHECK_THAT(error_of([&] { forward<float>(broken, g.tokens); }), Contains("missing parameter 'h.1.mlp.c_fc.bias'"));
+  broken = l.model;
+  broken.params["layers.0.attention.wk"].shape = {4, 128};
+  CHECK_THAT(error_of([&] { forward<float>(broken, l.tokens); }), Contains("'layers.0.attention.wk' has shape [4,128]"));
+}
+
+// ------------------------------------------------------------------------------------------------
+// speed (hidden: run with `test_forward [bench]`; MANTIS_BENCH_THREADS, default 2)
+
+TEST_CASE("bench: GPT-2-small-shaped forward, FP32 and LAMP ps4", "[.][bench]") {
+  ModelConfig c;  // defaults: GPT-2 small (V 50257, T 1024, L 12, NH 12, C 768, H 3072)
+  Model m;
+  m.cfg = c;
+  std::mt19937_64 rng(1);
+  for (auto& [name, shape] : parameter_shapes(c)) {
+    Tensor t;
+    t.shape = shape;
+    t.data.resize(size_t(t.numel()));
+    const bool gain = shape.size() == 1 && !name.ends_with("bias");
+    const double a = shape.size() == 2 ? std::sqrt(3.0 / double(shape[1])) : 0.1;
+    for (float& x : t.data) x = float((gain ? 1.0 : 0.0) + a * (double(rng() >> 11) * 0x1p-53 * 2 - 1));
+    m.params.emplace(name, std::move(t));
+  }
+  std::vector<int32_t> tokens(1024);
+  for (auto& x : tokens) x = int32_t(rng() % uint64_t(c.vocab));
+  const char* env = std::getenv("MANTIS_BENCH_THREADS");
+  const int saved = num_threads();
+  set_num_threads(env ? std::atoi(env) : 2);
+  struct Times {
+    double wall, cpu;  // seconds; cpu: all threads (std::clock), for loaded machines
+  };
+  auto time = [&](const Policy& p, Matrix<float>& out) {
+    const auto t0 = std::chrono::steady_clock::now();
+    const std::clock_t c0 = std::clock();
+    out = forward<float>(m, tokens, p);
+    return Times{std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
+                 double(std::clock() - c0) / CLOCKS_PER_SEC};
+  };
+  Matrix<float> ref, low;
+  time(Policy{}, ref);  // warm-up (page faults, allocations)
+  const Times a = time(Policy{}, ref), b = time(Policy{}, ref);
+  const Times t32 = a.wall < b.wall ? a : b;
+  const Times tl = time(lamp_policy(4), low);
+  MetricsAccumulator k;
+  k.add(ref, low);
+  WARN(fmt::format("GPT-2 small shape, T = 1024, {} threads: FP32 {:.2f} s wall ({:.0f} tokens/s), {:.2f} s CPU; "
+                   "LAMP ps4 strict attn.qk {:.2f} s wall ({:.0f} tokens/s), {:.2f} s CPU: {:.1f}x slower (wall), "
+                   "{:.1f}x (CPU); KL {:.3g}, flips {:.4f}",
+                   num_threads(), t32.wall, 1024 / t32.wall, t32.cpu, tl.wall, 1024 / tl.wall, tl.cpu,
+                   tl.wall / t32.wall, tl.cpu / t32.cpu, k.mean_kl(), k.flip_rate()));
+  set_num_threads(saved);
+  CHECK(k.mean_kl() > 0);
+}
