@@ -366,7 +366,7 @@ class Gpt2Tokenizer final : public Tokenizer {
         if (p[i] < 0x80) {
           cp = p[i];
           i += 1;
-        } else if ((p[i] & 0xE0) == 0xC0 && i + 1 < key.size()) {
+        } else if ((p[i] & 0xE0) == 0xC0 && i + 1 < key.size() && (p[i + 1] & 0xC0) == 0x80) {
           cp = ((p[i] & 0x1Fu) << 6) | (p[i + 1] & 0x3Fu);
           i += 2;
         } else {

@@ -13,7 +13,8 @@
 //     U+205F, U+3000, U+FEFF), from src/unicode_tables.inc (tools/gen_unicode_tables.py).
 //     Contractions are case-sensitive ("'S" is not one), as in GPT-2.
 //   * BPE per pre-token: repeatedly merge every occurrence (left to right) of the adjacent pair
-//     with the lowest rank, until no adjacent pair is a merge. Results are cached per pre-token.
+//     with the lowest rank, until no adjacent pair is a merge. Results are cached per pre-token
+//     (pre-tokens ≤ 64 bytes; at most 2^18 of them, the cache is emptied when full).
 //   * encode() never produces <|endoftext|> (50256): the text "<|endoftext|>" is encoded as
 //     ordinary text ("<|", "endoftext", "|>"), as the reference encoder does. Add separators
 //     yourself (kGpt2EndOfText). decode() accepts 50256 and gives the bytes "<|endoftext|>".
