@@ -186,8 +186,7 @@ void softmax_block(const SitePolicy& p, uint64_t stream, Eigen::Ref<Matrix<T>> s
       x[j] = std::exp(x[j] - mx);
       sum += x[j];
     }
-    const T inv = T(1) / sum;
-    for (Index j = 0; j < n; ++j) x[j] *= inv;
+    for (Index j = 0; j < n; ++j) x[j] /= sum;
     if (p.output) round_array(x, x, size_t(n), *p.output, round_options(p, stream + 3, uint64_t(i * T_)));
     for (Index j = n; j < s.cols(); ++j) x[j] = 0;
   }

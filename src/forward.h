@@ -31,9 +31,11 @@
 // The logits are therefore bit-identical for any thread count.
 //
 // Randomness (sr / sre sites): each call of a site draws from its own Philox stream, a function
-// of (site, layer, slot: head or q/k/v or gate/up, query block); gemm() uses stream + 0..2 and the
-// output rounding stream + 3. Results do not depend on threads, but do on the sequence length
-// (through the block structure) and on the seed.
+// of (site, layer, slot: head, q/k/v, gate/up or ln_1/ln_2; query block); a GEMM site's gemm()
+// uses stream + 0..2 and its output rounding stream + 3; a nonlinearity rounds its input with
+// stream + 1 (silu's second input + 2) and its output with stream + 3, element (i, j) of a [rows,
+// cols] buffer at index i·cols + j (softmax: query i, key j at i·T + j). Results do not depend
+// on threads, but do on the seed and, for the attention GEMMs, on the block structure.
 #pragma once
 
 #include <Eigen/Dense>

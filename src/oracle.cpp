@@ -237,7 +237,7 @@ void oracle_gemm(const float* A, const float* B, double* C, size_t M, size_t N, 
           }
         }
       }
-      C[o] = mpfr_get_d(acc, MPFR_RNDN);
+      C[o] = mpfr_nan_p(acc) ? std::numeric_limits<double>::quiet_NaN() : mpfr_get_d(acc, MPFR_RNDN);
     }
   mpfr_clears(acc, prod, v, chunk, (mpfr_ptr)0);
 }
