@@ -29,7 +29,8 @@ struct Scratch {
   mpfr_t lo, hi, mid, t, x;
   Scratch() {
     mpfr_inits2(64, lo, hi, mid, (mpfr_ptr)0);
-    mpfr_inits2(kExact, t, x, (mpfr_ptr)0);
+    mpfr_init2(t, kExact);
+    mpfr_init2(x, 53);  // a binary64 input, exactly
   }
   ~Scratch() { mpfr_clears(lo, hi, mid, t, x, (mpfr_ptr)0); }
 };
@@ -99,9 +100,9 @@ double round_exact(mpfr_srcptr x, const Format& f, Rounding m, uint32_t rnd, int
 
   Scratch& s = scratch();
   const int p = f.precision();
-  mpfr_set_prec(s.lo, p);
-  mpfr_set_prec(s.hi, p);
-  mpfr_set_prec(s.mid, p + 2);
+  // (mpfr_set_prec reallocates: only when the precision changes.)
+  if (mpfr_get_prec(s.lo) != p) mpfr_set_prec(s.lo, p);
+  if (mpfr_get_prec(s.hi) != p) mpfr_set_prec(s.hi, p);
 
   // Without subnormals, below 2^emin the only candidates are 0 and q = 2^emin.
   const double q_min = std::ldexp(1.0, f.emin);
@@ -146,7 +147,7 @@ double round_exact(mpfr_srcptr x, const Format& f, Rounding m, uint32_t rnd, int
     } else {
       bool up = false;
       // gap = |hi| − |lo|, a power of two (one quantum at lo).
-      mpfr_set_prec(s.mid, kExact);
+      if (mpfr_get_prec(s.mid) != kExact) mpfr_set_prec(s.mid, kExact);
       mpfr_sub(s.mid, s.hi, s.lo, MPFR_RNDN);
       mpfr_abs(s.mid, s.mid, MPFR_RNDN);
       switch (m) {

@@ -35,8 +35,9 @@ double round_scalar(double x, const Format& f, const RoundOptions& o, uint64_t i
 void set_num_threads(int n);
 int num_threads();
 
-// Below this many elements round_array stays on one thread (measured: see docs/benchmarks.md).
-constexpr size_t kParallelThreshold = 1 << 15;
+// Below this many elements round_array stays on one thread. Measured (bf16 rne, float, 2 cores):
+// 2 threads vs 1 is 0.48× at 8K, 0.95× at 32K, 1.06× at 64K, 1.3× at 256K+ (memory-bound).
+constexpr size_t kParallelThreshold = 1 << 16;
 
 void validate_sr_bits(int sr_bits);
 

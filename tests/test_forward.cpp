@@ -11,6 +11,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
@@ -446,8 +447,6 @@ TEST_CASE("LAMP's ps4 policy changes the logits (KL > 0); the native policy give
     INFO(fmt::format("{}: LAMP ps4 KL {:.3g}, flips {}/{}, ppl {:.3f} → {:.3f}, max|Δlogit| {:.3g}", name,
                      low.mean_kl(), low.flips(), low.positions(), low.ppl_ref(), low.ppl_test(), low.max_abs_error()));
     CHECK(std::isfinite(low.ppl_test()));
-    WARN(fmt::format("{}: LAMP ps4 KL {:.3g}, flips {}/{}, ppl {:.3f} -> {:.3f}, max|dlogit| {:.3g}", name,
-                     low.mean_kl(), low.flips(), low.positions(), low.ppl_ref(), low.ppl_test(), low.max_abs_error()));
     // lower μ, larger error (on average over the positions)
     MetricsAccumulator lower;
     lower.add(ref, forward<float>(r.model, in, lamp_policy(2)), next);
@@ -663,11 +662,14 @@ TEST_CASE("bench: GPT-2-small-shaped forward, FP32 and LAMP ps4", "[.][bench]") 
   const Times tl = time(lamp_policy(4), low);
   MetricsAccumulator k;
   k.add(ref, low);
-  WARN(fmt::format("GPT-2 small shape, T = 1024, {} threads: FP32 {:.2f} s wall ({:.0f} tokens/s), {:.2f} s CPU; "
-                   "LAMP ps4 strict attn.qk {:.2f} s wall ({:.0f} tokens/s), {:.2f} s CPU: {:.1f}x slower (wall), "
-                   "{:.1f}x (CPU); KL {:.3g}, flips {:.4f}",
-                   num_threads(), t32.wall, 1024 / t32.wall, t32.cpu, tl.wall, 1024 / tl.wall, tl.cpu,
-                   tl.wall / t32.wall, tl.cpu / t32.cpu, k.mean_kl(), k.flip_rate()));
+  // Printed, not WARN(): Catch2's TAP reporter numbers warnings outside its plan, which Meson
+  // counts as a failure.
+  fmt::print("GPT-2 small shape, T = 1024, {} threads: FP32 {:.2f} s wall ({:.0f} tokens/s), {:.2f} s CPU; "
+             "LAMP ps4 strict attn.qk {:.2f} s wall ({:.0f} tokens/s), {:.2f} s CPU: {:.1f}x slower (wall), "
+             "{:.1f}x (CPU); KL {:.3g}, flips {:.4f}\n",
+             num_threads(), t32.wall, 1024 / t32.wall, t32.cpu, tl.wall, 1024 / tl.wall, tl.cpu, tl.wall / t32.wall,
+             tl.cpu / t32.cpu, k.mean_kl(), k.flip_rate());
+  std::fflush(stdout);
   set_num_threads(saved);
   CHECK(k.mean_kl() > 0);
 }
