@@ -200,8 +200,8 @@ void oracle_gemm(const float* A, const float* B, double* C, size_t M, size_t N, 
       b[i] = oracle_round(b[i], *spec.input, spec.input_mode, random_word(spec.seed, spec.stream + 2, i), spec.sr_bits);
   }
   Format fp32 = format_lookup("fp32");
-  mpfr_t acc, prod, v, chunk;
-  mpfr_inits2(kExact, acc, prod, v, chunk, (mpfr_ptr)0);
+  mpfr_t acc, prod, v;
+  mpfr_inits2(kExact, acc, prod, v, (mpfr_ptr)0);
   auto rw = [&](uint64_t idx) { return random_word(spec.seed, spec.stream, idx); };
   for (size_t i = 0; i < M; ++i)
     for (size_t j = 0; j < N; ++j) {
@@ -240,7 +240,7 @@ void oracle_gemm(const float* A, const float* B, double* C, size_t M, size_t N, 
       }
       C[o] = mpfr_nan_p(acc) ? std::numeric_limits<double>::quiet_NaN() : mpfr_get_d(acc, MPFR_RNDN);
     }
-  mpfr_clears(acc, prod, v, chunk, (mpfr_ptr)0);
+  mpfr_clears(acc, prod, v, (mpfr_ptr)0);
 }
 
 }  // namespace mantis
