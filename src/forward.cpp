@@ -35,10 +35,16 @@ constexpr Index kTileCols = 1024;
 constexpr Index kQueryBlock = 64;   // attention: query rows per block (keys 0..end of the block)
 
 // The Philox stream of one site call (forward.h, "Randomness"): 30 bits of layer + 1, 4 of site,
-// 12 of slot, 16 of query block (T ≤ 2^22 keeps streams distinct), and 2 low bits for the
-// sub-streams +0..+3.
-uint64_t stream_of(Site s, int layer, Index slot, Index block = 0) {
-  return ((((uint64_t(layer + 1) << 4 | uint64_t(s)) << 12 | uint64_t(slot)) << 16 | uint64_t(block)) << 2);
+// 12 of slot, 16 of query row (attention sites; kMaxRandomRows keeps streams distinct), and 2 low
+// bits for the sub-streams +0..+3.
+constexpr Index kMaxRandomRows = Index(1) << 16;
+uint64_t stream_of(Site s, int layer, Index slot, Index row = 0) {
+  return ((((uint64_t(layer + 1) << 4 | uint64_t(s)) << 12 | uint64_t(slot)) << 16 | uint64_t(row)) << 2);
+}
+
+// True when the site draws random words (sr / sre on some rounding it does).
+bool is_random(const SitePolicy& p) {
+  return !p.is_native() && (p.rounding == Rounding::sr || p.rounding == Rounding::sre);
 }
 
 // Eigen's own GEMM threading splits work by the thread count; we tile ourselves instead.
@@ -172,13 +178,15 @@ void silu_forward(const SitePolicy& p, uint64_t stream, Matrix<T>& g, Matrix<T>&
 }
 
 // Causal softmax of one query block: row r of s [nr, r1] is query i = r0 + r, keys 0..i; the
-// masked keys i+1..r1−1 get probability 0. Rounding indices: element (i, j) → i·T + j.
-template <class T>
-void softmax_block(const SitePolicy& p, uint64_t stream, Eigen::Ref<Matrix<T>> s, Index r0, Index T_) {
+// masked keys i+1..r1−1 get probability 0. Rounding: key j of query i uses index j of the
+// streams of stream_of(softmax, layer, head, i) (`stream_row(i)`).
+template <class T, class StreamOfRow>
+void softmax_block(const SitePolicy& p, StreamOfRow stream_row, Eigen::Ref<Matrix<T>> s, Index r0) {
   for (Index r = 0; r < s.rows(); ++r) {
     const Index i = r0 + r, n = i + 1;
     T* x = s.row(r).data();  // [r1]: the scores of query i
-    if (p.input) round_array(x, x, size_t(n), *p.input, round_options(p, stream + 1, uint64_t(i * T_)));
+    const uint64_t stream = stream_row(i);
+    if (p.input) round_array(x, x, size_t(n), *p.input, round_options(p, stream + 1));
     T mx = x[0];
     for (Index j = 1; j < n; ++j) mx = std::max(mx, x[j]);
     T sum = 0;
@@ -187,7 +195,7 @@ void softmax_block(const SitePolicy& p, uint64_t stream, Eigen::Ref<Matrix<T>> s
       sum += x[j];
     }
     for (Index j = 0; j < n; ++j) x[j] /= sum;
-    if (p.output) round_array(x, x, size_t(n), *p.output, round_options(p, stream + 3, uint64_t(i * T_)));
+    if (p.output) round_array(x, x, size_t(n), *p.output, round_options(p, stream + 3));
     for (Index j = n; j < s.cols(); ++j) x[j] = 0;
   }
 }
@@ -219,6 +227,9 @@ void attention_forward(const Policy& pol, int l, const Eigen::Ref<const Matrix<T
   const SitePolicy &qk = pol.at(Site::attn_qk, l), &pv = pol.at(Site::attn_pv, l), &sm = pol.at(Site::softmax, l);
   const Index T_ = q.rows(), nblocks = (T_ + kQueryBlock - 1) / kQueryBlock, group = NH / NKV;
   const T divisor = std::sqrt(T(HS));
+  // Random rounding at a score GEMM is keyed per query row (forward.h), so those rows are
+  // multiplied one at a time; deterministic ones in blocks (the same values either way).
+  const bool by_row = is_random(qk) || is_random(pv);
 #pragma omp parallel for schedule(static)
   for (Index h = 0; h < NH; ++h) {
     const Index g = h / group;  // the key/value head of query head h
@@ -226,11 +237,23 @@ void attention_forward(const Policy& pol, int l, const Eigen::Ref<const Matrix<T
     for (Index b = 0; b < nblocks; ++b) {
       const Index r0 = b * kQueryBlock, nr = std::min(kQueryBlock, T_ - r0), r1 = r0 + nr;
       auto S = s.topLeftCorner(nr, r1);  // [nr, r1]: queries r0..r1−1 against keys 0..r1−1
-      site_gemm<T>(qk, q.block(r0, h * HS, nr, HS), k.block(0, g * HS, r1, HS), true, S,
-                   stream_of(Site::attn_qk, l, h, b), divisor);
-      softmax_block<T>(sm, stream_of(Site::softmax, l, h), S, r0, T_);
-      site_gemm<T>(pv, S, v.block(0, g * HS, r1, HS), false, out.block(r0, h * HS, nr, HS),
-                   stream_of(Site::attn_pv, l, h, b));
+      if (!by_row) {
+        site_gemm<T>(qk, q.block(r0, h * HS, nr, HS), k.block(0, g * HS, r1, HS), true, S,
+                     stream_of(Site::attn_qk, l, h), divisor);
+      } else {
+        for (Index i = r0; i < r1; ++i)  // query i against keys 0..i: [1, i+1]
+          site_gemm<T>(qk, q.block(i, h * HS, 1, HS), k.block(0, g * HS, i + 1, HS), true,
+                       S.block(i - r0, 0, 1, i + 1), stream_of(Site::attn_qk, l, h, i), divisor);
+      }
+      softmax_block<T>(sm, [&](Index i) { return stream_of(Site::softmax, l, h, i); }, S, r0);
+      if (!by_row) {
+        site_gemm<T>(pv, S, v.block(0, g * HS, r1, HS), false, out.block(r0, h * HS, nr, HS),
+                     stream_of(Site::attn_pv, l, h));
+      } else {
+        for (Index i = r0; i < r1; ++i)  // probabilities [1, i+1] · values [i+1, HS]
+          site_gemm<T>(pv, S.block(i - r0, 0, 1, i + 1), v.block(0, g * HS, i + 1, HS), false,
+                       out.block(i, h * HS, 1, HS), stream_of(Site::attn_pv, l, h, i));
+      }
     }
   }
 }
@@ -411,6 +434,11 @@ Matrix<T> forward(const Model& m, std::span<const int32_t> tokens, const Policy&
       throw InputError(fmt::format("forward: token {} at position {} is outside the vocabulary [0, {})", tokens[t], t,
                                    c.vocab));
   policy.check(c);
+  for (int l = -1; l < c.layers; ++l)
+    for (Site site : {Site::attn_qk, Site::softmax, Site::attn_pv})
+      if (is_random(policy.at(site, l)) && Index(tokens.size()) > kMaxRandomRows)
+        throw InputError(fmt::format("forward: stochastic rounding at {} is keyed per query row and allows at most "
+                                     "{} tokens; this sequence has {}", to_string(site), kMaxRandomRows, tokens.size()));
   if constexpr (std::is_same_v<T, double>)
     if (!policy.is_native()) {
       std::string d = describe(policy);

@@ -31,11 +31,18 @@
 // The logits are therefore bit-identical for any thread count.
 //
 // Randomness (sr / sre sites): each call of a site draws from its own Philox stream, a function
-// of (site, layer, slot: head, q/k/v, gate/up or ln_1/ln_2; query block); a GEMM site's gemm()
-// uses stream + 0..2 and its output rounding stream + 3; a nonlinearity rounds its input with
-// stream + 1 (silu's second input + 2) and its output with stream + 3, element (i, j) of a [rows,
-// cols] buffer at index i·cols + j (softmax: query i, key j at i·T + j). Results do not depend
-// on threads, but do on the seed and, for the attention GEMMs, on the block structure.
+// of (site, layer, slot: head, q/k/v, gate/up or ln_1/ln_2; query row for attn.qk, softmax and
+// attn.pv); a GEMM site's gemm() uses stream + 0..2 and its output rounding stream + 3; a
+// nonlinearity rounds its input with stream + 1 (silu's second input + 2) and its output with
+// stream + 3, element (i, j) of a [rows, cols] buffer at index i·cols + j. The attention sites
+// work query row by query row: row i's scores are the GEMM q_i [1,HS] · K[0..i]ᵀ → [1, i+1], its
+// softmax rounds key j at index j, and its output is P_i [1, i+1] · V[0..i] → [1, HS] (operands
+// rounded per row). So a random word never depends on the sequence length or on the threads; with
+// every GEMM site emulated (Eigen's native products choose their summation order by shape), the
+// logits of a prefix equal the first rows of the logits of the whole sequence bit for bit.
+// (Deterministic attention sites are computed in 64-row blocks; P·V then also adds the masked
+// probabilities' zero products, which leave every value unchanged up to the sign of a zero.)
+// Sequences with random attention sites are limited to 65,536 tokens.
 #pragma once
 
 #include <Eigen/Dense>

@@ -144,6 +144,75 @@ TEST_CASE("a prefix of the sequence gives the prefix of the logits (causality)")
   CHECK((part - full.topRows(70)).cwiseAbs().maxCoeff() <= 1e-12 * full.cwiseAbs().maxCoeff());
 }
 
+TEST_CASE("float, every GEMM emulated: a prefix gives the prefix of the logits bit for bit, random attention sites included") {
+  // Random words at attn.qk / softmax / attn.pv are keyed per query row (forward.h), never by the
+  // sequence length or the 64-row blocks. (Eigen's native products pick their summation order by
+  // shape, so the property needs every GEMM site emulated: each is then a sequential k-loop.)
+  const Reference& r = reference("gpt2_tanh");
+  const std::string emulated = R"(
+[site."attn.qkv"]
+accumulation = "strict"
+accumulator = "fp32"
+[site."attn.proj"]
+accumulation = "unfused"
+accumulator = "fp32"
+[site."mlp.fc"]
+accumulation = "blocked"
+accumulator = "fp32"
+block = 4
+rounding = "sr"
+sr_bits = 20
+[site."mlp.proj"]
+accumulation = "strict"
+accumulator = "bf16"
+[site."lm_head"]
+accumulation = "strict"
+accumulator = "fp32"
+)";
+  const Policy sr = policy_from_toml(emulated + R"(
+[site."attn.qk"]
+accumulation = "strict"
+accumulator = "ps10"
+output = "ps6"
+rounding = "sr"
+sr_bits = 20
+seed = 3
+[site.softmax]
+input = "bf16"
+output = "ps5"
+rounding = "sre"
+seed = 4
+[site."attn.pv"]
+accumulation = "unfused"
+accumulator = "ps8"
+input = "e4m3"
+rounding = "sr"
+sr_bits = 16
+seed = 7
+)", "sr-attention.toml");
+  const Policy plain = policy_from_toml(emulated + R"(
+[site."attn.qk"]
+accumulation = "strict"
+accumulator = "ps4"
+output = "ps4"
+[site."attn.pv"]
+accumulation = "strict"
+accumulator = "fp32"
+)", "emulated.toml");
+  REQUIRE(r.tokens.size() > 70);
+  for (const Policy& p : {plain, sr}) {
+    const Matrix<float> full = forward<float>(r.model, r.tokens, p);
+    for (size_t n : {size_t(1), size_t(63), size_t(65), size_t(70)}) {
+      const Matrix<float> part = forward<float>(r.model, std::span<const int32_t>(r.tokens.data(), n), p);
+      CHECK(same_bits(part, Matrix<float>(full.topRows(Eigen::Index(n)))));
+    }
+  }
+  // and the random words do matter: another seed changes the logits
+  Policy other = sr;
+  other.all[int(Site::attn_qk)].seed = 99;
+  CHECK_FALSE(same_bits(forward<float>(r.model, r.tokens, sr), forward<float>(r.model, r.tokens, other)));
+}
+
 TEST_CASE("forward<float> is bit-identical for any thread count") {
   const Reference& r = reference("gpt2_erf");
   Policy sr = policy_from_toml(R"(
