@@ -1,5 +1,7 @@
 #include "checkpoint.h"
 
+#include "io.h"
+
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -660,40 +662,6 @@ Model load_file(const fs::path& path) {
   return load_llama2c(f, magic);
 }
 
-// ---------------------------------------------------------------------------------------------
-// Writer
-
-[[noreturn]] void write_error(const std::string& what, const fs::path& p, int err) {
-  throw InputError(fmt::format("cannot {} {}: {}", what, p.string(), std::strerror(err)));
-}
-
-void write_all(int fd, const void* data, size_t n, const fs::path& p) {
-  const char* c = static_cast<const char*>(data);
-  while (n > 0) {
-    const ssize_t w = ::write(fd, c, std::min<size_t>(n, size_t(1) << 30));
-    if (w < 0) {
-      if (errno == EINTR) continue;
-      write_error("write", p, errno);
-    }
-    c += w;
-    n -= size_t(w);
-  }
-}
-
-// Writes the pieces to P and fsyncs it.
-void write_synced(const fs::path& p, const std::vector<std::pair<const void*, size_t>>& pieces) {
-  const int fd = ::open(p.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) write_error("create", p, errno);
-  try {
-    for (auto& [d, n] : pieces) write_all(fd, d, n, p);
-    if (::fsync(fd) != 0) write_error("fsync", p, errno);
-  } catch (...) {
-    ::close(fd);
-    throw;
-  }
-  if (::close(fd) != 0) write_error("close", p, errno);
-}
-
 }  // namespace
 
 Model load_model(const std::string& path) {
@@ -742,22 +710,10 @@ void save_model(const Model& m, const std::string& dir) {
 
   const std::string config = own_config_json(m.cfg).dump(2) + "\n";
 
-  const fs::path w_tmp = d / ("." + std::string(kWeightsName) + ".tmp"), c_tmp = d / ("." + std::string(kConfigName) + ".tmp");
-  try {
-    write_synced(w_tmp, pieces);
-    write_synced(c_tmp, {{config.data(), config.size()}});
-    if (::rename(w_tmp.c_str(), (d / kWeightsName).c_str()) != 0) write_error("rename to", d / kWeightsName, errno);
-    if (::rename(c_tmp.c_str(), (d / kConfigName).c_str()) != 0) write_error("rename to", d / kConfigName, errno);
-  } catch (...) {
-    fs::remove(w_tmp, ec);
-    fs::remove(c_tmp, ec);
-    throw;
-  }
-  const int dfd = ::open(d.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dfd >= 0) {
-    ::fsync(dfd);  // make the renames durable; best effort
-    ::close(dfd);
-  }
+  std::vector<std::string_view> views;
+  for (auto& [ptr, n] : pieces) views.emplace_back(static_cast<const char*>(ptr), n);
+  write_file_atomic((d / kWeightsName).string(), views);  // weights first: config.json marks a complete pair
+  write_file_atomic((d / kConfigName).string(), config);
 }
 
 }  // namespace mantis

@@ -3,10 +3,13 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
 #include <cmath>
+#include <numbers>
 #include <set>
 
 #include "format.h"
+#include "philox.h"
 
 namespace mantis {
 
@@ -118,6 +121,33 @@ void validate(const Model& m) {
     if (!expected.count(name))
       throw InputError(fmt::format("tensor {}: unexpected for arch {} (layers {}, tied {})", name,
                                    arch_name(m.cfg.arch), m.cfg.layers, m.cfg.tied));
+}
+
+Model init_model(const ModelConfig& c, uint64_t seed) {
+  Model m{c, {}};
+  const auto shapes = parameter_shapes(c);
+  const double proj_std = 0.02 / std::sqrt(2.0 * c.layers);
+  for (size_t p = 0; p < shapes.size(); ++p) {
+    const auto& [name, shape] = shapes[p];
+    Tensor t{shape, {}};
+    t.data.resize(size_t(t.numel()));
+    const bool is_vector = shape.size() == 1;
+    const bool is_bias = name.ends_with(".bias");
+    if (is_vector) {  // norm weights 1, biases 0
+      std::fill(t.data.begin(), t.data.end(), is_bias ? 0.0f : 1.0f);
+    } else {
+      const bool residual_out = name.ends_with("attn.c_proj.weight") || name.ends_with("mlp.c_proj.weight") ||
+                                name.ends_with("attention.wo") || name.ends_with("feed_forward.w2");
+      const double stdev = name == "wpe" ? 0.01 : residual_out ? proj_std : 0.02;
+      for (size_t i = 0; i < t.data.size(); ++i) {
+        const double u1 = double((random_word(seed, p, 2 * i) >> 8) + 1) * 0x1p-24;  // (0, 1]
+        const double u2 = double(random_word(seed, p, 2 * i + 1) >> 8) * 0x1p-24;    // [0, 1)
+        t.data[i] = float(stdev * std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * std::numbers::pi * u2));
+      }
+    }
+    m.params.emplace(name, std::move(t));
+  }
+  return m;
 }
 
 }  // namespace mantis

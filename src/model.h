@@ -69,4 +69,11 @@ std::vector<std::pair<std::string, std::vector<int64_t>>> parameter_shapes(const
 // Throws InputError naming the offending tensor: missing, unexpected, wrong shape, NaN/inf.
 void validate(const Model& m);
 
+// A freshly initialised model, GPT-2's recipe: weights N(0, 0.02) (wpe N(0, 0.01)), the residual
+// output projections (attn.c_proj, mlp.c_proj, wo, w2) N(0, 0.02/√(2L)), norm weights 1, biases 0.
+// Normal deviates by Box–Muller from Philox words (seed, stream = the tensor's index in
+// parameter_shapes, index 2i and 2i+1 for element i), rounded to binary32: the same bits on
+// every machine and thread count.
+Model init_model(const ModelConfig& c, uint64_t seed);
+
 }  // namespace mantis

@@ -1,5 +1,6 @@
 #include "policy.h"
 
+#include <algorithm>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -249,6 +250,17 @@ Policy lamp_policy(int mu) {
   qk.accumulator = format_lookup(fmt::format("ps{}", mu));
   qk.output = qk.accumulator;
   return p;
+}
+
+Policy policy_from_spec(const std::string& spec) {
+  if (spec == "native") return {};
+  if (spec.starts_with("lamp:")) {
+    const std::string mu = spec.substr(5);
+    if (mu.empty() || mu.size() > 2 || !std::all_of(mu.begin(), mu.end(), [](char c) { return c >= '0' && c <= '9'; }))
+      throw InputError(fmt::format("policy '{}': expected lamp:<μ> with μ = 1..23", spec));
+    return lamp_policy(std::stoi(mu));
+  }
+  return load_policy(spec);
 }
 
 std::string describe(const Policy& pol) {

@@ -107,6 +107,9 @@ Policy load_policy(const std::string& path);
 // LAMP's uniform low-precision setup: attn.qk strict with a ps<μ> accumulator, scores rounded
 // to ps<μ> after the 1/√HS scaling, RNE; everything else binary32. μ = 1..23.
 Policy lamp_policy(int mu);
+// What a command line names: "native" (the empty policy), "lamp:<μ>" (lamp_policy(μ)) or the
+// path of a TOML policy file.
+Policy policy_from_spec(const std::string& spec);
 // One line per non-native entry ("attn.qk: strict acc ps4, output ps4, rne"); "native" if none.
 std::string describe(const Policy& p);
 

@@ -1,6 +1,8 @@
 // tokenizer — GPT-2 byte-level BPE, the bytes tokenizer, token shards (see tokenizer.h).
 #include "tokenizer.h"
 
+#include "io.h"
+
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -587,17 +589,6 @@ bool valid_id(std::string_view id) {
          std::all_of(id.begin(), id.end(), [](char c) { return c >= 0x21 && c <= 0x7E; });
 }
 
-void write_all(int fd, const char* p, size_t n) {
-  while (n > 0) {
-    const ssize_t w = ::write(fd, p, n);
-    if (w < 0) {
-      if (errno == EINTR) continue;
-      throw std::system_error(errno, std::generic_category());
-    }
-    p += w;
-    n -= static_cast<size_t>(w);
-  }
-}
 
 }  // namespace
 
@@ -659,31 +650,7 @@ void write_shard(const std::string& path, std::span<const uint32_t> tokens, cons
   put_le(buf, 0, 4);
   for (uint32_t t : tokens) put_le(buf, t, static_cast<int>(width));
 
-  static std::atomic<uint64_t> counter{0};
-  const fs::path target(path);
-  const fs::path tmp = target.parent_path() / fmt::format(".{}.{}.{}.tmp", target.filename().string(),
-                                                          ::getpid(), counter.fetch_add(1));
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-  if (fd < 0)
-    throw InputError(fmt::format("{}: cannot write token shard: {} ({})", path, std::strerror(errno), tmp.string()));
-  try {
-    write_all(fd, buf.data(), buf.size());
-    if (::fsync(fd) != 0) throw std::system_error(errno, std::generic_category());
-    if (::close(fd) != 0) {
-      const int err = errno;
-      ::unlink(tmp.c_str());
-      throw InputError(fmt::format("{}: cannot write token shard: {}", path, std::strerror(err)));
-    }
-  } catch (const std::system_error& e) {
-    ::close(fd);
-    ::unlink(tmp.c_str());
-    throw InputError(fmt::format("{}: cannot write token shard: {}", path, e.code().message()));
-  }
-  if (::rename(tmp.c_str(), target.c_str()) != 0) {
-    const int err = errno;
-    ::unlink(tmp.c_str());
-    throw InputError(fmt::format("{}: cannot write token shard: rename: {}", path, std::strerror(err)));
-  }
+  write_file_atomic(path, buf);
 }
 
 TokenShard read_shard(const std::string& path) {

@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <climits>
 #include <numbers>
 
 #include "philox.h"
@@ -72,6 +73,26 @@ bool parse_float(std::string_view s, float& out) {
   return end == z.c_str() + z.size();
 }
 
+std::vector<int64_t> parse_token_ids(std::string_view text, const std::string& what) {
+  constexpr std::string_view ws = " \t\r\n\f\v";
+  std::vector<int64_t> ids;
+  size_t pos = text.find_first_not_of(ws);
+  while (pos != std::string_view::npos) {
+    const size_t end = std::min(text.find_first_of(ws, pos), text.size());
+    const std::string_view w = text.substr(pos, end - pos);
+    int64_t v = 0;
+    const bool digits = w.size() <= 10 && std::all_of(w.begin(), w.end(), [](char c) { return c >= '0' && c <= '9'; });
+    if (digits)
+      for (char c : w) v = v * 10 + (c - '0');
+    if (!digits || v > INT32_MAX)
+      throw InputError(fmt::format("{}: token {} ('{}') is not a token id (a non-negative integer)", what, ids.size(),
+                                   std::string(w.substr(0, 40))));
+    ids.push_back(v);
+    pos = text.find_first_not_of(ws, end);
+  }
+  return ids;
+}
+
 std::string hex(double x) {
   char buf[64];
   std::snprintf(buf, sizeof buf, "%a", x);
@@ -79,27 +100,6 @@ std::string hex(double x) {
 }
 
 bool stderr_is_tty() { return ::isatty(2) == 1; }
-
-void write_file_atomic(const std::string& path, const std::string& content) {
-  namespace fs = std::filesystem;
-  const fs::path p(path);
-  const fs::path tmp = p.parent_path() / fmt::format(".{}.tmp.{}", p.filename().string(), ::getpid());
-  std::FILE* f = std::fopen(tmp.c_str(), "wb");
-  if (!f) throw InputError(fmt::format("cannot write '{}': {}", tmp.string(), std::strerror(errno)));
-  const bool ok = std::fwrite(content.data(), 1, content.size(), f) == content.size() &&
-                  std::fflush(f) == 0 && ::fsync(::fileno(f)) == 0;
-  const int err = errno;
-  if (std::fclose(f) != 0 || !ok) {
-    std::remove(tmp.c_str());
-    throw InputError(fmt::format("cannot write '{}': {}", tmp.string(), std::strerror(err ? err : EIO)));
-  }
-  std::error_code ec;
-  fs::rename(tmp, p, ec);
-  if (ec) {
-    std::remove(tmp.c_str());
-    throw InputError(fmt::format("cannot rename '{}' to '{}': {}", tmp.string(), path, ec.message()));
-  }
-}
 
 double median(std::vector<double> v) {
   if (v.empty()) return std::nan("");

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "format.h"
+#include "io.h"
 
 namespace mantis::cli {
 
@@ -53,6 +54,24 @@ struct SweepArgs {
 struct FormatsArgs {
   std::vector<std::string> names;
 };
+struct TokenizeArgs {
+  std::string tokenizer = "gpt2";
+};
+struct ShardsArgs {
+  std::string tokenizer = "gpt2", data_dir, out;
+  bool quiet = false;
+};
+struct LogitsArgs {
+  std::string model, policy = "native", tokens, tokens_file, out;
+  int threads = 0;
+};
+struct EvalArgs {
+  std::string model, policy = "native", data = "validation", out, tokenizer;
+  int seqs = 16, ctx = 0;  // ctx 0: the model's context
+  int threads = 0;
+  bool quiet = false;
+  std::string command;  // the command line, for the manifest
+};
 
 int run_formats(const FormatsArgs& a);
 int run_round(const RoundArgs& a);
@@ -60,6 +79,11 @@ int run_dot(const DotArgs& a);
 int run_bench(const BenchArgs& a);
 int run_verify(const VerifyArgs& a);
 int run_sweep(const SweepArgs& a);
+int run_tokenize(const TokenizeArgs& a);
+int run_detokenize(const TokenizeArgs& a);
+int run_shards(const ShardsArgs& a);
+int run_logits(const LogitsArgs& a);
+int run_eval(const EvalArgs& a);
 
 // ---------------------------------------------------------------- text input
 std::string read_all_stdin();
@@ -70,12 +94,13 @@ std::string_view trim(std::string_view s);
 // Return false unless the entire (already trimmed, non-empty) string is consumed.
 bool parse_double(std::string_view s, double& out);
 bool parse_float(std::string_view s, float& out);
+// Whitespace-separated non-negative decimal integers (< 2^31); InputError naming `what`, the
+// position and the offending word otherwise.
+std::vector<int64_t> parse_token_ids(std::string_view text, const std::string& what);
 
 // ---------------------------------------------------------------- output
 std::string hex(double x);   // printf "%a"
 bool stderr_is_tty();
-// Writes `content` to `path` atomically: a temporary file in the same directory, then rename.
-void write_file_atomic(const std::string& path, const std::string& content);
 
 // ---------------------------------------------------------------- numbers
 double median(std::vector<double> v);

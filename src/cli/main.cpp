@@ -1,4 +1,5 @@
-// mantis — command-line front end: formats, round, dot, bench, verify, sweep.
+// mantis — command-line front end: formats, round, dot, bench, verify, sweep, tokenize, detokenize,
+// shards, logits, eval.
 //
 // Exit status: 0 success; 1 a check failed (verify found mismatches); 2 a usage or input error
 // (exactly one line "mantis: error: …" on stderr); 3 an internal error.
@@ -19,7 +20,8 @@
 
 namespace {
 
-constexpr const char* kSubcommands[] = {"formats", "round", "dot", "bench", "verify", "sweep"};
+constexpr const char* kSubcommands[] = {"formats", "round",     "dot",        "bench",  "verify", "sweep",
+                                        "tokenize", "detokenize", "shards", "logits", "eval"};
 
 // One line, no trailing newline characters inside.
 std::string one_line(std::string s) {
@@ -174,11 +176,69 @@ int run(int argc, char** argv) {
   sweep->add_option("--out,-o", sa.out, "write DIR/results.csv and DIR/results.json (atomically)");
   sweep->add_option("--threads,-j", sa.threads, "CPU threads (default: OpenMP's)")->check(CLI::Range(1, 4096));
 
+  // tokenize / detokenize
+  TokenizeArgs ta, da2;
+  const std::string tok_help = "tokenizer: gpt2 (OpenAI's byte-level BPE, data/gpt2) or bytes (vocabulary 256)";
+  auto* tokenize = app.add_subcommand(
+      "tokenize", "read UTF-8 text (any bytes) on stdin; print its token ids on one line, separated by single spaces");
+  tokenize->add_option("--tokenizer,-t", ta.tokenizer, tok_help)->capture_default_str();
+  auto* detokenize = app.add_subcommand(
+      "detokenize", "read token ids (whitespace-separated) on stdin; write the bytes they stand for to stdout");
+  detokenize->add_option("--tokenizer,-t", da2.tokenizer, tok_help)->capture_default_str();
+
+  // shards
+  ShardsArgs sha;
+  auto* shards = app.add_subcommand(
+      "shards",
+      "tokenize the committed corpora (DATA/corpora/*/{train,validation,test}.txt.gz) into token shards "
+      "DATA/shards/<tokenizer>/<corpus>/<split>.tok with a manifest (SHA-256 of every shard)");
+  shards->add_option("--tokenizer,-t", sha.tokenizer, tok_help)->capture_default_str();
+  shards->add_option("--data-dir", sha.data_dir, "data root (default: $MANTIS_DATA_DIR or the source tree's data/)");
+  shards->add_option("--out,-o", sha.out, "output directory (default: DATA/shards/<tokenizer>)");
+  shards->add_flag("--quiet,-q", sha.quiet, "no per-shard lines on stderr");
+
+  // logits
+  LogitsArgs la;
+  const std::string model_help =
+      "checkpoint: a file (llm.c .bin, llama2.c .bin, .safetensors beside config.json) or a directory holding "
+      "model.safetensors + config.json (Hugging Face GPT-2 or this project's)";
+  const std::string policy_help = "precision policy: native, lamp:<μ> (attn.qk strict ps<μ>), or a TOML file";
+  auto* logits = app.add_subcommand("logits", "the logits of one token sequence as a float32 .npy of shape [T, vocab]");
+  logits->add_option("--model,-m", la.model, model_help)->required();
+  logits->add_option("--policy,-p", la.policy, policy_help)->capture_default_str();
+  logits->add_option("--tokens", la.tokens, "token ids, space-separated (\"ID ID ...\")");
+  logits->add_option("--tokens-file", la.tokens_file, "a file of whitespace-separated token ids");
+  logits->add_option("--out,-o", la.out, "the .npy file to write (atomically)")->required();
+  logits->add_option("--threads,-j", la.threads, "CPU threads (default: OpenMP's)")->check(CLI::Range(1, 4096));
+
+  // eval
+  EvalArgs ea;
+  auto* eval = app.add_subcommand(
+      "eval",
+      "run FP32 (native) and a policy on the same windows of real text; print KL, top-1 flips, perplexities and "
+      "the largest logit error, averaged over every position of every window");
+  eval->add_option("--model,-m", ea.model, model_help)->required();
+  eval->add_option("--policy,-p", ea.policy, policy_help)->capture_default_str();
+  eval->add_option("--data,-d", ea.data,
+                   "train|validation|test (all corpora), <corpus>/<split> (austen, kjv, web, brown), or a .tok shard")
+      ->capture_default_str();
+  eval->add_option("--seqs,-n", ea.seqs, "windows, spread evenly over the data")->capture_default_str()->check(CLI::Range(1, 1000000));
+  eval->add_option("--ctx,-T", ea.ctx, "tokens per window (default: the model's context)")->check(CLI::Range(1, 1 << 24));
+  eval->add_option("--tokenizer,-t", ea.tokenizer, "tokenizer of the data (default: bytes for V = 256, gpt2 for V = 50257)");
+  eval->add_option("--out,-o", ea.out, "write DIR/results.csv, DIR/results.json, DIR/manifest.json (atomically)");
+  eval->add_option("--threads,-j", ea.threads, "CPU threads (default: OpenMP's)")->check(CLI::Range(1, 4096));
+  eval->add_flag("--quiet,-q", ea.quiet, "no progress line");
+  for (int i = 0; i < argc; ++i) ea.command += (i ? " " : "") + std::string(argv[i]);
+
   // An unknown first word is an unknown subcommand, not "an unexpected argument".
   if (argc > 1 && argv[1][0] != '-' &&
       std::none_of(std::begin(kSubcommands), std::end(kSubcommands),
                    [&](const char* s) { return std::strcmp(s, argv[1]) == 0; }))
-    return fail(fmt::format("unknown subcommand '{}' (known: formats, round, dot, bench, verify, sweep)", argv[1]));
+  {
+    std::string known;
+    for (const char* k : kSubcommands) known += (known.empty() ? "" : ", ") + std::string(k);
+    return fail(fmt::format("unknown subcommand '{}' (known: {})", argv[1], known));
+  }
 
   try {
     app.parse(argc, argv);
@@ -196,6 +256,11 @@ int run(int argc, char** argv) {
   if (*bench) return run_bench(ba);
   if (*verify) return run_verify(va);
   if (*sweep) return run_sweep(sa);
+  if (*tokenize) return run_tokenize(ta);
+  if (*detokenize) return run_detokenize(da2);
+  if (*shards) return run_shards(sha);
+  if (*logits) return run_logits(la);
+  if (*eval) return run_eval(ea);
   return fail("no subcommand given");
 }
 

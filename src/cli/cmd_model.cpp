@@ -1,0 +1,240 @@
+// mantis logits | eval — run a model on tokens under a precision policy.
+//
+// eval: FP32 ground truth (the native policy) and the policy under test on the same windows of
+// real text; metrics.h's numbers averaged over every position of every window.
+#include <fmt/format.h>
+
+#include <chrono>
+#include <cmath>
+#include <ctime>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "checkpoint.h"
+#include "common.h"
+#include "dataset.h"
+#include "forward.h"
+#include "mantis_config.h"
+#include "mantis_git.h"
+#include "metrics.h"
+#include "policy.h"
+#include "round_array.h"
+#include "tokenizer.h"
+
+namespace mantis::cli {
+
+namespace {
+
+namespace fs = std::filesystem;
+using ojson = nlohmann::ordered_json;
+
+// The files a checkpoint path stands for, with their SHA-256.
+ojson model_files(const std::string& path) {
+  ojson files = ojson::array();
+  std::error_code ec;
+  std::vector<fs::path> list;
+  if (fs::is_directory(path, ec)) {
+    for (const char* f : {"config.json", "model.safetensors"})
+      if (fs::is_regular_file(fs::path(path) / f, ec)) list.push_back(fs::path(path) / f);
+  } else {
+    list.push_back(path);
+  }
+  for (auto& f : list) files.push_back({{"file", f.string()}, {"sha256", sha256_file(f.string())}});
+  return files;
+}
+
+ojson config_json(const ModelConfig& c) {
+  return {{"arch", c.arch == Arch::gpt2 ? "gpt2" : "llama"},
+          {"vocab", c.vocab},
+          {"ctx", c.ctx},
+          {"layers", c.layers},
+          {"heads", c.heads},
+          {"kv_heads", c.kv_heads},
+          {"dim", c.dim},
+          {"hidden", c.hidden},
+          {"gelu_tanh", c.gelu_tanh},
+          {"tied", c.tied}};
+}
+
+// The seeds of every randomly rounding entry ("attn.qk", "layer.3.attn.qk"): the run's randomness.
+ojson policy_seeds(const Policy& p) {
+  ojson seeds = ojson::object();
+  auto add = [&](const std::string& name, const SitePolicy& s) {
+    if (!s.is_native() && (s.rounding == Rounding::sr || s.rounding == Rounding::sre)) seeds[name] = s.seed;
+  };
+  for (int i = 0; i < kSiteCount; ++i) add(to_string(Site(i)), p.all[i]);
+  for (auto& [key, s] : p.layer) add(fmt::format("layer.{}.{}", key.first, to_string(key.second)), s);
+  return seeds;
+}
+
+std::string policy_text(const Policy& p) {
+  std::string d = describe(p);
+  while (!d.empty() && d.back() == '\n') d.pop_back();
+  return d;
+}
+
+std::string utc_now() {
+  const std::time_t t = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+std::string num(double x) { return std::isnan(x) ? "nan" : fmt::format("{:.9g}", x); }
+
+ojson metrics_json(const MetricsAccumulator& m) {
+  auto j = [](double x) { return std::isfinite(x) ? ojson(x) : ojson(nullptr); };
+  return {{"positions", m.positions()}, {"kl_mean", j(m.mean_kl())},   {"flip_rate", j(m.flip_rate())},
+          {"flips", m.flips()},         {"ppl_ref", j(m.ppl_ref())},   {"ppl_test", j(m.ppl_test())},
+          {"max_abs_logit_error", j(m.max_abs_error())}};
+}
+
+std::unique_ptr<Tokenizer> tokenizer_for(const EvalArgs& a, const ModelConfig& c) {
+  if (!a.tokenizer.empty()) return make_tokenizer(a.tokenizer);
+  if (c.vocab == 256) return make_tokenizer("bytes");
+  if (c.vocab == int(kGpt2EndOfText) + 1) return make_tokenizer("gpt2");
+  throw InputError(fmt::format("cannot tell the tokenizer of a model with vocabulary {}: pass --tokenizer gpt2|bytes",
+                               c.vocab));
+}
+
+}  // namespace
+
+int run_logits(const LogitsArgs& a) {
+  apply_threads(a.threads);
+  if (a.tokens.empty() == a.tokens_file.empty()) throw InputError("give exactly one of --tokens and --tokens-file");
+  const std::vector<int64_t> ids = a.tokens.empty() ? parse_token_ids(read_file(a.tokens_file), a.tokens_file)
+                                                    : parse_token_ids(a.tokens, "--tokens");
+  std::vector<int32_t> tokens;
+  for (int64_t id : ids) tokens.push_back(int32_t(id));  // < 2^31 (parse_token_ids); forward checks V
+  const Policy policy = policy_from_spec(a.policy);
+  const Model model = load_model(a.model);
+  const Matrix<float> logits = forward<float>(model, tokens, policy);  // [T, V]
+  const int64_t shape[2] = {logits.rows(), logits.cols()};
+  write_npy(a.out, std::span<const float>(logits.data(), size_t(logits.size())), shape);
+  return 0;
+}
+
+int run_eval(const EvalArgs& a) {
+  const Stopwatch total;
+  apply_threads(a.threads);
+  const std::string started = utc_now();
+  const Policy policy = policy_from_spec(a.policy);
+  const Model model = load_model(a.model);
+  policy.check(model.cfg);
+  const int ctx = a.ctx == 0 ? model.cfg.ctx : a.ctx;
+  if (ctx < 1 || ctx > model.cfg.ctx)
+    throw InputError(fmt::format("--ctx {} is outside 1..{} (the model's context)", ctx, model.cfg.ctx));
+  const auto tok = tokenizer_for(a, model.cfg);
+  if (int64_t(tok->vocab_size()) > model.cfg.vocab)
+    throw InputError(fmt::format("tokenizer '{}' has {} tokens but the model's vocabulary is {}", tok->id(),
+                                 tok->vocab_size(), model.cfg.vocab));
+  const TokenData data = load_tokens(a.data, *tok, data_root());
+  const auto starts = window_starts(data.tokens.size(), size_t(a.seqs), size_t(ctx) + 1);
+  const double load_s = total.seconds();
+
+  MetricsAccumulator all;
+  ojson seqs = ojson::array();
+  double ref_s = 0, test_s = 0;
+  const bool progress = !a.quiet && stderr_is_tty();
+  for (size_t w = 0; w < starts.size(); ++w) {
+    std::vector<int32_t> in(static_cast<size_t>(ctx)), target(static_cast<size_t>(ctx));  // [T] inputs, next tokens
+    for (int t = 0; t < ctx; ++t) {
+      in[size_t(t)] = int32_t(data.tokens[starts[w] + size_t(t)]);
+      target[size_t(t)] = int32_t(data.tokens[starts[w] + size_t(t) + 1]);
+    }
+    Stopwatch sw;
+    const Matrix<float> ref = forward<float>(model, in, Policy{});  // [T, V] FP32 ground truth
+    ref_s += sw.seconds();
+    sw = Stopwatch{};
+    const Matrix<float> test = forward<float>(model, in, policy);   // [T, V]
+    test_s += sw.seconds();
+    MetricsAccumulator one;
+    one.add(ref, test, target);
+    all.add(ref, test, target);
+    ojson s = metrics_json(one);
+    s["start"] = starts[w];
+    seqs.push_back(s);
+    if (progress)
+      fmt::print(stderr, "\reval: window {}/{}  KL {:.3e}  ppl {:.3f} / {:.3f}   ", w + 1, starts.size(), all.mean_kl(),
+                 all.ppl_ref(), all.ppl_test());
+  }
+  if (progress) fmt::print(stderr, "\n");
+
+  const std::string pol = policy_text(policy);
+  fmt::print("model        {} ({}, L={}, C={}, NH={}, V={}, T={})\n", a.model,
+             model.cfg.arch == Arch::gpt2 ? "gpt2" : "llama", model.cfg.layers, model.cfg.dim, model.cfg.heads,
+             model.cfg.vocab, model.cfg.ctx);
+  fmt::print("policy       {}\n", a.policy);
+  std::string indented = pol;
+  for (size_t p = 0; (p = indented.find('\n', p)) != std::string::npos; p += 14) indented.replace(p, 1, "\n             ");
+  fmt::print("             {}\n", indented);
+  fmt::print("data         {} ({} tokens, tokenizer {}): {} windows of {} tokens + 1 target\n", a.data,
+             data.tokens.size(), tok->id(), starts.size(), ctx);
+  fmt::print("{:<26}{:>16}{:>16}\n", "", "reference FP32", "policy");
+  fmt::print("{:<26}{:>16.6f}{:>16.6f}\n", "perplexity", all.ppl_ref(), all.ppl_test());
+  fmt::print("{:<26}{:>16}{:>16.6e}\n", "KL(ref || policy), nats", "", all.mean_kl());
+  fmt::print("{:<26}{:>16}{:>16}\n", "top-1 flips", "",
+             fmt::format("{:.4f}% ({}/{})", 100 * all.flip_rate(), all.flips(), all.positions()));
+  fmt::print("{:<26}{:>16}{:>16.6e}\n", "max |logit error|", "", all.max_abs_error());
+  fmt::print("{:<26}{:>16.3f}{:>16.3f}\n", "forward time (s)", ref_s, test_s);
+
+  if (!a.out.empty()) {
+    std::error_code ec;
+    fs::create_directories(a.out, ec);
+    if (ec || !fs::is_directory(a.out, ec)) throw InputError(fmt::format("cannot create directory {}", a.out));
+    const std::string csv_head =
+        "model,policy,data,seqs,ctx,positions,kl_mean,flip_rate,flips,ppl_ref,ppl_test,max_abs_logit_error,"
+        "seconds_ref,seconds_policy\n";
+    auto quote = [](const std::string& s) {
+      std::string q = "\"";
+      for (char c : s) q += c == '"' ? std::string("\"\"") : std::string(1, c);
+      return q + "\"";
+    };
+    const std::string csv =
+        csv_head + fmt::format("{},{},{},{},{},{},{},{},{},{},{},{},{:.3f},{:.3f}\n", quote(a.model), quote(a.policy),
+                               quote(a.data), starts.size(), ctx, all.positions(), num(all.mean_kl()),
+                               num(all.flip_rate()), all.flips(), num(all.ppl_ref()), num(all.ppl_test()),
+                               num(all.max_abs_error()), ref_s, test_s);
+    ojson results;
+    results["summary"] = metrics_json(all);
+    results["summary"]["sequences"] = all.sequences();
+    results["sequences"] = seqs;
+    ojson man;
+    man["mantis_version"] = MANTIS_VERSION;
+    man["git_commit"] = MANTIS_GIT_COMMIT;
+    man["command"] = a.command;
+    man["started_utc"] = started;
+    man["threads"] = num_threads();
+    man["config"] = {{"model", a.model},
+                     {"model_config", config_json(model.cfg)},
+                     {"policy", a.policy},
+                     {"policy_description", pol},
+                     {"data", a.data},
+                     {"tokenizer", tok->id()},
+                     {"seqs", a.seqs},
+                     {"ctx", ctx},
+                     {"window_rule", "window i starts at i*floor((n - (ctx+1)) / (seqs - 1)) tokens; inputs "
+                                     "tokens[start, start+ctx), targets shifted by one"},
+                     {"window_starts", starts}};
+    if (fs::is_regular_file(a.policy, ec)) man["config"]["policy_sha256"] = sha256_file(a.policy);
+    man["seed"] = policy_seeds(policy);
+    man["model_files"] = model_files(a.model);
+    ojson sources = ojson::array();
+    for (auto& s : data.sources)
+      sources.push_back({{"name", s.name}, {"file", s.origin}, {"sha256", s.sha256}, {"tokens", s.tokens}});
+    man["data"] = {{"tokens", data.tokens.size()}, {"sources", sources}};
+    man["timings_s"] = {{"load", load_s}, {"reference_forward", ref_s}, {"policy_forward", test_s},
+                        {"total", total.seconds()}};
+    write_file_atomic(a.out + "/results.csv", csv);
+    write_file_atomic(a.out + "/results.json", results.dump(1) + "\n");
+    write_file_atomic(a.out + "/manifest.json", man.dump(1) + "\n");
+    fmt::print("wrote {0}/results.csv, {0}/results.json, {0}/manifest.json\n", a.out);
+  }
+  return 0;
+}
+
+}  // namespace mantis::cli

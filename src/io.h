@@ -1,0 +1,41 @@
+// io — files: whole-file and gzip reads, atomic writes, SHA-256, NumPy .npy arrays.
+//
+// Every failure is an InputError (format.h) naming the file and the problem.
+// Atomic write: the bytes go to a uniquely named temporary file in the target's directory, are
+// fsync'ed, and the file is renamed over the target (atomic on POSIX), then the directory is
+// fsync'ed (best effort). A reader sees the old file or the new one, never a mixture; on any
+// failure the temporary file is removed and the target is untouched.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace mantis {
+
+std::string read_file(const std::string& path);
+// The decompressed bytes of a gzip file (zlib; a file that is not gzip is read as is).
+std::string read_gzip(const std::string& path);
+
+void write_file_atomic(const std::string& path, std::span<const std::string_view> pieces);
+void write_file_atomic(const std::string& path, std::string_view content);
+
+// Lower-case hex SHA-256 (OpenSSL).
+std::string sha256_hex(std::string_view bytes);
+std::string sha256_file(const std::string& path);
+
+// NumPy .npy, format version 1.0, little-endian float32 ('<f4'), C order.
+void write_npy(const std::string& path, std::span<const float> data, std::span<const int64_t> shape);
+struct NpyArray {
+  std::vector<int64_t> shape;
+  std::vector<float> data;
+};
+// Reads what write_npy writes ('<f4', fortran_order False); anything else is an InputError.
+NpyArray read_npy(const std::string& path);
+
+// The data root: $MANTIS_DATA_DIR when set and non-empty, else <source dir>/data (compiled in).
+std::string data_root();
+
+}  // namespace mantis

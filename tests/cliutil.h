@@ -1,0 +1,131 @@
+// cliutil — running the `mantis` binary in tests: stdin in; status, stdout, stderr out.
+// The binary's path comes from the environment variable MANTIS_BIN (set by Meson). Include after
+// <catch2/catch.hpp>.
+#pragma once
+
+#include <fcntl.h>
+#include <spawn.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+extern char** environ;
+
+namespace mantis_test_cli {
+
+namespace fs = std::filesystem;
+
+
+struct Result {
+  int status = -1;
+  std::string out, err;
+};
+
+inline const fs::path& scratch_dir() {
+  static const fs::path dir = [] {
+    std::string tmpl = (fs::temp_directory_path() / "mantis-test-cli-XXXXXX").string();
+    if (!::mkdtemp(tmpl.data())) throw std::runtime_error("mkdtemp failed");
+    return fs::path(tmpl);
+  }();
+  return dir;
+}
+
+inline std::string slurp(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+inline void spit(const fs::path& p, const std::string& s) {
+  std::ofstream out(p, std::ios::binary);
+  out << s;
+}
+
+inline std::string mantis_bin() {
+  const char* b = std::getenv("MANTIS_BIN");
+  if (!b || !*b) FAIL("MANTIS_BIN is not set (the path of the mantis executable)");
+  return b;
+}
+
+// Runs `mantis args…` with `input` on stdin.
+inline Result run(const std::vector<std::string>& args, const std::string& input = "") {
+  static int counter = 0;
+  const fs::path dir = scratch_dir();
+  const std::string tag = std::to_string(counter++);
+  const fs::path in = dir / ("in" + tag), out = dir / ("out" + tag), err = dir / ("err" + tag);
+  spit(in, input);
+  const std::string bin = mantis_bin();
+  std::vector<char*> argv;
+  argv.push_back(const_cast<char*>(bin.c_str()));
+  for (auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 0, in.c_str(), O_RDONLY, 0);
+  posix_spawn_file_actions_addopen(&fa, 1, out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  posix_spawn_file_actions_addopen(&fa, 2, err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  pid_t pid = 0;
+  const int rc = posix_spawn(&pid, bin.c_str(), &fa, nullptr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&fa);
+  REQUIRE(rc == 0);
+  int ws = 0;
+  REQUIRE(waitpid(pid, &ws, 0) == pid);
+  Result r;
+  r.status = WIFEXITED(ws) ? WEXITSTATUS(ws) : 128 + (WIFSIGNALED(ws) ? WTERMSIG(ws) : 0);
+  r.out = slurp(out);
+  r.err = slurp(err);
+  fs::remove(in);
+  fs::remove(out);
+  fs::remove(err);
+  return r;
+}
+
+// One line for messages (TAP output is line-oriented).
+inline std::string flat(std::string s) {
+  for (char& ch : s)
+    if (ch == '\n' || ch == '\r') ch = '|';
+  return s;
+}
+
+inline std::vector<std::string> lines(const std::string& s) {
+  std::vector<std::string> v;
+  std::stringstream ss(s);
+  for (std::string l; std::getline(ss, l);) v.push_back(l);
+  return v;
+}
+
+inline std::string join(const std::vector<std::string>& v) {
+  std::string s;
+  for (auto& x : v) s += x + "\n";
+  return s;
+}
+
+// Exit status 2, nothing on stdout, exactly one stderr line "mantis: error: …" containing `needle`.
+inline void check_error(const Result& r, const std::vector<std::string>& needles) {
+  INFO("stderr: " << flat(r.err) << " stdout: " << flat(r.out));
+  CHECK(r.status == 2);
+  CHECK(r.out.empty());
+  REQUIRE(!r.err.empty());
+  CHECK(r.err.back() == '\n');
+  CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
+  CHECK(r.err.rfind("mantis: error: ", 0) == 0);
+  for (auto& n : needles) CHECK(r.err.find(n) != std::string::npos);
+}
+
+inline fs::path write_config(const std::string& name, const std::string& text) {
+  const fs::path p = scratch_dir() / name;
+  spit(p, text);
+  return p;
+}
+
+}  // namespace mantis_test_cli

@@ -1,0 +1,299 @@
+// test_cli_model — `mantis tokenize | detokenize | shards | logits | eval` end to end.
+//
+// Models are created here (init_model + save_model) in a scratch directory; expected values come
+// from the library (forward, metrics) run in this process on the same checkpoint, or from the
+// reference GPT-2 encoder's committed outputs (tests/data/gpt2_reference.json).
+#define CATCH_CONFIG_MAIN
+#include <catch2/catch.hpp>
+#include <catch2/catch_reporter_tap.hpp>  // `-r tap` (Meson's protocol: 'tap')
+#include <cmath>
+#include <cstring>
+#include <nlohmann/json.hpp>
+
+#include "checkpoint.h"
+#include "cliutil.h"
+#include "dataset.h"
+#include "forward.h"
+#include "io.h"
+#include "mantis_config.h"
+#include "metrics.h"
+#include "model.h"
+#include "tokenizer.h"
+
+namespace {
+
+using namespace mantis_test_cli;
+using namespace mantis;
+
+const std::string kSource = MANTIS_SOURCE_DIR;
+
+ModelConfig bytes_gpt2() {
+  ModelConfig c;
+  c.arch = Arch::gpt2;
+  c.vocab = 256, c.ctx = 72, c.layers = 2, c.heads = 2, c.kv_heads = 2, c.dim = 32, c.hidden = 64;
+  return c;
+}
+ModelConfig bytes_llama() {
+  ModelConfig c;
+  c.arch = Arch::llama;
+  c.vocab = 256, c.ctx = 72, c.layers = 2, c.heads = 4, c.kv_heads = 2, c.dim = 32, c.hidden = 48, c.tied = false;
+  return c;
+}
+ModelConfig gpt2_vocab() {
+  ModelConfig c;
+  c.arch = Arch::gpt2;
+  c.vocab = 50257, c.ctx = 40, c.layers = 1, c.heads = 2, c.kv_heads = 2, c.dim = 8, c.hidden = 16;
+  return c;
+}
+
+// A saved random model (once per name); returns its directory.
+std::string model_dir(const std::string& name, const ModelConfig& c) {
+  const fs::path d = scratch_dir() / name;
+  if (!fs::exists(d / "config.json")) save_model(init_model(c, 7), d.string());
+  return d.string();
+}
+
+std::vector<int32_t> parse_ids(const std::string& s) {
+  std::vector<int32_t> v;
+  std::stringstream ss(s);
+  for (long x; ss >> x;) v.push_back(int32_t(x));
+  return v;
+}
+
+std::string ids_text(const std::vector<int32_t>& v) {
+  std::string s;
+  for (size_t i = 0; i < v.size(); ++i) s += (i ? " " : "") + std::to_string(v[i]);
+  return s;
+}
+
+bool same_bits(const float* a, const float* b, size_t n) { return std::memcmp(a, b, n * sizeof(float)) == 0; }
+
+}  // namespace
+
+TEST_CASE("tokenize equals the reference GPT-2 encoder; detokenize inverts it", "[cli][tokenize]") {
+  const auto ref = nlohmann::json::parse(slurp(kSource + "/tests/data/gpt2_reference.json"));
+  int checked = 0;
+  for (const auto& c : ref["cases"]) {
+    const std::string name = c["name"];
+    if (!name.starts_with("corpus:") && !name.starts_with("tricky:")) continue;
+    const std::string text = c["text"];
+    std::vector<int32_t> want;
+    for (auto& id : c["ids"]) want.push_back(id.get<int32_t>());
+    const Result r = run({"tokenize"}, text);
+    INFO(name << " stderr: " << flat(r.err));
+    REQUIRE(r.status == 0);
+    CHECK(r.out == ids_text(want) + "\n");  // one line, single spaces
+    const Result back = run({"detokenize"}, r.out);
+    REQUIRE(back.status == 0);
+    CHECK(back.out == text);
+    ++checked;
+  }
+  CHECK(checked >= 10);
+}
+
+TEST_CASE("tokenize / detokenize: every byte value round-trips through both tokenizers", "[cli][tokenize]") {
+  std::string all;
+  for (int b = 0; b < 256; ++b) all += char(b);
+  all += "\xc3\xa9 caf\xc3\xa9 \xf0\x9f\x98\x80 \xe2\x80\x94\n\n";
+  for (const char* t : {"gpt2", "bytes"}) {
+    const Result r = run({"tokenize", "--tokenizer", t}, all);
+    REQUIRE(r.status == 0);
+    CHECK(std::count(r.out.begin(), r.out.end(), '\n') == 1);
+    const Result back = run({"detokenize", "-t", t}, r.out);
+    REQUIRE(back.status == 0);
+    CHECK(back.out == all);
+  }
+  const Result bytes = run({"tokenize", "-t", "bytes"}, "AZ\n");
+  CHECK(bytes.out == "65 90 10\n");
+  CHECK(run({"tokenize"}, "").out == "\n");
+}
+
+TEST_CASE("tokenize / detokenize errors", "[cli][tokenize][errors]") {
+  check_error(run({"tokenize", "-t", "sentencepiece"}), {"unknown tokenizer 'sentencepiece'", "gpt2, bytes"});
+  check_error(run({"detokenize"}, "15496 99999\n"), {"99999", "position 1", "50257"});
+  check_error(run({"detokenize", "-t", "bytes"}, "65 256"), {"256", "position 1"});
+  check_error(run({"detokenize"}, "1 2 -3"), {"token 2", "'-3'"});
+  check_error(run({"detokenize"}, "1 x2"), {"'x2'"});
+}
+
+TEST_CASE("shards: the committed GPT-2 shards are exactly what `mantis shards` writes", "[cli][shards]") {
+  const fs::path out = scratch_dir() / "shards-gpt2";
+  const Result r = run({"shards", "--tokenizer", "gpt2", "--out", out.string(), "-q"});
+  INFO(flat(r.err));
+  REQUIRE(r.status == 0);
+  const fs::path committed = fs::path(kSource) / "data" / "shards" / "gpt2";
+  CHECK(slurp(out / "manifest.json") == slurp(committed / "manifest.json"));
+  const auto manifest = nlohmann::json::parse(slurp(committed / "manifest.json"));
+  size_t n = 0;
+  for (auto& [key, s] : manifest["shards"].items()) {
+    const std::string file = s["file"];
+    INFO(key);
+    CHECK(slurp(out / file) == slurp(committed / file));
+    CHECK(sha256_file((committed / file).string()) == s["sha256"].get<std::string>());
+    const TokenShard t = read_shard((committed / file).string());
+    CHECK(t.tokenizer_id == "gpt2");
+    CHECK(t.tokens.size() == s["tokens"].get<size_t>());
+    CHECK(t.tokens.front() == kGpt2EndOfText);  // every document starts with the separator
+    ++n;
+  }
+  CHECK(n == 12);
+  // the bytes tokenizer's split is the text itself
+  const auto tok = make_tokenizer("bytes");
+  const auto ids = tokenize_split("kjv", "test", *tok, kSource + "/data");
+  const std::string text = read_gzip(kSource + "/data/corpora/kjv/test.txt.gz");
+  CHECK(std::equal(ids.begin(), ids.end(), text.begin(), text.end(),
+                   [](uint32_t a, char b) { return a == uint32_t(uint8_t(b)); }));
+}
+
+TEST_CASE("logits: the .npy holds forward<float> of the checkpoint, bit for bit", "[cli][logits]") {
+  for (auto [name, cfg] : {std::pair{"bytes-gpt2", bytes_gpt2()}, std::pair{"bytes-llama", bytes_llama()}}) {
+    const std::string dir = model_dir(name, cfg);
+    const Model m = load_model(dir);
+    const std::vector<int32_t> tokens = {72, 101, 108, 108, 111, 44, 32, 119, 111, 114, 108, 100, 33, 10, 0, 255};
+    for (const char* pol : {"native", "lamp:4"}) {
+      INFO(name << " " << pol);
+      const fs::path out = scratch_dir() / (std::string(name) + "-" + (pol[0] == 'n' ? "native" : "lamp") + ".npy");
+      const Result r = run({"logits", "--model", dir, "--policy", pol, "--tokens", ids_text(tokens), "--out", out.string()});
+      INFO(flat(r.err));
+      REQUIRE(r.status == 0);
+      const NpyArray a = read_npy(out.string());
+      REQUIRE(a.shape == std::vector<int64_t>{int64_t(tokens.size()), cfg.vocab});
+      const Matrix<float> want = forward<float>(m, tokens, policy_from_spec(pol));
+      CHECK(same_bits(a.data.data(), want.data(), a.data.size()));
+    }
+    // --tokens-file: whitespace of any kind
+    spit(scratch_dir() / "ids.txt", "72 101\n108\t108 111\n");
+    const fs::path out = scratch_dir() / "file.npy";
+    REQUIRE(run({"logits", "-m", dir, "--tokens-file", (scratch_dir() / "ids.txt").string(), "-o", out.string()}).status == 0);
+    const Matrix<float> want = forward<float>(m, std::vector<int32_t>{72, 101, 108, 108, 111});
+    CHECK(same_bits(read_npy(out.string()).data.data(), want.data(), size_t(want.size())));
+  }
+}
+
+TEST_CASE("logits: bad input is one line and status 2", "[cli][logits][errors]") {
+  const std::string dir = model_dir("bytes-gpt2", bytes_gpt2());
+  const std::string out = (scratch_dir() / "bad.npy").string();
+  check_error(run({"logits", "-m", dir, "-o", out}), {"exactly one of --tokens and --tokens-file"});
+  check_error(run({"logits", "-m", dir, "--tokens", "1 2", "--tokens-file", "x", "-o", out}), {"exactly one"});
+  check_error(run({"logits", "-m", dir, "--tokens", "1 256", "-o", out}), {"token 256", "position 1", "vocabulary"});
+  check_error(run({"logits", "-m", dir, "--tokens", "1 two", "-o", out}), {"'two'"});
+  std::string long_seq;
+  for (int i = 0; i < 73; ++i) long_seq += "1 ";
+  check_error(run({"logits", "-m", dir, "--tokens", long_seq, "-o", out}), {"73 tokens", "context (72)"});
+  const fs::path unknown = write_config("unknown-site.toml", "[site.\"attn.kq\"]\noutput = \"bf16\"\n");
+  check_error(run({"logits", "-m", dir, "-p", unknown.string(), "--tokens", "1", "-o", out}),
+              {"attn.kq", "attn.qkv", "lm_head"});
+  const fs::path badfmt = write_config("bad-format.toml", "[site.\"attn.qk\"]\noutput = \"ps99x\"\n");
+  check_error(run({"logits", "-m", dir, "-p", badfmt.string(), "--tokens", "1", "-o", out}), {"ps99x"});
+  check_error(run({"logits", "-m", dir, "-p", "lamp:x", "--tokens", "1", "-o", out}), {"lamp:x"});
+  check_error(run({"logits", "-m", (scratch_dir() / "no-such-model").string(), "--tokens", "1", "-o", out}),
+              {"no-such-model"});
+  // a truncated checkpoint names the file; a NaN weight names the tensor
+  const fs::path trunc = scratch_dir() / "truncated";
+  fs::create_directories(trunc);
+  fs::copy_file(fs::path(dir) / "config.json", trunc / "config.json", fs::copy_options::overwrite_existing);
+  const std::string w = slurp(fs::path(dir) / "model.safetensors");
+  spit(trunc / "model.safetensors", w.substr(0, w.size() - 100));
+  check_error(run({"logits", "-m", trunc.string(), "--tokens", "1", "-o", out}), {"model.safetensors"});
+  const fs::path nandir = scratch_dir() / "nan-model";
+  fs::create_directories(nandir);
+  fs::copy_file(fs::path(dir) / "config.json", nandir / "config.json", fs::copy_options::overwrite_existing);
+  {  // save_model refuses NaN, so patch the float in the file: find the tensor's bytes
+    std::string bytes = w;
+    const Model good_model = load_model(dir);
+    const float* good = good_model.params.at("h.1.mlp.c_fc.weight").data.data();
+    const size_t at = bytes.find(std::string(reinterpret_cast<const char*>(good), 64));
+    REQUIRE(at != std::string::npos);
+    const float q = std::nanf("");
+    std::memcpy(bytes.data() + at + 5 * 4, &q, 4);
+    spit(nandir / "model.safetensors", bytes);
+  }
+  check_error(run({"logits", "-m", nandir.string(), "--tokens", "1", "-o", out}), {"h.1.mlp.c_fc.weight"});
+  CHECK_FALSE(fs::exists(out));  // nothing written on any error
+}
+
+TEST_CASE("eval: metrics over every position of every window, results and manifest", "[cli][eval]") {
+  const std::string dir = model_dir("bytes-llama", bytes_llama());
+  const fs::path out = scratch_dir() / "eval-lamp";
+  const Result r = run({"eval", "-m", dir, "-p", "lamp:4", "-d", "austen/validation", "--seqs", "3", "--ctx", "48",
+                        "-o", out.string(), "-q"});
+  INFO(flat(r.err));
+  REQUIRE(r.status == 0);
+  CHECK(r.out.find("KL(ref || policy)") != std::string::npos);
+
+  // the same numbers, recomputed here from the definition
+  const Model m = load_model(dir);
+  const auto tok = make_tokenizer("bytes");
+  const TokenData data = load_tokens("austen/validation", *tok, kSource + "/data");
+  const auto starts = window_starts(data.tokens.size(), 3, 49);
+  MetricsAccumulator acc;
+  for (size_t s : starts) {
+    std::vector<int32_t> in, target;
+    for (size_t t = 0; t < 48; ++t) {
+      in.push_back(int32_t(data.tokens[s + t]));
+      target.push_back(int32_t(data.tokens[s + t + 1]));
+    }
+    acc.add(forward<float>(m, in), forward<float>(m, in, lamp_policy(4)), target);
+  }
+  const auto res = nlohmann::json::parse(slurp(out / "results.json"));
+  CHECK(res["summary"]["positions"] == 3 * 48);
+  CHECK(res["summary"]["kl_mean"].get<double>() == acc.mean_kl());
+  CHECK(res["summary"]["flip_rate"].get<double>() == acc.flip_rate());
+  CHECK(res["summary"]["ppl_ref"].get<double>() == acc.ppl_ref());
+  CHECK(res["summary"]["ppl_test"].get<double>() == acc.ppl_test());
+  CHECK(res["summary"]["max_abs_logit_error"].get<double>() == acc.max_abs_error());
+  CHECK(acc.mean_kl() > 0);
+  CHECK(res["sequences"].size() == 3);
+  CHECK(res["sequences"][2]["start"].get<size_t>() == starts[2]);
+  const auto csv = lines(slurp(out / "results.csv"));
+  REQUIRE(csv.size() == 2);
+  CHECK(csv[0].rfind("model,policy,data,seqs,ctx,positions,kl_mean", 0) == 0);
+
+  const auto man = nlohmann::json::parse(slurp(out / "manifest.json"));
+  CHECK(man["config"]["policy"] == "lamp:4");
+  CHECK(man["config"]["ctx"] == 48);
+  CHECK(man["config"]["tokenizer"] == "bytes");
+  CHECK(!man["git_commit"].get<std::string>().empty());
+  CHECK(man["data"]["sources"][0]["sha256"] ==
+        sha256_hex(read_gzip(kSource + "/data/corpora/austen/validation.txt.gz")));
+  CHECK(man["model_files"].size() == 2);
+  CHECK(man["timings_s"]["total"].get<double>() > 0);
+  for (const char* f : {"results.csv", "results.json", "manifest.json"}) CHECK(fs::exists(out / f));
+}
+
+TEST_CASE("eval: the native policy against itself gives zero KL and no flips; committed shards are read",
+          "[cli][eval]") {
+  const std::string dir = model_dir("gpt2-vocab", gpt2_vocab());
+  const fs::path out = scratch_dir() / "eval-native";
+  const Result r = run({"eval", "-m", dir, "-d", "kjv/test", "-n", "2", "-o", out.string(), "-q"});
+  INFO(flat(r.err));
+  REQUIRE(r.status == 0);
+  const auto res = nlohmann::json::parse(slurp(out / "results.json"));
+  CHECK(res["summary"]["kl_mean"].get<double>() == 0.0);
+  CHECK(res["summary"]["flips"] == 0);
+  CHECK(res["summary"]["positions"] == 2 * 40);
+  const auto man = nlohmann::json::parse(slurp(out / "manifest.json"));
+  CHECK(man["config"]["tokenizer"] == "gpt2");
+  const std::string shard = kSource + "/data/shards/gpt2/kjv/test.tok";
+  CHECK(man["data"]["sources"][0]["file"] == shard);
+  CHECK(man["data"]["sources"][0]["sha256"] == sha256_file(shard));
+}
+
+TEST_CASE("eval: bad input is one line and status 2", "[cli][eval][errors]") {
+  const std::string dir = model_dir("bytes-gpt2", bytes_gpt2());
+  check_error(run({"eval", "-m", dir, "--ctx", "73"}), {"--ctx 73", "1..72"});
+  check_error(run({"eval", "-m", dir, "-d", "austen/validation", "--seqs", "100000", "--ctx", "64"}),
+              {"windows of 65 tokens fit", "100000 requested"});
+  check_error(run({"eval", "-m", dir, "-d", "shakespeare/validation"}), {"unknown corpus 'shakespeare'"});
+  check_error(run({"eval", "-m", dir, "-d", "dev"}), {"unknown split 'dev'"});
+  check_error(run({"eval", "-m", dir, "-t", "gpt2"}), {"50257", "vocabulary is 256"});
+  check_error(run({"eval", "-m", dir, "-d", (scratch_dir() / "none.tok").string()}), {"none.tok"});
+  check_error(run({"eval", "-m", model_dir("gpt2-small-vocab", [] {
+                     ModelConfig c = bytes_gpt2();
+                     c.vocab = 300;
+                     return c;
+                   }())}),
+              {"vocabulary 300", "--tokenizer"});
+  const fs::path layer9 = write_config("layer9.toml", "[site.\"layer.9.attn.qk\"]\noutput = \"bf16\"\n");
+  check_error(run({"eval", "-m", dir, "-p", layer9.string()}), {"layer.9.attn.qk", "2 layers"});
+}
