@@ -18,7 +18,11 @@
 #include <vector>
 
 #include "common.h"
+#include "forward.h"
 #include "gemm.h"
+#include "model.h"
+#include "philox.h"
+#include "policy.h"
 #include "mantis_config.h"
 #include "round_array.h"
 
@@ -166,12 +170,60 @@ int bench_gemm(const BenchArgs& a) {
   return 0;
 }
 
+// Forward tokens/s of a randomly initialised GPT-2-shaped model (init_model), one sequence of
+// --ctx tokens, under the native FP32 policy and under LAMP's ps4 policy, interleaved per rep.
+int bench_forward(const BenchArgs& a) {
+  ModelConfig c;  // GPT-2 small unless overridden
+  c.layers = a.layers, c.dim = a.dim, c.heads = a.heads, c.kv_heads = a.heads, c.hidden = 4 * a.dim, c.ctx = a.ctx;
+  const Model m = init_model(c, 1);
+  std::vector<int32_t> tokens(size_t(c.ctx));
+  for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = int32_t(random_word(3, 0, i) % uint32_t(c.vocab));
+  const Policy lamp = lamp_policy(4);
+  ojson results = ojson::array();
+  if (!a.json) {
+    std::printf("forward, GPT-2 shape L=%d C=%d NH=%d V=%d, T=%d tokens, random weights; median of %d\n", c.layers,
+                c.dim, c.heads, c.vocab, c.ctx, a.reps);
+    std::printf("%7s %14s %14s %16s\n", "threads", "fp32 tok/s", "lamp-ps4 tok/s", "lamp/fp32 time");
+    std::fflush(stdout);
+  }
+  for (int th : a.threads) {
+    set_num_threads(th);
+    auto fp32 = [&] { forward<float>(m, tokens); };
+    auto low = [&] { forward<float>(m, tokens, lamp); };
+    fp32();
+    low();
+    std::vector<double> tf, tl;
+    for (int r = 0; r < a.reps; ++r) {
+      tf.push_back(time_once(fp32));
+      tl.push_back(time_once(low));
+    }
+    const double sf = median(tf), sl = median(tl), T = double(c.ctx);
+    results.push_back(ojson{{"threads", th},
+                            {"layers", c.layers},
+                            {"dim", c.dim},
+                            {"heads", c.heads},
+                            {"ctx", c.ctx},
+                            {"fp32_seconds", sf},
+                            {"fp32_tokens_per_s", T / sf},
+                            {"lamp_ps4_seconds", sl},
+                            {"lamp_ps4_tokens_per_s", T / sl},
+                            {"lamp_over_fp32", sl / sf}});
+    if (!a.json) {
+      std::printf("%7d %14.1f %14.1f %16.2f\n", th, T / sf, T / sl, sl / sf);
+      std::fflush(stdout);
+    }
+  }
+  if (a.json) std::printf("%s\n", ojson{{"results", results}}.dump().c_str());
+  return 0;
+}
+
 }  // namespace
 
 int run_bench(const BenchArgs& a) {
   if (a.what == "round") return bench_round(a);
   if (a.what == "gemm") return bench_gemm(a);
-  throw InputError(fmt::format("unknown benchmark '{}' (known: round, gemm)", a.what));
+  if (a.what == "forward") return bench_forward(a);
+  throw InputError(fmt::format("unknown benchmark '{}' (known: round, gemm, forward)", a.what));
 }
 
 }  // namespace mantis::cli

@@ -36,6 +36,7 @@ struct BenchArgs {
   std::vector<int> threads{1, 2};
   uint64_t n = 10'000'000;          // round: elements per array
   std::vector<int> sizes{256, 512};  // gemm: square shapes
+  int layers = 12, dim = 768, heads = 12, ctx = 1024;  // forward: the model (GPT-2 small)
 };
 struct VerifyArgs {
   bool exhaustive = false;

@@ -128,8 +128,11 @@ int run(int argc, char** argv) {
       "bench",
       "round: ns per element of out-of-place round_array (double and float arrays; bf16, fp16, ps4; "
       "rne, sr) beside memcpy of the same array. gemm: GFLOP/s of strict GEMM with a ps4 "
-      "accumulator beside Eigen's float GEMM. Medians over --reps after one warm-up.");
-  bench->add_option("benchmark", ba.what, "round or gemm")->required()->check(CLI::IsMember({"round", "gemm"}));
+      "accumulator beside Eigen's float GEMM. forward: tokens/s of a random GPT-2-shaped model, FP32 and LAMP's "
+      "ps4 policy. Medians over --reps after one warm-up.");
+  bench->add_option("benchmark", ba.what, "round, gemm or forward")
+      ->required()
+      ->check(CLI::IsMember({"round", "gemm", "forward"}));
   bench->add_flag("--json", ba.json, "print JSON instead of a table");
   bench->add_option("--reps", ba.reps, "timed repetitions (median)")->capture_default_str()->check(CLI::Range(1, 100000));
   bench->add_option("--threads,-j", ba.threads, "thread counts to measure (comma-separated)")
@@ -141,6 +144,10 @@ int run(int argc, char** argv) {
       ->delimiter(',')
       ->capture_default_str()
       ->check(CLI::Range(1, 8192));
+  bench->add_option("--layers", ba.layers, "forward: layers")->capture_default_str()->check(CLI::Range(1, 1000));
+  bench->add_option("--dim", ba.dim, "forward: width C")->capture_default_str()->check(CLI::Range(1, 65536));
+  bench->add_option("--heads", ba.heads, "forward: heads (must divide --dim)")->capture_default_str()->check(CLI::Range(1, 4096));
+  bench->add_option("--ctx", ba.ctx, "forward: tokens in the sequence")->capture_default_str()->check(CLI::Range(1, 1 << 20));
 
   // verify
   VerifyArgs va;
