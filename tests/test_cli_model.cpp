@@ -53,16 +53,12 @@ std::string model_dir(const std::string& name, const ModelConfig& c) {
   return d.string();
 }
 
-std::vector<int32_t> parse_ids(const std::string& s) {
-  std::vector<int32_t> v;
-  std::stringstream ss(s);
-  for (long x; ss >> x;) v.push_back(int32_t(x));
-  return v;
-}
-
 std::string ids_text(const std::vector<int32_t>& v) {
   std::string s;
-  for (size_t i = 0; i < v.size(); ++i) s += (i ? " " : "") + std::to_string(v[i]);
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (i) s += ' ';
+    s += std::to_string(v[i]);
+  }
   return s;
 }
 
@@ -82,10 +78,12 @@ TEST_CASE("tokenize equals the reference GPT-2 encoder; detokenize inverts it", 
     const Result r = run({"tokenize"}, text);
     INFO(name << " stderr: " << flat(r.err));
     REQUIRE(r.status == 0);
-    CHECK(r.out == ids_text(want) + "\n");  // one line, single spaces
+    const bool ids_equal = r.out == ids_text(want) + "\n";  // one line, single spaces
+    CHECK(ids_equal);
     const Result back = run({"detokenize"}, r.out);
     REQUIRE(back.status == 0);
-    CHECK(back.out == text);
+    const bool text_equal = back.out == text;
+    CHECK(text_equal);
     ++checked;
   }
   CHECK(checked >= 10);
@@ -101,7 +99,8 @@ TEST_CASE("tokenize / detokenize: every byte value round-trips through both toke
     CHECK(std::count(r.out.begin(), r.out.end(), '\n') == 1);
     const Result back = run({"detokenize", "-t", t}, r.out);
     REQUIRE(back.status == 0);
-    CHECK(back.out == all);
+    const bool round_trip = back.out == all;
+    CHECK(round_trip);
   }
   const Result bytes = run({"tokenize", "-t", "bytes"}, "AZ\n");
   CHECK(bytes.out == "65 90 10\n");
@@ -122,13 +121,15 @@ TEST_CASE("shards: the committed GPT-2 shards are exactly what `mantis shards` w
   INFO(flat(r.err));
   REQUIRE(r.status == 0);
   const fs::path committed = fs::path(kSource) / "data" / "shards" / "gpt2";
-  CHECK(slurp(out / "manifest.json") == slurp(committed / "manifest.json"));
+  const bool manifest_equal = slurp(out / "manifest.json") == slurp(committed / "manifest.json");
+  CHECK(manifest_equal);
   const auto manifest = nlohmann::json::parse(slurp(committed / "manifest.json"));
   size_t n = 0;
   for (auto& [key, s] : manifest["shards"].items()) {
     const std::string file = s["file"];
     INFO(key);
-    CHECK(slurp(out / file) == slurp(committed / file));
+    const bool shard_equal = slurp(out / file) == slurp(committed / file);  // (bool: TAP prints operands)
+    CHECK(shard_equal);
     CHECK(sha256_file((committed / file).string()) == s["sha256"].get<std::string>());
     const TokenShard t = read_shard((committed / file).string());
     CHECK(t.tokenizer_id == "gpt2");
@@ -141,8 +142,9 @@ TEST_CASE("shards: the committed GPT-2 shards are exactly what `mantis shards` w
   const auto tok = make_tokenizer("bytes");
   const auto ids = tokenize_split("kjv", "test", *tok, kSource + "/data");
   const std::string text = read_gzip(kSource + "/data/corpora/kjv/test.txt.gz");
-  CHECK(std::equal(ids.begin(), ids.end(), text.begin(), text.end(),
-                   [](uint32_t a, char b) { return a == uint32_t(uint8_t(b)); }));
+  const bool bytes_equal = std::equal(ids.begin(), ids.end(), text.begin(), text.end(),
+                                      [](uint32_t a, char b) { return a == uint32_t(uint8_t(b)); });
+  CHECK(bytes_equal);
 }
 
 TEST_CASE("logits: the .npy holds forward<float> of the checkpoint, bit for bit", "[cli][logits]") {
