@@ -7,6 +7,7 @@
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #endif
 #include "forward.h"
+#include "tape.h"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -34,18 +35,9 @@ constexpr Index kTileRows = 256;    // native GEMM tiles: fixed, so results do n
 constexpr Index kTileCols = 1024;
 constexpr Index kQueryBlock = 64;   // attention: query rows per block (keys 0..end of the block)
 
-// The Philox stream of one site call (forward.h, "Randomness"): 30 bits of layer + 1, 4 of site,
-// 12 of slot, 16 of query row (attention sites; kMaxRandomRows keeps streams distinct), and 2 low
-// bits for the sub-streams +0..+3.
-constexpr Index kMaxRandomRows = Index(1) << 16;
-uint64_t stream_of(Site s, int layer, Index slot, Index row = 0) {
-  return ((((uint64_t(layer + 1) << 4 | uint64_t(s)) << 12 | uint64_t(slot)) << 16 | uint64_t(row)) << 2);
-}
-
-// True when the site draws random words (sr / sre on some rounding it does).
-bool is_random(const SitePolicy& p) {
-  return !p.is_native() && (p.rounding == Rounding::sr || p.rounding == Rounding::sre);
-}
+using detail::is_random;
+using detail::kMaxRandomRows;
+using detail::stream_of;
 
 // Eigen's own GEMM threading splits work by the thread count; we tile ourselves instead.
 void eigen_single_threaded() {
@@ -223,10 +215,11 @@ void rope_forward(Matrix<T>& x, Index nh, Index HS, const Matrix<T>& cos_, const
 template <class T>
 void attention_forward(const Policy& pol, int l, const Eigen::Ref<const Matrix<T>>& q,
                        const Eigen::Ref<const Matrix<T>>& k, const Eigen::Ref<const Matrix<T>>& v, Index NH,
-                       Index NKV, Index HS, Matrix<T>& out) {
+                       Index NKV, Index HS, Matrix<T>& out, std::vector<Matrix<T>>* probs = nullptr) {
   const SitePolicy &qk = pol.at(Site::attn_qk, l), &pv = pol.at(Site::attn_pv, l), &sm = pol.at(Site::softmax, l);
   const Index T_ = q.rows(), nblocks = (T_ + kQueryBlock - 1) / kQueryBlock, group = NH / NKV;
   const T divisor = std::sqrt(T(HS));
+  if (probs) probs->assign(size_t(NH), Matrix<T>::Zero(T_, T_));
   // Random rounding at a score GEMM is keyed per query row (forward.h), so those rows are
   // multiplied one at a time; deterministic ones in blocks (the same values either way).
   const bool by_row = is_random(qk) || is_random(pv);
@@ -246,6 +239,7 @@ void attention_forward(const Policy& pol, int l, const Eigen::Ref<const Matrix<T
                        S.block(i - r0, 0, 1, i + 1), stream_of(Site::attn_qk, l, h, i), divisor);
       }
       softmax_block<T>(sm, [&](Index i) { return stream_of(Site::softmax, l, h, i); }, S, r0);
+      if (probs) (*probs)[size_t(h)].block(r0, 0, nr, r1) = S;  // the rest of [T,T] stays 0
       if (!by_row) {
         site_gemm<T>(pv, S, v.block(0, g * HS, r1, HS), false, out.block(r0, h * HS, nr, HS),
                      stream_of(Site::attn_pv, l, h));
@@ -262,7 +256,7 @@ void attention_forward(const Policy& pol, int l, const Eigen::Ref<const Matrix<T
 // the two models
 
 template <class T>
-Matrix<T> gpt2_forward(const Model& m, std::span<const int32_t> tokens, const Policy& pol) {
+Matrix<T> gpt2_forward(const Model& m, std::span<const int32_t> tokens, const Policy& pol, detail::Tape<T>* tape) {
   const ModelConfig& cfg = m.cfg;
   const Index T_ = Index(tokens.size()), C = cfg.dim, NH = cfg.heads, HS = cfg.head_size(), H = cfg.hidden,
               V = cfg.vocab, maxT = cfg.ctx;
@@ -277,8 +271,10 @@ Matrix<T> gpt2_forward(const Model& m, std::span<const int32_t> tokens, const Po
   Matrix<T> y(T_, C);       // [T,C] a projection's output, added to x
   Matrix<T> hid(T_, H);     // [T,H] MLP hidden activations
   for (Index t = 0; t < T_; ++t) x.row(t) = wte.row(tokens[size_t(t)]) + wpe.row(t);
+  if (tape) tape->layers.assign(size_t(cfg.layers), {});
 
   for (int l = 0; l < cfg.layers; ++l) {
+    detail::LayerTape<T>* lt = tape ? &tape->layers[size_t(l)] : nullptr;
     const std::string p = fmt::format("h.{}.", l);
     const auto ln1w = weight<T>(m, p + "ln_1.weight", {C}), ln1b = weight<T>(m, p + "ln_1.bias", {C});  // [C]
     const auto wqkv = weight<T>(m, p + "attn.c_attn.weight", {3 * C, C});                               // [3C,C]
@@ -291,27 +287,38 @@ Matrix<T> gpt2_forward(const Model& m, std::span<const int32_t> tokens, const Po
     const auto wpr = weight<T>(m, p + "mlp.c_proj.weight", {C, H});                                     // [C,H]
     const auto bpr = weight<T>(m, p + "mlp.c_proj.bias", {C});                                          // [C]
 
+    if (lt) lt->x_in = x;
     norm_forward<T>(pol.at(Site::ln, l), stream_of(Site::ln, l, 0), x, ln1w.data(), ln1b.data(), eps, xn);
     site_gemm<T>(pol.at(Site::attn_qkv, l), xn, wqkv, true, qkv, stream_of(Site::attn_qkv, l, 0), T(1), bqkv.data());
-    attention_forward<T>(pol, l, qkv.leftCols(C), qkv.middleCols(C, C), qkv.rightCols(C), NH, NH, HS, att);
+    attention_forward<T>(pol, l, qkv.leftCols(C), qkv.middleCols(C, C), qkv.rightCols(C), NH, NH, HS, att,
+                         lt ? &lt->probs : nullptr);
+    if (lt) {
+      lt->xn1 = xn;
+      lt->q = qkv.leftCols(C), lt->k = qkv.middleCols(C, C), lt->v = qkv.rightCols(C);
+      lt->att = att;
+    }
     site_gemm<T>(pol.at(Site::attn_proj, l), att, wo, true, y, stream_of(Site::attn_proj, l, 0), T(1), bo.data());
     x += y;
+    if (lt) lt->x_mid = x;
     norm_forward<T>(pol.at(Site::ln, l), stream_of(Site::ln, l, 1), x, ln2w.data(), ln2b.data(), eps, xn);
     site_gemm<T>(pol.at(Site::mlp_fc, l), xn, wfc, true, hid, stream_of(Site::mlp_fc, l, 0), T(1), bfc.data());
+    if (lt) lt->xn2 = xn, lt->pre = hid;
     gelu_forward<T>(pol.at(Site::gelu, l), stream_of(Site::gelu, l, 0), cfg.gelu_tanh, hid);
+    if (lt) lt->act = hid;
     site_gemm<T>(pol.at(Site::mlp_proj, l), hid, wpr, true, y, stream_of(Site::mlp_proj, l, 0), T(1), bpr.data());
     x += y;
   }
 
   const auto lnfw = weight<T>(m, "ln_f.weight", {C}), lnfb = weight<T>(m, "ln_f.bias", {C});  // [C]
   norm_forward<T>(pol.at(Site::ln), stream_of(Site::ln, -1, 0), x, lnfw.data(), lnfb.data(), eps, xn);
+  if (tape) tape->x_final = x, tape->xnf = xn;
   Matrix<T> logits(T_, V);  // [T,V]
   site_gemm<T>(pol.at(Site::lm_head), xn, wte, true, logits, stream_of(Site::lm_head, -1, 0));
   return logits;
 }
 
 template <class T>
-Matrix<T> llama_forward(const Model& m, std::span<const int32_t> tokens, const Policy& pol) {
+Matrix<T> llama_forward(const Model& m, std::span<const int32_t> tokens, const Policy& pol, detail::Tape<T>* tape) {
   const ModelConfig& cfg = m.cfg;
   const Index T_ = Index(tokens.size()), C = cfg.dim, NH = cfg.heads, NKV = cfg.kv_heads, HS = cfg.head_size(),
               KVC = NKV * HS, H = cfg.hidden, V = cfg.vocab;
@@ -337,8 +344,10 @@ Matrix<T> llama_forward(const Model& m, std::span<const int32_t> tokens, const P
   Matrix<T> gate(T_, H);   // [T,H] w1·x, then silu(w1·x) ⊙ w3·x
   Matrix<T> up(T_, H);     // [T,H] w3·x
   for (Index t = 0; t < T_; ++t) x.row(t) = emb.row(tokens[size_t(t)]);
+  if (tape) tape->layers.assign(size_t(cfg.layers), {}), tape->rcos = rcos, tape->rsin = rsin;
 
   for (int l = 0; l < cfg.layers; ++l) {
+    detail::LayerTape<T>* lt = tape ? &tape->layers[size_t(l)] : nullptr;
     const std::string p = fmt::format("layers.{}.", l);
     const auto anorm = weight<T>(m, p + "attention_norm", {C});             // [C]
     const auto wq = weight<T>(m, p + "attention.wq", {C, C});               // [C,C]
@@ -350,6 +359,7 @@ Matrix<T> llama_forward(const Model& m, std::span<const int32_t> tokens, const P
     const auto w3 = weight<T>(m, p + "feed_forward.w3", {H, C});            // [H,C]
     const auto w2 = weight<T>(m, p + "feed_forward.w2", {C, H});            // [C,H]
 
+    if (lt) lt->x_in = x;
     norm_forward<T>(pol.at(Site::ln, l), stream_of(Site::ln, l, 0), x, anorm.data(), nullptr, eps, xn);
     const SitePolicy& pqkv = pol.at(Site::attn_qkv, l);
     site_gemm<T>(pqkv, xn, wq, true, q, stream_of(Site::attn_qkv, l, 0));
@@ -357,20 +367,25 @@ Matrix<T> llama_forward(const Model& m, std::span<const int32_t> tokens, const P
     site_gemm<T>(pqkv, xn, wv, true, v, stream_of(Site::attn_qkv, l, 2));
     rope_forward<T>(q, NH, HS, rcos, rsin);
     rope_forward<T>(k, NKV, HS, rcos, rsin);
-    attention_forward<T>(pol, l, q, k, v, NH, NKV, HS, att);
+    attention_forward<T>(pol, l, q, k, v, NH, NKV, HS, att, lt ? &lt->probs : nullptr);
+    if (lt) lt->xn1 = xn, lt->q = q, lt->k = k, lt->v = v, lt->att = att;
     site_gemm<T>(pol.at(Site::attn_proj, l), att, wo, true, y, stream_of(Site::attn_proj, l, 0));
     x += y;
+    if (lt) lt->x_mid = x;
     norm_forward<T>(pol.at(Site::ln, l), stream_of(Site::ln, l, 1), x, fnorm.data(), nullptr, eps, xn);
     const SitePolicy& pfc = pol.at(Site::mlp_fc, l);
     site_gemm<T>(pfc, xn, w1, true, gate, stream_of(Site::mlp_fc, l, 0));
     site_gemm<T>(pfc, xn, w3, true, up, stream_of(Site::mlp_fc, l, 1));
+    if (lt) lt->xn2 = xn, lt->pre = gate, lt->up = up;
     silu_forward<T>(pol.at(Site::silu, l), stream_of(Site::silu, l, 0), gate, up);
+    if (lt) lt->act = gate;
     site_gemm<T>(pol.at(Site::mlp_proj, l), gate, w2, true, y, stream_of(Site::mlp_proj, l, 0));
     x += y;
   }
 
   const auto fnorm = weight<T>(m, "norm", {C});  // [C]
   norm_forward<T>(pol.at(Site::ln), stream_of(Site::ln, -1, 0), x, fnorm.data(), nullptr, eps, xn);
+  if (tape) tape->x_final = x, tape->xnf = xn;
   Matrix<T> logits(T_, V);  // [T,V]
   if (cfg.tied) site_gemm<T>(pol.at(Site::lm_head), xn, emb, true, logits, stream_of(Site::lm_head, -1, 0));
   else site_gemm<T>(pol.at(Site::lm_head), xn, weight<T>(m, "output", {V, C}), true, logits, stream_of(Site::lm_head, -1, 0));
@@ -421,8 +436,10 @@ void site_gemm(const SitePolicy& p, Eigen::Ref<const Matrix<T>> A, Eigen::Ref<co
   if (p.output) round_matrix<T>(out, *p.output, p, stream + 3);
 }
 
+namespace {
+// Everything forward<T> refuses, as InputErrors (forward.h).
 template <class T>
-Matrix<T> forward(const Model& m, std::span<const int32_t> tokens, const Policy& policy) {
+void check_forward_input(const Model& m, std::span<const int32_t> tokens, const Policy& policy) {
   eigen_single_threaded();
   const ModelConfig& c = m.cfg;
   validate(c);  // model.h: sizes, divisibility, even RoPE head size, ...
@@ -440,15 +457,32 @@ Matrix<T> forward(const Model& m, std::span<const int32_t> tokens, const Policy&
         throw InputError(fmt::format("forward: stochastic rounding at {} is keyed per query row and allows at most "
                                      "{} tokens; this sequence has {}", to_string(site), kMaxRandomRows, tokens.size()));
   if constexpr (std::is_same_v<T, double>)
-    if (!policy.is_native()) {
+    if (!policy.forward_is_native()) {
       std::string d = describe(policy);
       d.pop_back();  // the last newline; the others become "; " (one line of error)
       std::replace(d.begin(), d.end(), '\n', ';');
       throw InputError(fmt::format("forward<double> is the binary64 reference and takes only the native policy; "
                                    "this one sets {}", d));
     }
-  return c.arch == Arch::gpt2 ? gpt2_forward<T>(m, tokens, policy) : llama_forward<T>(m, tokens, policy);
 }
+}  // namespace
+
+template <class T>
+Matrix<T> forward(const Model& m, std::span<const int32_t> tokens, const Policy& policy) {
+  check_forward_input<T>(m, tokens, policy);
+  const ModelConfig& c = m.cfg;
+  return c.arch == Arch::gpt2 ? gpt2_forward<T>(m, tokens, policy, nullptr) : llama_forward<T>(m, tokens, policy, nullptr);
+}
+
+namespace detail {
+template <class T>
+Matrix<T> forward_tape(const Model& m, std::span<const int32_t> tokens, const Policy& policy, Tape<T>& tape) {
+  check_forward_input<T>(m, tokens, policy);
+  return m.cfg.arch == Arch::gpt2 ? gpt2_forward<T>(m, tokens, policy, &tape) : llama_forward<T>(m, tokens, policy, &tape);
+}
+template Matrix<float> forward_tape<float>(const Model&, std::span<const int32_t>, const Policy&, Tape<float>&);
+template Matrix<double> forward_tape<double>(const Model&, std::span<const int32_t>, const Policy&, Tape<double>&);
+}  // namespace detail
 
 template Matrix<float> forward<float>(const Model&, std::span<const int32_t>, const Policy&);
 template Matrix<double> forward<double>(const Model&, std::span<const int32_t>, const Policy&);

@@ -19,7 +19,7 @@ namespace {
 constexpr const char* kSiteNames[kSiteCount] = {"attn.qkv", "attn.qk", "attn.pv", "attn.proj", "mlp.fc",
                                                 "mlp.proj", "lm_head", "ln", "softmax", "gelu", "silu"};
 
-const char* kGemmKeys = "accumulation, accumulator, block, input, output, rounding, seed, sr_bits";
+const char* kGemmKeys = "accumulation, accumulator, block, input, output, rounding, seed, sr_bits; sub-tables dx, dw";
 const char* kNonlinearKeys = "input, output, rounding, seed, sr_bits";
 
 // "layer.<n>.<site>" → (n, site); "<site>" → (−1, site); nullopt otherwise.
@@ -44,7 +44,7 @@ SitePolicy parse_site(Site site, const toml::table& t, const std::string& source
   for (auto&& [k, v] : t) {
     static const char* gemm_keys[] = {"accumulation", "accumulator", "block", "input", "output", "rounding", "seed", "sr_bits"};
     static const char* nl_keys[] = {"input", "output", "rounding", "seed", "sr_bits"};
-    bool known = false;
+    bool known = gemm_site && !where.ends_with(".dx") && !where.ends_with(".dw") && (k.str() == "dx" || k.str() == "dw");
     if (gemm_site) { for (auto* g : gemm_keys) known |= k.str() == g; }
     else { for (auto* g : nl_keys) known |= k.str() == g; }
     if (!known)
@@ -150,17 +150,30 @@ GemmSpec SitePolicy::gemm_spec(uint64_t stream) const {
   return s;
 }
 
-const SitePolicy& Policy::at(Site site, int l) const {
-  if (l >= 0 && !layer.empty())
-    if (auto it = layer.find({l, site}); it != layer.end()) return it->second;
-  return all[int(site)];
+const SitePolicy& Policy::at(Site site, int l, Pass pass) const {
+  const auto& lay = pass == Pass::forward ? layer : grad_layer[int(pass) - 1];
+  const auto& al = pass == Pass::forward ? all : grad_all[int(pass) - 1];
+  if (l >= 0 && !lay.empty())
+    if (auto it = lay.find({l, site}); it != lay.end()) return it->second;
+  return al[int(site)];
 }
 
-bool Policy::is_native() const {
+bool Policy::forward_is_native() const {
   for (auto& p : all)
     if (!p.is_native()) return false;
   for (auto& [k, p] : layer)
     if (!p.is_native()) return false;
+  return true;
+}
+
+bool Policy::is_native() const {
+  if (!forward_is_native()) return false;
+  for (int g = 0; g < 2; ++g) {
+    for (auto& p : grad_all[g])
+      if (!p.is_native()) return false;
+    for (auto& [k, p] : grad_layer[g])
+      if (!p.is_native()) return false;
+  }
   return true;
 }
 
@@ -185,12 +198,16 @@ void validate(const SitePolicy& p, Site site) {
 }
 
 void Policy::check(const ModelConfig& c) const {
-  for (int i = 0; i < kSiteCount; ++i) validate(all[i], Site(i));
-  for (auto& [k, p] : layer) validate(p, k.second);
-  for (auto& [k, p] : layer)
-    if (k.first >= c.layers)
-      throw InputError(fmt::format("policy: site layer.{}.{}, but the model has {} layers (0..{})", k.first,
-                                   to_string(k.second), c.layers, c.layers - 1));
+  for (int pass = 0; pass < kPassCount; ++pass) {
+    const auto& al = pass == 0 ? all : grad_all[pass - 1];
+    const auto& lay = pass == 0 ? layer : grad_layer[pass - 1];
+    for (int i = 0; i < kSiteCount; ++i) validate(al[i], Site(i));
+    for (auto& [k, p] : lay) validate(p, k.second);
+    for (auto& [k, p] : lay)
+      if (k.first >= c.layers)
+        throw InputError(fmt::format("policy: site layer.{}.{}, but the model has {} layers (0..{})", k.first,
+                                     to_string(k.second), c.layers, c.layers - 1));
+  }
   const Site wrong = c.arch == Arch::gpt2 ? Site::silu : Site::gelu;
   bool set = !all[int(wrong)].is_native();
   for (auto& [k, p] : layer) set |= k.second == wrong && !p.is_native();
@@ -230,6 +247,17 @@ Policy policy_from_toml(const std::string& text, const std::string& source) {
     SitePolicy p = parse_site(site, *v.as_table(), source, std::string(k.str()));
     if (l < 0) pol.all[int(site)] = p;
     else pol.layer[{l, site}] = p;
+    for (int g = 0; g < 2; ++g) {  // the backward GEMMs: sub-tables dx, dw
+      const char* name = g == 0 ? "dx" : "dw";
+      const toml::node* sub = v.as_table()->get(name);
+      if (!sub) continue;
+      if (!sub->is_table())
+        throw InputError(fmt::format("{}: site '{}': '{}' must be a table ([site.\"{}\".{}] with keys {})", line(*sub),
+                                     k.str(), name, k.str(), name, kGemmKeys));
+      SitePolicy q = parse_site(site, *sub->as_table(), source, std::string(k.str()) + "." + name);
+      if (l < 0) pol.grad_all[g][int(site)] = q;
+      else pol.grad_layer[g][{l, site}] = q;
+    }
   }
   return pol;
 }
@@ -284,6 +312,13 @@ std::string describe(const Policy& pol) {
   for (int i = 0; i < kSiteCount; ++i)
     if (!pol.all[i].is_native()) out += one(kSiteNames[i], Site(i), pol.all[i]);
   for (auto& [k, p] : pol.layer) out += one(fmt::format("layer.{}.{}", k.first, to_string(k.second)), k.second, p);
+  for (int g = 0; g < 2; ++g) {
+    const char* pass = g == 0 ? ".dx" : ".dw";
+    for (int i = 0; i < kSiteCount; ++i)
+      if (!pol.grad_all[g][i].is_native()) out += one(kSiteNames[i] + std::string(pass), Site(i), pol.grad_all[g][i]);
+    for (auto& [k, p] : pol.grad_layer[g])
+      out += one(fmt::format("layer.{}.{}{}", k.first, to_string(k.second), pass), k.second, p);
+  }
   return out.empty() ? "native\n" : out;
 }
 

@@ -30,6 +30,16 @@
 //   rounding     = mode         for every rounding at the site (input, accumulator, output); rne
 //   seed, sr_bits               randomness of sr / sre (round_array.h); defaults 0 and 32
 // Nonlinearity site keys: input, output, rounding, seed, sr_bits.
+// Training (backward.h): a GEMM site entry may hold sub-tables `dx` and `dw` with the GEMM keys,
+// the two backward GEMMs of that site — dX = dY·W (gradient of the first operand) and
+// dW = dYᵀ·X (of the second: the weight; at attn.qk the keys, at attn.pv the values):
+//   [site."mlp.fc".dw]
+//   input = "bf16"
+//   accumulation = "strict"
+//   accumulator = "fp32"
+// A missing dx / dw is native binary32 (it does not inherit the forward keys). Nonlinearity
+// sites round only in the forward pass; their backward is straight-through (the derivative of a
+// rounding is taken as 1) and computed in binary32.
 // Formats go through format_lookup (format.h): named, ps<μ>, e<E>m<M> or a .toml path (relative to
 // the working directory, not to the policy file). Input and output formats must fit binary32 (the
 // float forward pass rounds binary32 values in place). An accumulator wider than binary32 (say
@@ -81,14 +91,23 @@ struct SitePolicy {
   GemmSpec gemm_spec(uint64_t stream) const;
 };
 
+// Which GEMM of a site: the forward product, or one of its two backward products.
+enum class Pass : uint8_t { forward, dx, dw };
+constexpr int kPassCount = 3;
+
 struct Policy {
   std::array<SitePolicy, kSiteCount> all{};       // every layer (and the non-layer ln_f, lm_head)
   std::map<std::pair<int, Site>, SitePolicy> layer;  // (layer, site) → replaces `all` there
+  // The backward GEMMs (Pass::dx, Pass::dw), indexed by int(pass) − 1; same rules as above.
+  std::array<std::array<SitePolicy, kSiteCount>, 2> grad_all{};
+  std::array<std::map<std::pair<int, Site>, SitePolicy>, 2> grad_layer;
 
   // The entry in force for `site` at `layer` (−1: outside the layers: ln_f, lm_head).
-  const SitePolicy& at(Site site, int layer = -1) const;
-  // True when every site of every layer is plain binary32.
+  const SitePolicy& at(Site site, int layer = -1, Pass pass = Pass::forward) const;
+  // True when every site of every layer is plain binary32, forward and backward.
   bool is_native() const;
+  // True when the forward entries are (the backward ones may not be).
+  bool forward_is_native() const;
   // InputError unless every entry is well formed (validate below: policies built in code are
   // checked here, before any threads start) and the policy fits the model: layer entries within
   // 0..L−1, no non-native gelu on llama or silu on gpt2.

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""torch_reference — small random GPT-2 and LLaMA models and their PyTorch logits, for test_forward.
+"""torch_reference — small random GPT-2 and LLaMA models, their PyTorch logits, gradients and AdamW steps.
 
 Run with Debian's Python (apt-get install -y python3-torch python3-numpy):
 
@@ -15,8 +15,39 @@ and the reference run on fixed tokens:
     NAME/tokens.i32          int32 LE [T]
     NAME/logits.f32          float32 LE [T, V], the forward pass in torch.float32
     NAME/logits.f64          float64 LE [T, V], the same in torch.float64 from the same float32 weights
-plus index.json describing all of it. Everything is deterministic (numpy PCG64 seeds); re-running
-rewrites identical weights and tokens (the logits can move by an ulp across torch/BLAS builds).
+and the reference training step on those tokens (for the backward pass and the optimizer):
+    NAME/targets.i32         int32 LE [T], next-token targets in [0, V), drawn by a separate generator
+                             np.random.default_rng(seed + 1000) (the weight/token draws are untouched)
+    NAME/grads.f32           float32 LE, d loss / d parameter for every parameter, concatenated in
+                             parameter_shapes() order (= the safetensors order), each tensor in its
+                             safetensors layout (row-major, Linear weights [out, in]); torch.float32 run
+    NAME/grads.f64           float64 LE, the same from the torch.float64 run (same float32 weights)
+    NAME/adamw_params.f32    float32 LE, the parameters after 10 AdamW steps (below), same layout
+    NAME/adamw_params.f64    float64 LE, the same from the torch.float64 run
+where loss = (1/T) sum_t [logsumexp(logits[t, :]) - logits[t, targets[t]]] (mean cross-entropy,
+natural log; F.cross_entropy) of the same forward pass as the logits, on tokens/targets. With tied
+embeddings (gpt2) the single wte tensor serves as both embedding and lm_head, so its gradient is the
+sum of both contributions; wpe rows >= T get a zero gradient.
+AdamW (written out by hand, exactly torch 1.13's single-tensor AdamW, foreach=False, amsgrad=False,
+maximize=False): lr = 1e-3 constant, (beta1, beta2) = (0.9, 0.95), eps = 1e-8, weight decay wd = 0.1
+for tensors with >= 2 dims and 0 for 1-D tensors (norm gains, biases), no gradient clipping; m = v = 0;
+10 steps on the same (tokens, targets) batch; for step t = 1..10, with g = d loss / d p at the current
+parameters, for each parameter p (tensors in the run's dtype, the scalars in Python float64):
+    p     = p * (1 - lr * wd)
+    m     = beta1 * m + (1 - beta1) * g
+    v     = beta2 * v + (1 - beta2) * g * g
+    bc1   = 1 - beta1**t ; bc2 = 1 - beta2**t
+    denom = sqrt(v) / sqrt(bc2) + eps
+    p     = p - (lr / bc1) * m / denom
+(torch ops: p.mul_(1 - lr*wd); m.mul_(beta1).add_(g, alpha=1-beta1);
+v.mul_(beta2).addcmul_(g, g, value=1-beta2); denom = (v.sqrt() / math.sqrt(bc2)).add_(eps);
+p.addcdiv_(m, denom, value=-lr/bc1)). The loss of each step is recorded before that step's update.
+plus index.json describing all of it; per model, besides the keys above: "targets", "loss_f32" and
+"loss_f64" (the loss at the initial weights), "grads_f32", "grads_f64" and "adamw": {"lr", "betas",
+"eps", "weight_decay", "decay_rule", "steps", "losses_f32", "losses_f64" (the 10 pre-update losses;
+the first equals loss_f32 / loss_f64), "params_f32", "params_f64"}. Everything is deterministic
+(numpy PCG64 seeds, one torch thread); re-running rewrites identical weights, tokens and targets (the
+logits, losses, gradients and AdamW parameters can move by rounding across torch/BLAS builds).
 
 The models are written by hand (no transformers package) and follow src/forward.h exactly:
   gpt2 : wte + wpe, pre-LN LayerNorm, causal MHA with scores / sqrt(HS), GELU (erf or tanh),
@@ -176,6 +207,53 @@ def run(P, c, tokens, dtype):
         return f(W, cc, t).numpy()
 
 
+# ------------------------------------------------------------------------------------------ training
+ADAMW = dict(lr=1e-3, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1, steps=10)
+
+
+def loss_and_grads(W, c, tokens, targets):
+    """Mean cross-entropy of the forward pass at the parameters W (name -> tensor, any float dtype),
+    and its gradient with respect to every one of them (name -> tensor, same dtype)."""
+    X = {k: v.detach().clone().requires_grad_(True) for k, v in W.items()}
+    cc = dict(c, eps=float(np.float32(c["norm_eps"])))  # as in run()
+    t = torch.from_numpy(tokens.astype(np.int64))
+    y = torch.from_numpy(targets.astype(np.int64))
+    f = gpt2_forward if c["arch"] == "gpt2" else llama_forward
+    loss = F.cross_entropy(f(X, cc, t), y)  # mean over the T positions, natural log
+    loss.backward()
+    return loss.detach(), {k: X[k].grad.detach() for k in X}
+
+
+def adamw(P, c, tokens, targets, dtype):
+    """ADAMW["steps"] hand-written AdamW steps from the float32 weights P in dtype (see the docstring).
+    Returns (the loss before each step, the final parameters name -> tensor)."""
+    lr, (beta1, beta2), eps, wd_2d = ADAMW["lr"], ADAMW["betas"], ADAMW["eps"], ADAMW["weight_decay"]
+    W = {k: torch.from_numpy(v).to(dtype).clone() for k, v in P.items()}  # updated in place: own copy
+    m = {k: torch.zeros_like(v) for k, v in W.items()}
+    v2 = {k: torch.zeros_like(v) for k, v in W.items()}
+    losses = []
+    for step in range(1, ADAMW["steps"] + 1):
+        loss, G = loss_and_grads(W, c, tokens, targets)
+        losses.append(float(loss))
+        bc1 = 1.0 - beta1 ** step
+        bc2 = 1.0 - beta2 ** step
+        with torch.no_grad():
+            for k, p in W.items():
+                g = G[k]
+                wd = wd_2d if p.dim() >= 2 else 0.0
+                p.mul_(1.0 - lr * wd)
+                m[k].mul_(beta1).add_(g, alpha=1.0 - beta1)
+                v2[k].mul_(beta2).addcmul_(g, g, value=1.0 - beta2)
+                denom = (v2[k].sqrt() / math.sqrt(bc2)).add_(eps)
+                p.addcdiv_(m[k], denom, value=-(lr / bc1))
+    return losses, W
+
+
+def flat(T, order, dtype):
+    """The tensors T (name -> tensor) concatenated in order, raw little-endian dtype bytes."""
+    return np.concatenate([T[name].detach().numpy().reshape(-1) for name, _ in order]).astype(dtype).tobytes()
+
+
 # ------------------------------------------------------------------------------------------ files
 def write_safetensors(path, P, order):
     header, offset, blobs = {}, 0, []
@@ -227,6 +305,14 @@ def main():
         tokens = rng.integers(0, c["vocab"], size=m["T"]).astype("<i4")
         l32 = run(P, c, tokens, torch.float32)
         l64 = run(P, c, tokens, torch.float64)
+        targets = np.random.default_rng(m["seed"] + 1000).integers(0, c["vocab"], size=m["T"]).astype("<i4")
+        W32 = {k: torch.from_numpy(v) for k, v in P.items()}
+        W64 = {k: torch.from_numpy(v).to(torch.float64) for k, v in P.items()}
+        loss32, g32 = loss_and_grads(W32, c, tokens, targets)
+        loss64, g64 = loss_and_grads(W64, c, tokens, targets)
+        losses32, a32 = adamw(P, c, tokens, targets, torch.float32)
+        losses64, a64 = adamw(P, c, tokens, targets, torch.float64)
+        assert losses32[0] == float(loss32) and losses64[0] == float(loss64)
 
         d = os.path.join(out, m["name"])
         os.makedirs(d, exist_ok=True)
@@ -240,6 +326,11 @@ def main():
         write(os.path.join(d, "tokens.i32"), tokens.tobytes(), written)
         write(os.path.join(d, "logits.f32"), l32.astype("<f4").tobytes(), written)
         write(os.path.join(d, "logits.f64"), l64.astype("<f8").tobytes(), written)
+        write(os.path.join(d, "targets.i32"), targets.tobytes(), written)
+        write(os.path.join(d, "grads.f32"), flat(g32, order, "<f4"), written)
+        write(os.path.join(d, "grads.f64"), flat(g64, order, "<f8"), written)
+        write(os.path.join(d, "adamw_params.f32"), flat(a32, order, "<f4"), written)
+        write(os.path.join(d, "adamw_params.f64"), flat(a64, order, "<f8"), written)
         index["models"].append({
             "name": m["name"], "dir": m["name"], "arch": c["arch"], "T": int(m["T"]), "V": c["vocab"],
             "parameters": int(sum(v.size for v in P.values())),
@@ -247,9 +338,19 @@ def main():
             "logits_f64": m["name"] + "/logits.f64",
             "max_abs_logit": float(np.abs(l64).max()),
             "max_abs_f32_minus_f64": float(np.abs(l32.astype(np.float64) - l64).max()),
+            "targets": m["name"] + "/targets.i32",
+            "loss_f32": float(loss32), "loss_f64": float(loss64),
+            "grads_f32": m["name"] + "/grads.f32", "grads_f64": m["name"] + "/grads.f64",
+            "adamw": {"lr": ADAMW["lr"], "betas": list(ADAMW["betas"]), "eps": ADAMW["eps"],
+                      "weight_decay": ADAMW["weight_decay"], "decay_rule": "tensors with >= 2 dims",
+                      "steps": ADAMW["steps"], "losses_f32": losses32, "losses_f64": losses64,
+                      "params_f32": m["name"] + "/adamw_params.f32",
+                      "params_f64": m["name"] + "/adamw_params.f64"},
         })
         print(f"{m['name']}: {c['arch']}, {index['models'][-1]['parameters']} parameters, T = {m['T']}, "
               f"max |logit| {np.abs(l64).max():.4f}, max |f32 - f64| {index['models'][-1]['max_abs_f32_minus_f64']:.3g}")
+        print(f"  loss f32 {float(loss32):.9g}, f64 {float(loss64):.17g}; AdamW f64 losses "
+              + " ".join(f"{x:.6f}" for x in losses64))
     write(os.path.join(out, "index.json"), (json.dumps(index, indent=1) + "\n").encode(), written)
     total = 0
     for path, n in written:

@@ -1,0 +1,293 @@
+// test_backward — gradients: central finite differences in binary64, the PyTorch reference
+// (tests/reference/torch_reference.py), determinism, backward policies and saved-activation
+// quantisation.
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+
+#include "backward.h"
+#include "checkpoint.h"
+#include "mantis_config.h"
+#include "metrics.h"
+#include "philox.h"
+#include "round_array.h"
+#include "tape.h"
+
+using namespace mantis;
+
+namespace {
+
+const std::string kRefDir = std::string(MANTIS_SOURCE_DIR) + "/tests/data/reference/";
+
+template <class T>
+std::vector<T> read_raw(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) FAIL("cannot read " << path << " (run tests/reference/torch_reference.py)");
+  std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::vector<T> v(bytes.size() / sizeof(T));
+  std::memcpy(v.data(), bytes.data(), v.size() * sizeof(T));
+  return v;
+}
+
+struct Ref {
+  Model model;
+  std::vector<int32_t> tokens, targets;  // [T]
+  nlohmann::json index;                  // this model's entry of index.json
+};
+
+const Ref& ref(const std::string& name) {
+  static std::map<std::string, Ref> cache;
+  if (auto it = cache.find(name); it != cache.end()) return it->second;
+  Ref r;
+  r.model = load_model(kRefDir + name);
+  r.tokens = read_raw<int32_t>(kRefDir + name + "/tokens.i32");
+  r.targets = read_raw<int32_t>(kRefDir + name + "/targets.i32");
+  std::ifstream in(kRefDir + "index.json");
+  const auto index = nlohmann::json::parse(in);
+  for (auto& m : index["models"])
+    if (m["name"] == name) r.index = m;
+  REQUIRE(!r.index.is_null());
+  return cache.emplace(name, std::move(r)).first->second;
+}
+
+// The gradients flattened in parameter_shapes order (the reference files' layout).
+template <class T>
+std::vector<T> flat(const Model& m, const GradMap<T>& g) {
+  std::vector<T> v;
+  for (auto& [name, shape] : parameter_shapes(m.cfg)) {
+    const auto& x = g.at(name);
+    v.insert(v.end(), x.begin(), x.end());
+  }
+  return v;
+}
+
+template <class T>
+GradMap<T> grads_of(const Model& m, std::span<const int32_t> tokens, std::span<const int32_t> targets,
+                    const Policy& p = {}, const BackwardOptions& o = {}, LossSum* loss = nullptr) {
+  GradMap<T> g = zero_grads<T>(m);
+  int64_t n = 0;
+  for (int32_t y : targets) n += y >= 0;
+  const LossSum l = sequence_backward<T>(m, tokens, targets, p, 1.0 / double(n), g, o);
+  if (loss) *loss = l;
+  return g;
+}
+
+double mean_loss(const Model& m, std::span<const int32_t> tokens, std::span<const int32_t> targets) {
+  const Matrix<double> logits = forward<double>(m, tokens);
+  double s = 0;
+  int n = 0;
+  for (size_t t = 0; t < targets.size(); ++t)
+    if (targets[t] >= 0) s += nll(std::span<const double>(logits.row(Eigen::Index(t)).data(), size_t(logits.cols())), targets[t]), ++n;
+  return s / n;
+}
+
+bool same_bits(const GradMap<float>& a, const GradMap<float>& b) {
+  if (a.size() != b.size()) return false;
+  for (auto& [k, v] : a) {
+    const auto& w = b.at(k);
+    if (v.size() != w.size() || std::memcmp(v.data(), w.data(), v.size() * sizeof(float)) != 0) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+TEST_CASE("binary64 gradients match central finite differences for every parameter tensor") {
+  for (const char* name : {"gpt2_erf", "gpt2_tanh", "llama_gqa"}) {
+    const Ref& r = ref(name);
+    Model m = r.model;
+    // a shorter sequence keeps the finite differences cheap; every target present but one
+    const size_t T = 40;
+    std::vector<int32_t> tokens(r.tokens.begin(), r.tokens.begin() + T), targets(r.targets.begin(), r.targets.begin() + T);
+    targets[7] = -1;
+    const GradMap<double> g = grads_of<double>(m, tokens, targets);
+    int checked = 0;
+    double worst = 0;
+    for (auto& [pname, shape] : parameter_shapes(m.cfg)) {
+      auto& w = m.params.at(pname).data;
+      const auto& gp = g.at(pname);
+      // the largest-gradient entry and two pseudo-random ones
+      size_t imax = 0;
+      for (size_t i = 0; i < gp.size(); ++i)
+        if (std::abs(gp[i]) > std::abs(gp[imax])) imax = i;
+      for (size_t i : {imax, size_t(random_word(1, 0, checked) % gp.size()), size_t(random_word(1, 1, checked) % gp.size())}) {
+        const float w0 = w[i];
+        const float hi = w0 + 1e-3f, lo = w0 - 1e-3f;  // binary32 weights: the actual step is hi − lo
+        w[i] = hi;
+        const double lhi = mean_loss(m, tokens, targets);
+        w[i] = lo;
+        const double llo = mean_loss(m, tokens, targets);
+        w[i] = w0;
+        const double fd = (lhi - llo) / (double(hi) - double(lo));
+        const double err = std::abs(fd - gp[i]) / std::max(1e-3, std::abs(gp[i]));
+        worst = std::max(worst, err);
+        INFO(name << " " << pname << "[" << i << "]: analytic " << gp[i] << " finite difference " << fd);
+        CHECK(err < 2e-4);
+        ++checked;
+      }
+    }
+    INFO(name << ": worst relative error " << worst);
+    CHECK(checked >= 3 * 10);
+  }
+}
+
+TEST_CASE("gradients match PyTorch: binary64 to 1e-10, binary32 to 1e-4 of the largest gradient") {
+  for (const char* name : {"gpt2_erf", "gpt2_tanh", "llama_gqa"}) {
+    const Ref& r = ref(name);
+    INFO(name);
+    LossSum l64, l32;
+    const auto g64 = flat(r.model, grads_of<double>(r.model, r.tokens, r.targets, {}, {}, &l64));
+    const auto g32 = flat(r.model, grads_of<float>(r.model, r.tokens, r.targets, {}, {}, &l32));
+    const auto t64 = read_raw<double>(kRefDir + name + "/grads.f64");
+    const auto t32 = read_raw<float>(kRefDir + name + "/grads.f32");
+    REQUIRE(g64.size() == t64.size());
+    REQUIRE(g32.size() == t32.size());
+    double scale = 0, e64 = 0, e32 = 0;
+    for (size_t i = 0; i < t64.size(); ++i) scale = std::max(scale, std::abs(t64[i]));
+    for (size_t i = 0; i < t64.size(); ++i) {
+      e64 = std::max(e64, std::abs(g64[i] - t64[i]));
+      e32 = std::max(e32, std::abs(double(g32[i]) - double(t32[i])));
+    }
+    CHECK(e64 <= 1e-10 * scale);
+    CHECK(e32 <= 1e-4 * scale);
+    CHECK(l64.count == int64_t(r.tokens.size()));
+    CHECK(l64.sum / double(l64.count) == Approx(r.index["loss_f64"].get<double>()).epsilon(1e-12));
+    CHECK(l32.sum / double(l32.count) == Approx(r.index["loss_f32"].get<double>()).epsilon(1e-5));
+  }
+}
+
+TEST_CASE("the training forward pass gives forward()'s logits bit for bit") {
+  const Ref& r = ref("llama_gqa");
+  for (const Policy& p : {Policy{}, lamp_policy(5)}) {
+    detail::Tape<float> tape;
+    const Matrix<float> a = detail::forward_tape<float>(r.model, r.tokens, p, tape);
+    const Matrix<float> b = forward<float>(r.model, r.tokens, p);
+    CHECK(std::memcmp(a.data(), b.data(), size_t(a.size()) * 4) == 0);
+    CHECK(tape.layers.size() == size_t(r.model.cfg.layers));
+  }
+}
+
+TEST_CASE("binary32 gradients are bit-identical for 1, 2 and 3 threads") {
+  for (const char* name : {"gpt2_erf", "llama_gqa"}) {
+    const Ref& r = ref(name);
+    const int saved = num_threads();
+    set_num_threads(1);
+    const auto a = grads_of<float>(r.model, r.tokens, r.targets);
+    set_num_threads(2);
+    const auto b = grads_of<float>(r.model, r.tokens, r.targets);
+    set_num_threads(3);
+    const auto c = grads_of<float>(r.model, r.tokens, r.targets);
+    set_num_threads(saved);
+    CHECK(same_bits(a, b));
+    CHECK(same_bits(a, c));
+  }
+}
+
+TEST_CASE("backward policies: dx / dw entries parse, apply to their GEMM only, and default to native") {
+  const Policy p = policy_from_toml(R"(
+[site."mlp.fc"]
+[site."mlp.fc".dw]
+input = "bf16"
+accumulation = "strict"
+accumulator = "fp32"
+[site."layer.1.attn.qkv".dx]
+input = "e4m3"
+)", "train.toml");
+  CHECK(p.forward_is_native());
+  CHECK_FALSE(p.is_native());
+  CHECK(p.at(Site::mlp_fc, 0, Pass::dw).input->name == "bf16");
+  CHECK(p.at(Site::mlp_fc, 0, Pass::dx).is_native());
+  CHECK(p.at(Site::attn_qkv, 1, Pass::dx).input->name == "e4m3");
+  CHECK(p.at(Site::attn_qkv, 0, Pass::dx).is_native());
+  CHECK_THROWS_WITH(policy_from_toml("[site.gelu.dx]\ninput = \"bf16\"\n", "x.toml"), Catch::Contains("unknown key 'dx'"));
+  CHECK_THROWS_WITH(policy_from_toml("[site.\"mlp.fc\".dx.dw]\ninput = \"bf16\"\n", "x.toml"),
+                    Catch::Contains("unknown key 'dw'"));
+
+  const Ref& r = ref("gpt2_tanh");
+  const auto base = grads_of<float>(r.model, r.tokens, r.targets);
+  const auto low = grads_of<float>(r.model, r.tokens, r.targets, p);
+  // mlp.fc's dW in every layer changed; a layer-0 dX left untouched leaves layer-1's weights' gradients
+  // as they were only above the changed GEMMs: check the exact contract — the lm_head / ln_f gradients
+  // (computed before any mlp.fc backward GEMM) are equal, the mlp.fc weight gradients are not.
+  CHECK(low.at("ln_f.weight") == base.at("ln_f.weight"));
+  CHECK(low.at("h.1.mlp.c_proj.weight") == base.at("h.1.mlp.c_proj.weight"));
+  CHECK(low.at("h.1.mlp.c_fc.weight") != base.at("h.1.mlp.c_fc.weight"));
+  CHECK(low.at("h.1.mlp.c_fc.bias") == base.at("h.1.mlp.c_fc.bias"));  // db is not a GEMM
+  // and the bf16-input gradients stay close to the binary32 ones
+  double err = 0, scale = 0;
+  for (size_t i = 0; i < base.at("h.1.mlp.c_fc.weight").size(); ++i) {
+    err = std::max(err, double(std::abs(low.at("h.1.mlp.c_fc.weight")[i] - base.at("h.1.mlp.c_fc.weight")[i])));
+    scale = std::max(scale, double(std::abs(base.at("h.1.mlp.c_fc.weight")[i])));
+  }
+  CHECK(err < 2e-2 * scale);
+}
+
+TEST_CASE("saved-activation quantisation: the definition, and its effect on the unit's dW only") {
+  // quantize_saved against a scalar reference of the header's definition
+  std::vector<float> x(6 * 40);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = float(std::sin(double(i) * 1.7) * (1 + double(i % 7)));
+  for (int j = 40; j < 80; ++j) x[size_t(j)] = 0;  // an all-zero row
+  for (int bits : {2, 4, 8})
+    for (int block : {0, 16})
+      for (Rounding rd : {Rounding::rne, Rounding::sr}) {
+        const SavedQuant q{bits, block, rd, 11};
+        std::vector<float> out(x.size());
+        quantize_saved<float>(x.data(), out.data(), 6, 40, q, 5);
+        const double Q = (1 << (bits - 1)) - 1;
+        bool ok = true;
+        for (size_t r = 0; r < 6; ++r) {
+          const size_t g = block ? size_t(block) : 40;
+          for (size_t g0 = 0; g0 < 40; g0 += g) {
+            float amax = 0;
+            for (size_t i = g0; i < std::min<size_t>(40, g0 + g); ++i) amax = std::max(amax, std::abs(x[r * 40 + i]));
+            const float s = float(amax / Q);
+            for (size_t i = g0; i < std::min<size_t>(40, g0 + g); ++i) {
+              const size_t idx = r * 40 + i;
+              double want = 0;
+              if (s != 0) {
+                const double v = double(x[idx]) / s;
+                double k = rd == Rounding::sr ? std::floor(v + random_word(11, 5, idx) / 4294967296.0) : std::nearbyint(v);
+                k = std::min(Q, std::max(-Q, k));
+                want = double(float(k) * s);
+                ok &= std::abs(double(out[idx]) - double(x[idx])) <= double(s) * (rd == Rounding::sr ? 1.0 : 0.5) + 1e-7;
+              }
+              ok &= double(out[idx]) == want;
+            }
+          }
+        }
+        INFO("bits " << bits << " block " << block << " " << to_string(rd));
+        CHECK(ok);
+      }
+  CHECK_THROWS_AS(validate(SavedQuant{1, 0, Rounding::rne, 0}), InputError);
+  CHECK_THROWS_AS(validate(SavedQuant{4, 0, Rounding::rz, 0}), InputError);
+
+  for (const char* name : {"gpt2_erf", "llama_gqa"}) {
+    const Ref& r = ref(name);
+    const ModelConfig& c = r.model.cfg;
+    const auto base = grads_of<float>(r.model, r.tokens, r.targets);
+    BackwardOptions exact;
+    exact.saved = [](int, Unit) { return SavedQuant{}; };  // the recovery path everywhere = unquantised
+    CHECK(same_bits(grads_of<float>(r.model, r.tokens, r.targets, {}, exact), base));
+    for (Unit u : {Unit::qkv, Unit::proj, Unit::fc, Unit::down}) {
+      BackwardOptions o;
+      o.saved = [u](int l, Unit v) { return l == 1 && v == u ? SavedQuant{4, 0, Rounding::rne, 0} : SavedQuant{}; };
+      std::vector<UnitActivation> acts;
+      o.activations = &acts;
+      const auto q = grads_of<float>(r.model, r.tokens, r.targets, {}, o);
+      const auto mine = unit_parameters(c, 1, u);
+      for (auto& [pname, v] : base) {
+        const bool weight_of_unit = std::find(mine.begin(), mine.end(), pname) != mine.end() && !pname.ends_with(".bias");
+        INFO(name << " " << to_string(u) << " " << pname);
+        if (weight_of_unit) CHECK(q.at(pname) != v);
+        else CHECK(q.at(pname) == v);  // dx uses the exact path: nothing else moves
+      }
+      const UnitActivation& a = acts[size_t(1 * kUnitCount + int(u))];
+      CHECK(a.count > 0);
+      CHECK(a.err_sq > 0);
+      CHECK(acts[size_t(0 * kUnitCount + int(u))].err_sq == 0);
+    }
+  }
+}
