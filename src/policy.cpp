@@ -10,6 +10,7 @@
 #include <vector>
 #include <toml++/toml.h>
 
+#include "philox.h"
 #include "round_array.h"
 
 namespace mantis {
@@ -278,6 +279,18 @@ Policy lamp_policy(int mu) {
   qk.accumulator = format_lookup(fmt::format("ps{}", mu));
   qk.output = qk.accumulator;
   return p;
+}
+
+Policy salted(const Policy& p, uint64_t salt) {
+  Policy q = p;
+  auto salt_one = [&](SitePolicy& s) { s.seed = uint64_t(random_word(s.seed, salt, 0)) << 32 | random_word(s.seed, salt, 1); };
+  for (auto& s : q.all) salt_one(s);
+  for (auto& [k, s] : q.layer) salt_one(s);
+  for (int g = 0; g < 2; ++g) {
+    for (auto& s : q.grad_all[g]) salt_one(s);
+    for (auto& [k, s] : q.grad_layer[g]) salt_one(s);
+  }
+  return q;
 }
 
 Policy policy_from_spec(const std::string& spec) {

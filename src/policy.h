@@ -129,6 +129,10 @@ Policy lamp_policy(int mu);
 // What a command line names: "native" (the empty policy), "lamp:<μ>" (lamp_policy(μ)) or the
 // path of a TOML policy file.
 Policy policy_from_spec(const std::string& spec);
+// The policy with every entry's seed (forward and backward) replaced by
+// random_word(seed, salt, 0)·2^32 + random_word(seed, salt, 1): fresh randomness per training
+// sequence (train.h) that is still a pure function of the configuration.
+Policy salted(const Policy& p, uint64_t salt);
 // One line per non-native entry ("attn.qk: strict acc ps4, output ps4, rne"); "native" if none.
 std::string describe(const Policy& p);
 

@@ -55,6 +55,11 @@ struct SweepArgs {
 struct FormatsArgs {
   std::vector<std::string> names;
 };
+struct TrainArgs {
+  std::string config, resume, out;
+  int threads = 0;
+  bool progress = false, quiet = false;
+};
 struct TokenizeArgs {
   std::string tokenizer = "gpt2";
 };
@@ -85,6 +90,7 @@ int run_detokenize(const TokenizeArgs& a);
 int run_shards(const ShardsArgs& a);
 int run_logits(const LogitsArgs& a);
 int run_eval(const EvalArgs& a);
+int run_train(const TrainArgs& a);
 
 // ---------------------------------------------------------------- text input
 std::string read_all_stdin();

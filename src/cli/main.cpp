@@ -1,5 +1,5 @@
 // mantis — command-line front end: formats, round, dot, bench, verify, sweep, tokenize, detokenize,
-// shards, logits, eval.
+// shards, logits, eval, train.
 //
 // Exit status: 0 success; 1 a check failed (verify found mismatches); 2 a usage or input error
 // (exactly one line "mantis: error: …" on stderr); 3 an internal error.
@@ -21,7 +21,7 @@
 namespace {
 
 constexpr const char* kSubcommands[] = {"formats", "round",     "dot",        "bench",  "verify", "sweep",
-                                        "tokenize", "detokenize", "shards", "logits", "eval"};
+                                        "tokenize", "detokenize", "shards", "logits", "eval",  "train"};
 
 // One line, no trailing newline characters inside.
 std::string one_line(std::string s) {
@@ -237,6 +237,19 @@ int run(int argc, char** argv) {
   eval->add_flag("--quiet,-q", ea.quiet, "no progress line");
   for (int i = 0; i < argc; ++i) ea.command += (i ? " " : "") + std::string(argv[i]);
 
+  // train
+  TrainArgs tra;
+  auto* train = app.add_subcommand(
+      "train",
+      "train a model on the corpora (src/train.h): AdamW, warm-up + cosine, clipping, validation, atomic "
+      "checkpoints, log.csv / units.csv; see experiments/train-*.toml");
+  train->add_option("config", tra.config, "training configuration (TOML)")->required();
+  train->add_option("--resume", tra.resume, "continue the run in DIR from its latest checkpoint (bit-identical)");
+  train->add_option("--out,-o", tra.out, "output directory (overrides the config's out)");
+  train->add_option("--threads,-j", tra.threads, "CPU threads (default: OpenMP's)")->check(CLI::Range(1, 4096));
+  train->add_flag("--progress", tra.progress, "progress bar on stderr even when it is not a terminal");
+  train->add_flag("--quiet,-q", tra.quiet, "no progress bar");
+
   // An unknown first word is an unknown subcommand, not "an unexpected argument".
   if (argc > 1 && argv[1][0] != '-' &&
       std::none_of(std::begin(kSubcommands), std::end(kSubcommands),
@@ -268,6 +281,7 @@ int run(int argc, char** argv) {
   if (*shards) return run_shards(sha);
   if (*logits) return run_logits(la);
   if (*eval) return run_eval(ea);
+  if (*train) return run_train(tra);
   return fail("no subcommand given");
 }
 
