@@ -63,7 +63,11 @@ std::string split_text(const std::string& corpus, const std::string& split, cons
 }
 
 std::vector<uint32_t> tokenize_text(const std::string& text, const Tokenizer& tok) {
-  if (tok.id() == "bytes") return std::vector<uint32_t>(text.begin(), text.end());
+  if (tok.id() == "bytes") {
+    std::vector<uint32_t> ids(text.size());
+    for (size_t i = 0; i < text.size(); ++i) ids[i] = uint8_t(text[i]);  // char may be signed
+    return ids;
+  }
   if (tok.id() != "gpt2") throw InputError(fmt::format("no corpus rule for tokenizer '{}'", tok.id()));
   // Documents: text[:-1].split("\n\n") (data/README.md).
   std::string_view body(text);

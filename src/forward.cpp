@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "gemm.h"        // defines: gemm, GemmSpec
+#include "lamp.h"
 #include "round_array.h" // defines: round_array, RoundOptions
 
 namespace mantis {
@@ -215,7 +216,8 @@ void rope_forward(Matrix<T>& x, Index nh, Index HS, const Matrix<T>& cos_, const
 template <class T>
 void attention_forward(const Policy& pol, int l, const Eigen::Ref<const Matrix<T>>& q,
                        const Eigen::Ref<const Matrix<T>>& k, const Eigen::Ref<const Matrix<T>>& v, Index NH,
-                       Index NKV, Index HS, Matrix<T>& out, std::vector<Matrix<T>>* probs = nullptr) {
+                       Index NKV, Index HS, Matrix<T>& out, std::vector<Matrix<T>>* probs = nullptr,
+                       ForwardStats* stats = nullptr) {
   const SitePolicy &qk = pol.at(Site::attn_qk, l), &pv = pol.at(Site::attn_pv, l), &sm = pol.at(Site::softmax, l);
   const Index T_ = q.rows(), nblocks = (T_ + kQueryBlock - 1) / kQueryBlock, group = NH / NKV;
   const T divisor = std::sqrt(T(HS));
@@ -223,10 +225,19 @@ void attention_forward(const Policy& pol, int l, const Eigen::Ref<const Matrix<T
   // Random rounding at a score GEMM is keyed per query row (forward.h), so those rows are
   // multiplied one at a time; deterministic ones in blocks (the same values either way).
   const bool by_row = is_random(qk) || is_random(pv);
+  const std::optional<LampSpec>& lamp = pol.lamp;
+  SitePolicy recompute;  // LAMP's high-precision scores: native binary32, or strict in a format
+  if (lamp && lamp->recompute) {
+    recompute.accumulation = Accumulation::strict;
+    recompute.accumulator = recompute.output = lamp->recompute;
+  }
+  std::vector<uint64_t> selected(size_t(NH), 0);
 #pragma omp parallel for schedule(static)
   for (Index h = 0; h < NH; ++h) {
     const Index g = h / group;  // the key/value head of query head h
     Matrix<T> s(std::min(kQueryBlock, T_), T_);  // [Bq, T] scores, then probabilities, of one block
+    Matrix<T> sh;                                // [Bq, T] LAMP: the recomputed scores
+    std::vector<uint8_t> mark;                   // [T] LAMP: the selection of one row
     for (Index b = 0; b < nblocks; ++b) {
       const Index r0 = b * kQueryBlock, nr = std::min(kQueryBlock, T_ - r0), r1 = r0 + nr;
       auto S = s.topLeftCorner(nr, r1);  // [nr, r1]: queries r0..r1−1 against keys 0..r1−1
@@ -238,6 +249,20 @@ void attention_forward(const Policy& pol, int l, const Eigen::Ref<const Matrix<T
           site_gemm<T>(qk, q.block(i, h * HS, 1, HS), k.block(0, g * HS, i + 1, HS), true,
                        S.block(i - r0, 0, 1, i + 1), stream_of(Site::attn_qk, l, h, i), divisor);
       }
+      if constexpr (std::is_same_v<T, float>)
+        if (lamp) {
+          sh.resize(nr, r1);
+          site_gemm<T>(recompute, q.block(r0, h * HS, nr, HS), k.block(0, g * HS, r1, HS), true, sh,
+                       stream_of(Site::attn_qk, l, h) + (uint64_t(4) << 30), divisor);
+          mark.resize(size_t(r1));
+          for (Index i = r0; i < r1; ++i) {
+            const Index r = i - r0;
+            selected[size_t(h)] += lamp_select_row(*lamp, std::span<const float>(S.row(r).data(), size_t(i + 1)), i,
+                                                   mark, stream_of(Site::attn_qk, l, h, i) + (uint64_t(4) << 30));
+            for (Index j = 0; j <= i; ++j)
+              if (mark[size_t(j)]) S(r, j) = sh(r, j);
+          }
+        }
       softmax_block<T>(sm, [&](Index i) { return stream_of(Site::softmax, l, h, i); }, S, r0);
       if (probs) (*probs)[size_t(h)].block(r0, 0, nr, r1) = S;  // the rest of [T,T] stays 0
       if (!by_row) {
@@ -250,13 +275,18 @@ void attention_forward(const Policy& pol, int l, const Eigen::Ref<const Matrix<T
       }
     }
   }
+  if (stats && lamp) {
+    for (uint64_t c : selected) stats->lamp_selected[size_t(l)] += c;
+    stats->lamp_entries[size_t(l)] += uint64_t(NH) * uint64_t(T_) * uint64_t(T_ + 1) / 2;
+  }
 }
 
 // ---------------------------------------------------------------------------------------------
 // the two models
 
 template <class T>
-Matrix<T> gpt2_forward(const Model& m, std::span<const int32_t> tokens, const Policy& pol, detail::Tape<T>* tape) {
+Matrix<T> gpt2_forward(const Model& m, std::span<const int32_t> tokens, const Policy& pol, detail::Tape<T>* tape,
+                       ForwardStats* stats) {
   const ModelConfig& cfg = m.cfg;
   const Index T_ = Index(tokens.size()), C = cfg.dim, NH = cfg.heads, HS = cfg.head_size(), H = cfg.hidden,
               V = cfg.vocab, maxT = cfg.ctx;
@@ -291,7 +321,7 @@ Matrix<T> gpt2_forward(const Model& m, std::span<const int32_t> tokens, const Po
     norm_forward<T>(pol.at(Site::ln, l), stream_of(Site::ln, l, 0), x, ln1w.data(), ln1b.data(), eps, xn);
     site_gemm<T>(pol.at(Site::attn_qkv, l), xn, wqkv, true, qkv, stream_of(Site::attn_qkv, l, 0), T(1), bqkv.data());
     attention_forward<T>(pol, l, qkv.leftCols(C), qkv.middleCols(C, C), qkv.rightCols(C), NH, NH, HS, att,
-                         lt ? &lt->probs : nullptr);
+                         lt ? &lt->probs : nullptr, stats);
     if (lt) {
       lt->xn1 = xn;
       lt->q = qkv.leftCols(C), lt->k = qkv.middleCols(C, C), lt->v = qkv.rightCols(C);
@@ -318,7 +348,8 @@ Matrix<T> gpt2_forward(const Model& m, std::span<const int32_t> tokens, const Po
 }
 
 template <class T>
-Matrix<T> llama_forward(const Model& m, std::span<const int32_t> tokens, const Policy& pol, detail::Tape<T>* tape) {
+Matrix<T> llama_forward(const Model& m, std::span<const int32_t> tokens, const Policy& pol, detail::Tape<T>* tape,
+                        ForwardStats* stats) {
   const ModelConfig& cfg = m.cfg;
   const Index T_ = Index(tokens.size()), C = cfg.dim, NH = cfg.heads, NKV = cfg.kv_heads, HS = cfg.head_size(),
               KVC = NKV * HS, H = cfg.hidden, V = cfg.vocab;
@@ -367,7 +398,7 @@ Matrix<T> llama_forward(const Model& m, std::span<const int32_t> tokens, const P
     site_gemm<T>(pqkv, xn, wv, true, v, stream_of(Site::attn_qkv, l, 2));
     rope_forward<T>(q, NH, HS, rcos, rsin);
     rope_forward<T>(k, NKV, HS, rcos, rsin);
-    attention_forward<T>(pol, l, q, k, v, NH, NKV, HS, att, lt ? &lt->probs : nullptr);
+    attention_forward<T>(pol, l, q, k, v, NH, NKV, HS, att, lt ? &lt->probs : nullptr, stats);
     if (lt) lt->xn1 = xn, lt->q = q, lt->k = k, lt->v = v, lt->att = att;
     site_gemm<T>(pol.at(Site::attn_proj, l), att, wo, true, y, stream_of(Site::attn_proj, l, 0));
     x += y;
@@ -468,24 +499,27 @@ void check_forward_input(const Model& m, std::span<const int32_t> tokens, const 
 }  // namespace
 
 template <class T>
-Matrix<T> forward(const Model& m, std::span<const int32_t> tokens, const Policy& policy) {
+Matrix<T> forward(const Model& m, std::span<const int32_t> tokens, const Policy& policy, ForwardStats* stats) {
   check_forward_input<T>(m, tokens, policy);
   const ModelConfig& c = m.cfg;
-  return c.arch == Arch::gpt2 ? gpt2_forward<T>(m, tokens, policy, nullptr) : llama_forward<T>(m, tokens, policy, nullptr);
+  if (stats) stats->lamp_selected.assign(size_t(c.layers), 0), stats->lamp_entries.assign(size_t(c.layers), 0);
+  return c.arch == Arch::gpt2 ? gpt2_forward<T>(m, tokens, policy, nullptr, stats)
+                              : llama_forward<T>(m, tokens, policy, nullptr, stats);
 }
 
 namespace detail {
 template <class T>
 Matrix<T> forward_tape(const Model& m, std::span<const int32_t> tokens, const Policy& policy, Tape<T>& tape) {
   check_forward_input<T>(m, tokens, policy);
-  return m.cfg.arch == Arch::gpt2 ? gpt2_forward<T>(m, tokens, policy, &tape) : llama_forward<T>(m, tokens, policy, &tape);
+  return m.cfg.arch == Arch::gpt2 ? gpt2_forward<T>(m, tokens, policy, &tape, nullptr)
+                                  : llama_forward<T>(m, tokens, policy, &tape, nullptr);
 }
 template Matrix<float> forward_tape<float>(const Model&, std::span<const int32_t>, const Policy&, Tape<float>&);
 template Matrix<double> forward_tape<double>(const Model&, std::span<const int32_t>, const Policy&, Tape<double>&);
 }  // namespace detail
 
-template Matrix<float> forward<float>(const Model&, std::span<const int32_t>, const Policy&);
-template Matrix<double> forward<double>(const Model&, std::span<const int32_t>, const Policy&);
+template Matrix<float> forward<float>(const Model&, std::span<const int32_t>, const Policy&, ForwardStats*);
+template Matrix<double> forward<double>(const Model&, std::span<const int32_t>, const Policy&, ForwardStats*);
 template void site_gemm<float>(const SitePolicy&, Eigen::Ref<const Matrix<float>>, Eigen::Ref<const Matrix<float>>,
                                bool, Eigen::Ref<Matrix<float>>, uint64_t, float, const float*);
 template void site_gemm<double>(const SitePolicy&, Eigen::Ref<const Matrix<double>>, Eigen::Ref<const Matrix<double>>,

@@ -21,6 +21,11 @@
 //          are rotated by the angle pos·θ^(−2i/HS), i = 0..HS/2−1 (NOT Hugging Face's rotate_half,
 //          which pairs x[i] with x[i + HS/2]); cos and sin are computed in binary64 and then
 //          converted to T. Applied to q and k after the attn.qkv site, before attn.qk.
+// LAMP (policy.lamp, lamp.h): per head and query row i, after attn.qk's scores y (rounded as the
+// site says) and before the softmax: select entries of y[0..i] by the rule, replace them by the
+// recomputed scores (the same block product in binary32 native — bit-identical to the FP32
+// reference's scores — or strict in the recompute format, rounded to it), then softmax as usual.
+// Random control words: seed, stream = stream_of(attn.qk, layer, head, i) + 4·2^30.
 // Order at a GEMM site (site_gemm): product → ÷ divisor (attn.qk: √HS) → + bias → output rounding.
 // At attn.qk the masked (future) scores are never used; rows are processed in blocks of 64
 // queries, each against keys 0..end of its block, so about half of Q·Kᵀ and P·V is computed.
@@ -49,6 +54,7 @@
 
 #include <cstdint>
 #include <span>
+#include <vector>
 
 #include "model.h"
 #include "policy.h"
@@ -57,14 +63,21 @@ namespace mantis {
 
 template <class T> using Matrix = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
 
+// What a forward pass can report besides its logits.
+struct ForwardStats {
+  // LAMP (policy.lamp), per layer: scores recomputed, and causal scores (NH·T(T+1)/2).
+  std::vector<uint64_t> lamp_selected, lamp_entries;
+};
+
 // Logits [T_seq, V]. InputError: empty sequence, T_seq > ctx, a token outside [0, V), a missing
 // or mis-shaped parameter, a policy that does not fit the model (Policy::check), or T = double
-// with a non-native policy.
+// with a non-native policy. `stats`, when given, is filled (sized by layers).
 template <class T>
-Matrix<T> forward(const Model& m, std::span<const int32_t> tokens, const Policy& policy = {});
+Matrix<T> forward(const Model& m, std::span<const int32_t> tokens, const Policy& policy = {},
+                  ForwardStats* stats = nullptr);
 
-extern template Matrix<float> forward<float>(const Model&, std::span<const int32_t>, const Policy&);
-extern template Matrix<double> forward<double>(const Model&, std::span<const int32_t>, const Policy&);
+extern template Matrix<float> forward<float>(const Model&, std::span<const int32_t>, const Policy&, ForwardStats*);
+extern template Matrix<double> forward<double>(const Model&, std::span<const int32_t>, const Policy&, ForwardStats*);
 
 // The GEMM of one site call, as the forward pass does it (exposed for tests):
 //   out[M,N] = round_output((A[M,K] · B) / divisor + bias)

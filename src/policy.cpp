@@ -119,6 +119,50 @@ SitePolicy parse_site(Site site, const toml::table& t, const std::string& source
   return p;
 }
 
+LampSpec parse_lamp(const toml::node& n, const std::string& source) {
+  auto line = [&](const toml::node& x) { return fmt::format("{}:{}", source, x.source().begin.line); };
+  if (!n.is_table()) throw InputError(fmt::format("{}: 'lamp' must be a table ([lamp])", line(n)));
+  const toml::table& t = *n.as_table();
+  static const char* keys[] = {"rule", "tau", "length_scaling", "random", "seed", "recompute"};
+  for (auto&& [k, v] : t)
+    if (std::none_of(std::begin(keys), std::end(keys), [&](const char* x) { return k.str() == x; }))
+      throw InputError(fmt::format("{}: unknown key '{}' in [lamp] (known: rule, tau, length_scaling, random, seed, "
+                                   "recompute)", line(v), k.str()));
+  LampSpec s;
+  try {
+    if (const toml::node* r = t.get("rule")) {
+      if (!r->is_string()) throw InputError("'rule' must be a string");
+      s.rule = lamp_rule_from_string(r->as_string()->get());
+    }
+    if (const toml::node* x = t.get("tau")) {
+      if (x->is_integer()) s.tau = double(x->as_integer()->get());
+      else if (x->is_floating_point()) s.tau = x->as_floating_point()->get();
+      else throw InputError("'tau' must be a number");
+      if (!(s.tau >= 0)) throw InputError(fmt::format("tau = {} must be ≥ 0 (inf allowed)", s.tau));
+    }
+    for (auto [key, dst] : {std::pair<const char*, bool*>{"length_scaling", &s.length_scaled}, {"random", &s.random_control}})
+      if (const toml::node* x = t.get(key)) {
+        if (!x->is_boolean()) throw InputError(fmt::format("'{}' must be true or false", key));
+        *dst = x->as_boolean()->get();
+      }
+    if (const toml::node* x = t.get("seed")) {
+      if (!x->is_integer() || x->as_integer()->get() < 0) throw InputError("'seed' must be a non-negative integer");
+      s.seed = uint64_t(x->as_integer()->get());
+    }
+    if (const toml::node* x = t.get("recompute")) {
+      if (!x->is_string()) throw InputError("'recompute' must be a format name");
+      const std::string f = x->as_string()->get();
+      if (f != "fp32") {
+        s.recompute = format_lookup(f);
+        if (!fits_float(*s.recompute)) throw InputError(fmt::format("recompute format {} does not fit binary32", f));
+      }
+    }
+  } catch (const InputError& e) {
+    throw InputError(fmt::format("{}: [lamp]: {}", line(t), e.what()));
+  }
+  return s;
+}
+
 }  // namespace
 
 const char* to_string(Site s) { return kSiteNames[int(s)]; }
@@ -160,6 +204,7 @@ const SitePolicy& Policy::at(Site site, int l, Pass pass) const {
 }
 
 bool Policy::forward_is_native() const {
+  if (lamp) return false;
   for (auto& p : all)
     if (!p.is_native()) return false;
   for (auto& [k, p] : layer)
@@ -227,9 +272,11 @@ Policy policy_from_toml(const std::string& text, const std::string& source) {
   }
   auto line = [&](const toml::node& n) { return fmt::format("{}:{}", source, n.source().begin.line); };
   for (auto&& [k, v] : t)
-    if (k.str() != "site")
-      throw InputError(fmt::format("{}: unknown key '{}' (known: site, as [site.\"<name>\"] tables)", line(v), k.str()));
+    if (k.str() != "site" && k.str() != "lamp")
+      throw InputError(fmt::format("{}: unknown key '{}' (known: site, as [site.\"<name>\"] tables, and [lamp])",
+                                   line(v), k.str()));
   Policy pol;
+  if (const toml::node* l = t.get("lamp")) pol.lamp = parse_lamp(*l, source);
   const toml::node* sites = t.get("site");
   if (!sites) return pol;
   if (!sites->is_table())
@@ -290,6 +337,7 @@ Policy salted(const Policy& p, uint64_t salt) {
     for (auto& s : q.grad_all[g]) salt_one(s);
     for (auto& [k, s] : q.grad_layer[g]) salt_one(s);
   }
+  if (q.lamp) q.lamp->seed = uint64_t(random_word(q.lamp->seed, salt, 0)) << 32 | random_word(q.lamp->seed, salt, 1);
   return q;
 }
 
@@ -332,6 +380,11 @@ std::string describe(const Policy& pol) {
     for (auto& [k, p] : pol.grad_layer[g])
       out += one(fmt::format("layer.{}.{}{}", k.first, to_string(k.second), pass), k.second, p);
   }
+  if (pol.lamp)
+    out += fmt::format("lamp: {} tau {}{}{}, recompute in {}\n", to_string(pol.lamp->rule), pol.lamp->tau,
+                       pol.lamp->length_scaled ? ", length-scaled" : "",
+                       pol.lamp->random_control ? fmt::format(", random control (seed {})", pol.lamp->seed) : "",
+                       pol.lamp->recompute ? pol.lamp->recompute->name : "fp32");
   return out.empty() ? "native\n" : out;
 }
 

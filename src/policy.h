@@ -50,6 +50,17 @@
 //   accumulation = "strict"
 //   accumulator = "ps4"
 //   output = "ps4"
+// LAMP (lamp.h), a top-level table: the scores attn.qk computes are checked row by row and the
+// selected ones replaced by their recomputation in `recompute` (default fp32: the native
+// binary32 product, exactly the FP32 reference's scores; a format: strict accumulation in it and
+// the result rounded to it), before the softmax:
+//   [lamp]
+//   rule = "strict"          # or "relaxed"
+//   tau = 1.0
+//   length_scaling = false   # τ_i = min(1, τ·√(1024/(i+1)))
+//   random = false           # the random control: as many entries per row, uniformly
+//   seed = 0
+//   recompute = "fp32"
 // The empty policy (default-constructed) is everything native binary32.
 #pragma once
 
@@ -63,6 +74,7 @@
 
 #include "format.h"
 #include "gemm.h"
+#include "lamp.h"
 #include "model.h"
 
 namespace mantis {
@@ -101,6 +113,8 @@ struct Policy {
   // The backward GEMMs (Pass::dx, Pass::dw), indexed by int(pass) − 1; same rules as above.
   std::array<std::array<SitePolicy, kSiteCount>, 2> grad_all{};
   std::array<std::map<std::pair<int, Site>, SitePolicy>, 2> grad_layer;
+  // LAMP at attn.qk (lamp.h, forward.h): recompute the selected scores of every row.
+  std::optional<LampSpec> lamp;
 
   // The entry in force for `site` at `layer` (−1: outside the layers: ln_f, lm_head).
   const SitePolicy& at(Site site, int layer = -1, Pass pass = Pass::forward) const;

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <exception>
 #include <cmath>
 #include <filesystem>
 #include <nlohmann/json.hpp>
@@ -227,8 +228,9 @@ StepRecord Trainer::step() {
   std::vector<std::vector<UnitActivation>> acts(nseq);
   const double scale = 1.0 / double(nseq * T);
   const size_t span = train_.tokens.size() - T;
+  std::vector<std::exception_ptr> errors(nseq);  // an exception must not leave the parallel region
 #pragma omp parallel for schedule(dynamic, 1)
-  for (size_t i = 0; i < nseq; ++i) {
+  for (size_t i = 0; i < nseq; ++i) try {
     const uint64_t k = k0 + i;
     const size_t start = size_t(philox64(c_.seed, kDataStream, k) % span);
     std::vector<int32_t> in(T), tgt(T);  // [T]
@@ -242,7 +244,11 @@ StepRecord Trainer::step() {
     o.step = k;
     o.activations = &acts[i];
     loss[i] = sequence_backward<float>(model_, in, tgt, salted(policy_, k), scale, g[i], o);
+  } catch (...) {
+    errors[i] = std::current_exception();
   }
+  for (auto& e : errors)
+    if (e) std::rethrow_exception(e);
   GradMap<float>& grads = g[0];
   for (size_t i = 1; i < nseq; ++i)  // sequence order
     for (auto& [name, v] : grads) {

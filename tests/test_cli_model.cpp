@@ -138,10 +138,11 @@ TEST_CASE("shards: the committed GPT-2 shards are exactly what `mantis shards` w
     ++n;
   }
   CHECK(n == 12);
-  // the bytes tokenizer's split is the text itself
+  // the bytes tokenizer's split is the text itself (the WEB has non-ASCII punctuation: bytes ≥ 128)
   const auto tok = make_tokenizer("bytes");
-  const auto ids = tokenize_split("kjv", "test", *tok, kSource + "/data");
-  const std::string text = read_gzip(kSource + "/data/corpora/kjv/test.txt.gz");
+  const auto ids = tokenize_split("web", "test", *tok, kSource + "/data");
+  const std::string text = read_gzip(kSource + "/data/corpora/web/test.txt.gz");
+  CHECK(*std::max_element(ids.begin(), ids.end()) >= 128u);
   const bool bytes_equal = std::equal(ids.begin(), ids.end(), text.begin(), text.end(),
                                       [](uint32_t a, char b) { return a == uint32_t(uint8_t(b)); });
   CHECK(bytes_equal);
@@ -298,4 +299,46 @@ TEST_CASE("eval: bad input is one line and status 2", "[cli][eval][errors]") {
               {"vocabulary 300", "--tokenizer"});
   const fs::path layer9 = write_config("layer9.toml", "[site.\"layer.9.attn.qk\"]\noutput = \"bf16\"\n");
   check_error(run({"eval", "-m", dir, "-p", layer9.string()}), {"layer.9.attn.qk", "2 layers"});
+}
+
+TEST_CASE("train: runs a tiny configuration, refuses to overwrite, resumes, reports bad input", "[cli][train]") {
+  const fs::path cfg = write_config("train.toml", R"(
+[model]
+arch = "llama"
+layers = 1
+heads = 2
+dim = 16
+ctx = 24
+[data]
+tokenizer = "bytes"
+train = "kjv/test"
+validation = "kjv/validation"
+[train]
+steps = 4
+batch = 2
+val_every = 2
+val_seqs = 2
+checkpoint_every = 2
+)");
+  const fs::path out = scratch_dir() / "train-run";
+  const Result r = run({"train", cfg.string(), "--out", out.string(), "-q"});
+  INFO(flat(r.err) << " | " << flat(r.out));
+  REQUIRE(r.status == 0);
+  CHECK(r.out.find("validation loss") != std::string::npos);
+  for (const char* f : {"log.csv", "units.csv", "config.toml", "latest"}) CHECK(fs::exists(out / f));
+  CHECK(lines(slurp(out / "log.csv")).size() == 5);
+  CHECK(slurp(out / "latest") == "checkpoint-00000004");
+  const Model m = load_model((out / "checkpoint-00000004").string());
+  CHECK(m.cfg.arch == Arch::llama);
+  check_error(run({"train", cfg.string(), "--out", out.string()}), {"already holds a run", "--resume"});
+  const Result again = run({"train", cfg.string(), "--resume", out.string(), "-q"});
+  CHECK(again.status == 0);  // already complete: nothing to do, nothing changed
+  CHECK(lines(slurp(out / "log.csv")).size() == 5);
+  const fs::path other = write_config("train-other.toml", slurp(cfg).replace(slurp(cfg).find("steps = 4"), 9, "steps = 5"));
+  check_error(run({"train", other.string(), "--resume", out.string()}), {"different configuration"});
+  check_error(run({"train", write_config("bad-train.toml", "[train]\nsteps = 3\nbatchsize = 2\n").string(), "-o",
+                   (scratch_dir() / "x").string()}),
+              {"bad-train.toml:3", "unknown key 'batchsize' in [train]"});
+  check_error(run({"train", cfg.string()}), {"no output directory"});
+  check_error(run({"train", (scratch_dir() / "none.toml").string(), "-o", "x"}), {"none.toml"});
 }

@@ -23,6 +23,7 @@
 #include "model.h"
 #include "philox.h"
 #include "policy.h"
+#include "train.h"
 #include "mantis_config.h"
 #include "round_array.h"
 
@@ -217,13 +218,58 @@ int bench_forward(const BenchArgs& a) {
   return 0;
 }
 
+// Training step time (forward + backward + AdamW) of a configuration's model on its data, without
+// and with 4-bit saved activations on every unit (per-token absmax, rne), interleaved per rep.
+int bench_train(const BenchArgs& a) {
+  TrainConfig c = load_train_config(a.config);
+  c.out.clear();
+  TrainConfig q = c;
+  q.act_quant = SavedQuant{4, 0, Rounding::rne, 0};
+  const double tokens = double(c.batch) * double(c.accum) * double(c.model.ctx);
+  ojson results = ojson::array();
+  if (!a.json) {
+    std::printf("training step (forward + backward + AdamW), %s: %s L=%d C=%d T=%d, %d x %d sequences; median of %d\n",
+                a.config.c_str(), c.model.arch == Arch::gpt2 ? "gpt2" : "llama", c.model.layers, c.model.dim,
+                c.model.ctx, c.batch, c.accum, a.reps);
+    std::printf("%7s %14s %18s %12s\n", "threads", "fp32 tok/s", "4-bit saved tok/s", "overhead");
+    std::fflush(stdout);
+  }
+  for (int th : a.threads) {
+    set_num_threads(th);
+    Trainer plain(c), quant(q);
+    plain.step();  // warm-up
+    quant.step();
+    std::vector<double> tp, tq;
+    for (int r = 0; r < a.reps; ++r) {
+      tp.push_back(time_once([&] { plain.step(); }));
+      tq.push_back(time_once([&] { quant.step(); }));
+    }
+    const double sp = median(tp), sq = median(tq);
+    results.push_back(ojson{{"threads", th},
+                            {"config", a.config},
+                            {"tokens_per_step", tokens},
+                            {"step_seconds", sp},
+                            {"tokens_per_s", tokens / sp},
+                            {"act4_step_seconds", sq},
+                            {"act4_tokens_per_s", tokens / sq},
+                            {"act4_overhead", sq / sp - 1}});
+    if (!a.json) {
+      std::printf("%7d %14.1f %18.1f %11.1f%%\n", th, tokens / sp, tokens / sq, 100 * (sq / sp - 1));
+      std::fflush(stdout);
+    }
+  }
+  if (a.json) std::printf("%s\n", ojson{{"results", results}}.dump().c_str());
+  return 0;
+}
+
 }  // namespace
 
 int run_bench(const BenchArgs& a) {
   if (a.what == "round") return bench_round(a);
   if (a.what == "gemm") return bench_gemm(a);
   if (a.what == "forward") return bench_forward(a);
-  throw InputError(fmt::format("unknown benchmark '{}' (known: round, gemm, forward)", a.what));
+  if (a.what == "train") return bench_train(a);
+  throw InputError(fmt::format("unknown benchmark '{}' (known: round, gemm, forward, train)", a.what));
 }
 
 }  // namespace mantis::cli

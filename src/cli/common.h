@@ -11,6 +11,7 @@
 
 #include "format.h"
 #include "io.h"
+#include "mantis_config.h"
 
 namespace mantis::cli {
 
@@ -37,6 +38,7 @@ struct BenchArgs {
   uint64_t n = 10'000'000;          // round: elements per array
   std::vector<int> sizes{256, 512};  // gemm: square shapes
   int layers = 12, dim = 768, heads = 12, ctx = 1024;  // forward: the model (GPT-2 small)
+  std::string config = std::string(MANTIS_SOURCE_DIR) + "/experiments/train-gpt2-bytes.toml";  // train
 };
 struct VerifyArgs {
   bool exhaustive = false;

@@ -1,0 +1,251 @@
+// test_lamp — LAMP's selection rules against brute-force binary64 definitions, and the forward
+// pass with LAMP: τ = 0 is the FP32 reference bit for bit, τ = ∞ is uniform ps<μ> bit for bit.
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <numeric>
+#include <vector>
+
+#include "checkpoint.h"
+#include "forward.h"
+#include "lamp.h"
+#include "mantis_config.h"
+#include "philox.h"
+#include "policy.h"
+
+using namespace mantis;
+
+namespace {
+
+// Row r of a family of test rows: random scales from 1e-6 to 1e6, ties, zeros, huge values.
+std::vector<float> test_row(int r, size_t n) {
+  std::vector<float> y(n);
+  const double scale = std::pow(10.0, double(int(r % 13) - 6));
+  for (size_t j = 0; j < n; ++j) {
+    const double u = double(random_word(7, uint64_t(r), j)) / 4294967296.0;
+    y[j] = float((2 * u - 1) * scale);
+  }
+  if (r % 5 == 1 && n > 3) y[1] = y[2] = y[0];          // ties
+  if (r % 7 == 2) y[n / 2] = 0;                         // an exact zero
+  if (r % 11 == 3) y[0] = 3e38f, y[n - 1] = -3e38f;     // huge
+  if (r % 17 == 4) y[n - 1] = 88.0f, y[0] = 89.0f;      // e^y near binary32 overflow
+  return y;
+}
+
+// The definitions, evaluated directly in long double.
+std::vector<uint8_t> brute_strict(const std::vector<float>& y, double tau) {
+  long double mx = -INFINITY, sum = 0;
+  for (float v : y) mx = std::max(mx, (long double)v);
+  for (float v : y) sum += std::exp((long double)v - mx);
+  std::vector<uint8_t> m(y.size());
+  for (size_t j = 0; j < y.size(); ++j) {
+    const long double z = std::exp((long double)y[j] - mx) / sum;
+    m[j] = 2 * z * (1 - z) * std::fabs((long double)y[j]) >= (long double)tau;
+  }
+  return m;
+}
+std::vector<uint8_t> brute_relaxed(const std::vector<float>& y, double tau) {
+  // |y|·e^y compared after scaling both sides by e^(−max y): no overflow in long double either
+  long double my = -INFINITY;
+  for (float v : y) my = std::max(my, (long double)v);
+  long double best = 0;
+  std::vector<long double> a(y.size());
+  for (size_t j = 0; j < y.size(); ++j) best = std::max(best, a[j] = std::fabs((long double)y[j]) * std::exp((long double)y[j] - my));
+  std::vector<uint8_t> m(y.size());
+  for (size_t j = 0; j < y.size(); ++j) m[j] = a[j] >= (long double)tau * best;
+  return m;
+}
+
+size_t count(const std::vector<uint8_t>& m) { return size_t(std::count(m.begin(), m.end(), uint8_t(1))); }
+
+}  // namespace
+
+TEST_CASE("strict and relaxed rules equal their definitions on random rows (ties, zeros, huge, tiny)") {
+  int agree = 0, rows = 0;
+  for (int r = 0; r < 400; ++r) {
+    const size_t n = 1 + size_t(random_word(9, 0, uint64_t(r)) % 300);
+    const auto y = test_row(r, n);
+    for (double tau : {1e-3, 5e-2, 1.0, 20.0}) {
+      LampSpec s;
+      s.tau = tau;
+      std::vector<uint8_t> m(n);
+      const size_t c = lamp_select_row(s, y, int64_t(n - 1), m, 0);
+      const auto want = brute_strict(y, tau);
+      agree += m == want && c == count(want);
+      ++rows;
+    }
+    for (double tau : {0.9, 0.09, 9e-3, 9e-5}) {
+      LampSpec s;
+      s.rule = LampRule::relaxed;
+      s.tau = tau;
+      std::vector<uint8_t> m(n);
+      const size_t c = lamp_select_row(s, y, int64_t(n - 1), m, 0);
+      const auto want = brute_relaxed(y, tau);
+      agree += m == want && c == count(want);
+      ++rows;
+    }
+  }
+  CHECK(agree == rows);
+}
+
+TEST_CASE("τ = 0 selects every entry, τ = ∞ none; length scaling; masked keys never enter a row") {
+  const auto y = test_row(3, 50);
+  for (LampRule rule : {LampRule::strict, LampRule::relaxed}) {
+    LampSpec s;
+    s.rule = rule;
+    std::vector<uint8_t> m(50);
+    s.tau = 0;
+    CHECK(lamp_select_row(s, y, 49, m, 0) == 50);
+    s.tau = std::numeric_limits<double>::infinity();
+    CHECK(lamp_select_row(s, y, 49, m, 0) == 0);
+  }
+  LampSpec s;
+  s.tau = 0.01;
+  s.length_scaled = true;
+  CHECK(lamp_tau(s, 0) == Approx(0.32));
+  CHECK(lamp_tau(s, 1023) == Approx(0.01));
+  s.tau = 50;
+  CHECK(lamp_tau(s, 100) == 1.0);  // min(1, ·)
+  // a row's selection depends only on its causal prefix: −inf (masked) scores are not part of it
+  std::vector<uint8_t> a(20), b(30);
+  std::vector<float> longer = test_row(4, 30);
+  std::vector<float> prefix(longer.begin(), longer.begin() + 20);
+  LampSpec t;
+  t.tau = 0.05;
+  CHECK(lamp_select_row(t, prefix, 19, a, 0) == lamp_select_row(t, std::span<const float>(longer.data(), 20), 19, b, 0));
+}
+
+TEST_CASE("random control: exactly the rule's count per row, among the causal positions, reproducible") {
+  for (int r = 0; r < 100; ++r) {
+    const size_t n = 2 + size_t(r);
+    const auto y = test_row(r, n);
+    LampSpec s;
+    s.tau = 0.05;
+    std::vector<uint8_t> rule(n), rnd(n), again(n), other(n);
+    const size_t c = lamp_select_row(s, y, int64_t(n - 1), rule, 0);
+    s.random_control = true;
+    s.seed = 5;
+    CHECK(lamp_select_row(s, y, int64_t(n - 1), rnd, uint64_t(r)) == c);
+    CHECK(count(rnd) == c);
+    lamp_select_row(s, y, int64_t(n - 1), again, uint64_t(r));
+    CHECK(rnd == again);
+    s.seed = 6;
+    lamp_select_row(s, y, int64_t(n - 1), other, uint64_t(r));
+    if (c > 0 && c < n && n > 8) CHECK(other != rnd);
+  }
+}
+
+TEST_CASE("activation and LayerNorm rules equal their definitions") {
+  for (int r = 0; r < 50; ++r) {
+    const size_t n = 10 + size_t(r);
+    std::vector<double> y(n), d(n), g(n);
+    for (size_t j = 0; j < n; ++j) {
+      y[j] = double(test_row(r, n)[j]) / std::pow(10.0, double(int(r % 13) - 6)) * 3;
+      d[j] = 1 / (1 + std::exp(-y[j]));  // σ' of SiLU-ish: any positive derivative
+      g[j] = 0.5 + double(j % 3);
+    }
+    std::vector<uint8_t> m(n);
+    const double tau = 0.3;
+    size_t want = 0;
+    for (size_t j = 0; j < n; ++j) want += std::abs(d[j]) * std::abs(y[j]) >= tau;
+    CHECK(lamp_select_activation(y, d, tau, m) == want);
+    // LayerNorm: the selected set is the largest κ, and what is left sums to ≤ τ (and would not
+    // if the smallest selected one were dropped)
+    double mean = 0, var = 0;
+    for (double v : y) mean += v;
+    mean /= double(n);
+    for (double v : y) var += (v - mean) * (v - mean);
+    const double sigma = std::sqrt(var / double(n) + 1e-5);
+    std::vector<double> k(n);
+    for (size_t j = 0; j < n; ++j) k[j] = std::abs(y[j]) * std::abs(g[j]) / sigma;
+    const double budget = 0.2 * std::accumulate(k.begin(), k.end(), 0.0);
+    const size_t c = lamp_select_layernorm(y, g, 1e-5, budget, m);
+    double rest = 0, min_sel = INFINITY, max_rest = 0;
+    for (size_t j = 0; j < n; ++j) {
+      if (m[j]) min_sel = std::min(min_sel, k[j]);
+      else rest += k[j], max_rest = std::max(max_rest, k[j]);
+    }
+    CHECK(rest <= budget * (1 + 1e-12));
+    CHECK(max_rest <= min_sel);
+    if (c > 0) CHECK(rest + min_sel > budget);
+  }
+}
+
+TEST_CASE("forward with LAMP: τ = 0 is the FP32 reference, τ = ∞ is uniform ps<μ>, bit for bit") {
+  const std::string dir = std::string(MANTIS_SOURCE_DIR) + "/tests/data/reference/";
+  for (const char* name : {"gpt2_erf", "llama_gqa"}) {
+    const Model m = load_model(dir + name);
+    std::vector<int32_t> tokens(130);
+    for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = int32_t(random_word(2, 0, i) % uint32_t(m.cfg.vocab));
+    const Matrix<float> fp32 = forward<float>(m, tokens);
+    for (int mu : {4, 10}) {
+      for (LampRule rule : {LampRule::strict, LampRule::relaxed}) {
+        INFO(name << " mu " << mu << " " << to_string(rule));
+        Policy p = lamp_policy(mu);
+        const Matrix<float> uniform = forward<float>(m, tokens, p);
+        p.lamp = LampSpec{};
+        p.lamp->rule = rule;
+        p.lamp->tau = 0;
+        ForwardStats st;
+        const Matrix<float> all = forward<float>(m, tokens, p, &st);
+        CHECK(std::memcmp(all.data(), fp32.data(), size_t(all.size()) * 4) == 0);
+        REQUIRE(st.lamp_selected.size() == size_t(m.cfg.layers));
+        CHECK(st.lamp_selected == st.lamp_entries);
+        CHECK(st.lamp_entries[0] == uint64_t(m.cfg.heads) * 130 * 131 / 2);
+        p.lamp->tau = std::numeric_limits<double>::infinity();
+        const Matrix<float> none = forward<float>(m, tokens, p, &st);
+        CHECK(std::memcmp(none.data(), uniform.data(), size_t(none.size()) * 4) == 0);
+        CHECK(st.lamp_selected[0] == 0);
+        // in between: some recomputed, and closer to FP32 than uniform
+        p.lamp->tau = rule == LampRule::strict ? 0.05 : 0.03;
+        const Matrix<float> mid = forward<float>(m, tokens, p, &st);
+        const uint64_t sel = std::accumulate(st.lamp_selected.begin(), st.lamp_selected.end(), uint64_t(0));
+        CHECK(sel > 0);
+        CHECK(sel < std::accumulate(st.lamp_entries.begin(), st.lamp_entries.end(), uint64_t(0)));
+        CHECK((mid - fp32).cwiseAbs().maxCoeff() <= (uniform - fp32).cwiseAbs().maxCoeff());
+        // random control: the same count per row, so the same total in the first layer
+        p.lamp->random_control = true;
+        ForwardStats sr;
+        forward<float>(m, tokens, p, &sr);
+        CHECK(sr.lamp_selected[0] == st.lamp_selected[0]);  // later layers see other inputs
+      }
+    }
+  }
+}
+
+TEST_CASE("the [lamp] policy table: parsing and errors") {
+  const Policy p = policy_from_toml(R"(
+[site."attn.qk"]
+accumulation = "strict"
+accumulator = "ps7"
+output = "ps7"
+[lamp]
+rule = "relaxed"
+tau = 0.03
+length_scaling = true
+random = true
+seed = 4
+recompute = "bf16"
+)", "lamp.toml");
+  REQUIRE(p.lamp);
+  CHECK(p.lamp->rule == LampRule::relaxed);
+  CHECK(p.lamp->tau == 0.03);
+  CHECK(p.lamp->length_scaled);
+  CHECK(p.lamp->random_control);
+  CHECK(p.lamp->recompute->name == "bf16");
+  CHECK_FALSE(p.forward_is_native());
+  CHECK_THAT(describe(p), Catch::Contains("lamp: relaxed tau 0.03"));
+  auto err = [](const std::string& t) {
+    try {
+      policy_from_toml(t, "l.toml");
+    } catch (const InputError& e) {
+      return std::string(e.what());
+    }
+    return std::string("(none)");
+  };
+  CHECK_THAT(err("[lamp]\nrule = \"greedy\"\n"), Catch::Contains("unknown LAMP rule 'greedy'"));
+  CHECK_THAT(err("[lamp]\ntau = -1\n"), Catch::Contains("must be ≥ 0"));
+  CHECK_THAT(err("[lamp]\ntaus = 1\n"), Catch::Contains("unknown key 'taus' in [lamp]"));
+  CHECK_THAT(err("[lamp]\nrecompute = \"fp64\"\n"), Catch::Contains("does not fit binary32"));
+}
