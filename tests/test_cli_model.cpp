@@ -53,6 +53,20 @@ std::string model_dir(const std::string& name, const ModelConfig& c) {
   return d.string();
 }
 
+// A random model with large weights (std ≈ 0.3): attention scores of order 1, so low-precision
+// scores change the output (GPT-2's 0.02 init gives near-uniform attention).
+std::string sharp_model_dir(const std::string& name, const ModelConfig& c) {
+  const fs::path d = scratch_dir() / name;
+  if (!fs::exists(d / "config.json")) {
+    Model m = init_model(c, 9);
+    for (auto& [k, t] : m.params)
+      if (t.shape.size() == 2)
+        for (float& x : t.data) x *= 15.0f;
+    save_model(m, d.string());
+  }
+  return d.string();
+}
+
 std::string ids_text(const std::vector<int32_t>& v) {
   std::string s;
   for (size_t i = 0; i < v.size(); ++i) {
@@ -341,4 +355,53 @@ checkpoint_every = 2
               {"bad-train.toml:3", "unknown key 'batchsize' in [train]"});
   check_error(run({"train", cfg.string()}), {"no output directory"});
   check_error(run({"train", (scratch_dir() / "none.toml").string(), "-o", "x"}), {"none.toml"});
+}
+
+TEST_CASE("lamp sweep: cells, one cell at a time, resume, merge, and what the cells must show", "[cli][lamp]") {
+  const std::string dir = sharp_model_dir("sharp-llama", bytes_llama());
+  const fs::path out = scratch_dir() / "lamp-sweep";
+  const fs::path cfg = write_config("lamp.toml", "model = \"" + dir + "\"\nout = \"" + out.string() +
+                                                     "\"\ndata = \"austen/validation\"\nseqs = 2\nctx = 40\n"
+                                                     "mu = [4]\nstrict_tau = [0, 0.05]\nrelaxed_tau = [0.3]\n");
+  const Result list = run({"lamp", "sweep", cfg.string(), "--cells"});
+  REQUIRE(list.status == 0);
+  const auto names = lines(list.out);
+  REQUIRE(names.size() == 8);  // fp32, uniform ps4, strict 0 (rule, random), strict 0.05 (2), relaxed 0.3 (2)
+  CHECK(names[1] == "1\tuniform ps4");
+  CHECK(names[2] == "2\tps4 strict tau=0");
+  CHECK(names[7] == "7\tps4 relaxed tau=0.3 random");
+
+  REQUIRE(run({"lamp", "sweep", cfg.string(), "--cell", "4", "-q"}).status == 0);
+  CHECK(fs::exists(out / "cells" / "4.json"));
+  CHECK_FALSE(fs::exists(out / "results.csv"));  // one shard: no merge yet
+  const std::string cell4 = slurp(out / "cells" / "4.json");
+  const Result all = run({"lamp", "sweep", cfg.string(), "-q"});
+  INFO(flat(all.err));
+  REQUIRE(all.status == 0);
+  CHECK(slurp(out / "cells" / "4.json") == cell4);  // resumed: the finished cell was not redone
+  const auto res = nlohmann::json::parse(slurp(out / "results.json"))["cells"];
+  REQUIRE(res.size() == 8);
+  CHECK(res[0]["kl"].get<double>() == 0.0);                  // FP32 against itself
+  CHECK(res[1]["kl"].get<double>() > 0);                     // uniform ps4
+  CHECK(res[2]["kl"].get<double>() == 0.0);                  // τ = 0: everything recomputed = FP32
+  CHECK(res[2]["recompute_rate"].get<double>() == 1.0);
+  CHECK(res[4]["recompute_rate"].get<double>() > 0);
+  CHECK(res[4]["recompute_rate"].get<double>() < 1);
+  CHECK(res[4]["kl"].get<double>() < res[1]["kl"].get<double>());
+  CHECK(res[5]["random_control"].get<bool>());
+  CHECK(lines(slurp(out / "results.csv")).size() == 9);
+  const auto man = nlohmann::json::parse(slurp(out / "manifest.json"));
+  CHECK(man["cells"] == 8);
+  CHECK(man["cells_missing"] == 0);
+  CHECK(man["data"]["windows"] == 2);
+  // --merge alone re-merges; a directory holding another sweep's cells is refused
+  CHECK(run({"lamp", "sweep", cfg.string(), "--merge", "-q"}).status == 0);
+  const fs::path other = write_config("lamp-other.toml", "model = \"" + dir + "\"\nout = \"" + out.string() +
+                                                             "\"\ndata = \"austen/validation\"\nseqs = 2\nctx = 40\n"
+                                                             "mu = [7]\nstrict_tau = [0]\nrelaxed_tau = []\n");
+  check_error(run({"lamp", "sweep", other.string(), "--merge"}), {"another sweep"});
+  check_error(run({"lamp", "sweep", cfg.string(), "--cell", "8"}), {"--cell 8", "0..7"});
+  check_error(run({"lamp", "sweep", write_config("lamp-bad.toml", "model = \"x\"\nmu = [30]\n").string()}), {"30"});
+  check_error(run({"lamp", "sweep", write_config("lamp-bad2.toml", "modle = \"x\"\n").string()}), {"unknown key 'modle'"});
+  check_error(run({"lamp", "run", cfg.string()}), {"run"});
 }

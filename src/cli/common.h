@@ -62,6 +62,12 @@ struct TrainArgs {
   int threads = 0;
   bool progress = false, quiet = false;
 };
+struct LampArgs {
+  std::string action, config, out;
+  int cell = -1;
+  bool list = false, merge = false, quiet = false;
+  int threads = 0;
+};
 struct TokenizeArgs {
   std::string tokenizer = "gpt2";
 };
@@ -93,6 +99,7 @@ int run_shards(const ShardsArgs& a);
 int run_logits(const LogitsArgs& a);
 int run_eval(const EvalArgs& a);
 int run_train(const TrainArgs& a);
+int run_lamp(const LampArgs& a);
 
 // ---------------------------------------------------------------- text input
 std::string read_all_stdin();

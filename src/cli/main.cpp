@@ -1,5 +1,5 @@
 // mantis — command-line front end: formats, round, dot, bench, verify, sweep, tokenize, detokenize,
-// shards, logits, eval, train.
+// shards, logits, eval, train, lamp.
 //
 // Exit status: 0 success; 1 a check failed (verify found mismatches); 2 a usage or input error
 // (exactly one line "mantis: error: …" on stderr); 3 an internal error.
@@ -21,7 +21,7 @@
 namespace {
 
 constexpr const char* kSubcommands[] = {"formats", "round",     "dot",        "bench",  "verify", "sweep",
-                                        "tokenize", "detokenize", "shards", "logits", "eval",  "train"};
+                                        "tokenize", "detokenize", "shards", "logits", "eval",  "train", "lamp"};
 
 // One line, no trailing newline characters inside.
 std::string one_line(std::string s) {
@@ -252,6 +252,22 @@ int run(int argc, char** argv) {
   train->add_flag("--progress", tra.progress, "progress bar on stderr even when it is not a terminal");
   train->add_flag("--quiet,-q", tra.quiet, "no progress bar");
 
+  // lamp
+  LampArgs lpa;
+  auto* lamp = app.add_subcommand(
+      "lamp",
+      "LAMP study: `mantis lamp sweep CONFIG.toml` runs FP32, uniform ps<μ> and LAMP (strict / relaxed τ, with and "
+      "without the random control) on the same held-out windows; resumable cells, CSV + JSON + manifest "
+      "(experiments/lamp/)");
+  lamp->add_option("action", lpa.action, "sweep")->required()->check(CLI::IsMember({"sweep"}));
+  lamp->add_option("config", lpa.config, "sweep configuration (TOML)")->required();
+  lamp->add_flag("--cells", lpa.list, "list the cells (index, name) and exit");
+  lamp->add_option("--cell", lpa.cell, "run only this cell (results merge later)")->check(CLI::Range(0, 1 << 30));
+  lamp->add_flag("--merge", lpa.merge, "only merge the cell results already in the output directory");
+  lamp->add_option("--out,-o", lpa.out, "output directory (overrides the config's out)");
+  lamp->add_option("--threads,-j", lpa.threads, "CPU threads (default: OpenMP's)")->check(CLI::Range(1, 4096));
+  lamp->add_flag("--quiet,-q", lpa.quiet, "no progress");
+
   // An unknown first word is an unknown subcommand, not "an unexpected argument".
   if (argc > 1 && argv[1][0] != '-' &&
       std::none_of(std::begin(kSubcommands), std::end(kSubcommands),
@@ -284,6 +300,7 @@ int run(int argc, char** argv) {
   if (*logits) return run_logits(la);
   if (*eval) return run_eval(ea);
   if (*train) return run_train(tra);
+  if (*lamp) return run_lamp(lpa);
   return fail("no subcommand given");
 }
 
