@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # Quick start, step 1: install what is missing, build, and run the main job on the shipped
-# default (experiments/mu-sweep.toml: error of strictly accumulated dot products and GEMMs
-# for μ = 1..23), writing results/mu-sweep/{results.csv,results.json}.
+# default: the trained LLaMA-style byte model (models/llama-bytes) evaluated under LAMP's uniform
+# low-precision policy (attention scores in ps4, experiments/policies/lamp-ps4.toml) against its
+# FP32 run on 32 windows of the held-out test text; prints KL, top-1 flips, perplexities and
+# writes results/eval-llama-bytes-ps4/{results.csv,results.json,manifest.json}.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh build
-exec build/src/cli/mantis sweep experiments/mu-sweep.toml --out results/mu-sweep "$@"
+exec build/src/cli/mantis eval --model models/llama-bytes --policy experiments/policies/lamp-ps4.toml \
+  --data test --seqs 32 --out results/eval-llama-bytes-ps4 "$@"

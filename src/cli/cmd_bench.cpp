@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "common.h"
+#include "checkpoint.h"
 #include "forward.h"
 #include "gemm.h"
 #include "model.h"
@@ -171,46 +172,69 @@ int bench_gemm(const BenchArgs& a) {
   return 0;
 }
 
-// Forward tokens/s of a randomly initialised GPT-2-shaped model (init_model), one sequence of
-// --ctx tokens, under the native FP32 policy and under LAMP's ps4 policy, interleaved per rep.
+// Forward tokens/s of one sequence of --ctx tokens: a randomly initialised GPT-2-shaped model
+// (init_model), or --model's checkpoint, under the native FP32 policy, LAMP's uniform ps4 policy
+// and LAMP strict τ = 1 over ps4 (recomputing in FP32), interleaved per rep.
 int bench_forward(const BenchArgs& a) {
-  ModelConfig c;  // GPT-2 small unless overridden
-  c.layers = a.layers, c.dim = a.dim, c.heads = a.heads, c.kv_heads = a.heads, c.hidden = 4 * a.dim, c.ctx = a.ctx;
-  const Model m = init_model(c, 1);
-  std::vector<int32_t> tokens(size_t(c.ctx));
+  Model m;
+  if (!a.model.empty()) {
+    m = load_model(a.model);
+  } else {
+    ModelConfig c;  // GPT-2 small unless overridden
+    c.layers = a.layers, c.dim = a.dim, c.heads = a.heads, c.kv_heads = a.heads, c.hidden = 4 * a.dim, c.ctx = a.ctx;
+    m = init_model(c, 1);
+  }
+  const ModelConfig& c = m.cfg;
+  const int T = a.model.empty() ? c.ctx : std::min(a.ctx, c.ctx);
+  std::vector<int32_t> tokens(static_cast<size_t>(T));
   for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = int32_t(random_word(3, 0, i) % uint32_t(c.vocab));
-  const Policy lamp = lamp_policy(4);
+  const Policy uniform = lamp_policy(4);
+  Policy lamp = uniform;
+  lamp.lamp = LampSpec{};  // strict, τ = 1, FP32 recompute
   ojson results = ojson::array();
   if (!a.json) {
-    std::printf("forward, GPT-2 shape L=%d C=%d NH=%d V=%d, T=%d tokens, random weights; median of %d\n", c.layers,
-                c.dim, c.heads, c.vocab, c.ctx, a.reps);
-    std::printf("%7s %14s %14s %16s\n", "threads", "fp32 tok/s", "lamp-ps4 tok/s", "lamp/fp32 time");
+    std::printf("forward, %s L=%d C=%d NH=%d V=%d, T=%d tokens, %s; median of %d\n",
+                c.arch == Arch::gpt2 ? "gpt2" : "llama", c.layers, c.dim, c.heads, c.vocab, T,
+                a.model.empty() ? "random weights" : a.model.c_str(), a.reps);
+    std::printf("%7s %12s %14s %14s %13s %13s %10s\n", "threads", "fp32 tok/s", "ps4 tok/s", "lamp tok/s",
+                "ps4/fp32", "lamp/ps4", "recompute");
     std::fflush(stdout);
   }
   for (int th : a.threads) {
     set_num_threads(th);
+    ForwardStats st;
     auto fp32 = [&] { forward<float>(m, tokens); };
-    auto low = [&] { forward<float>(m, tokens, lamp); };
+    auto low = [&] { forward<float>(m, tokens, uniform); };
+    auto lmp = [&] { forward<float>(m, tokens, lamp, &st); };
     fp32();
     low();
-    std::vector<double> tf, tl;
+    lmp();
+    std::vector<double> tf, tl, tp;
     for (int r = 0; r < a.reps; ++r) {
       tf.push_back(time_once(fp32));
       tl.push_back(time_once(low));
+      tp.push_back(time_once(lmp));
     }
-    const double sf = median(tf), sl = median(tl), T = double(c.ctx);
+    uint64_t sel = 0, all = 0;
+    for (size_t l = 0; l < st.lamp_selected.size(); ++l) sel += st.lamp_selected[l], all += st.lamp_entries[l];
+    const double sf = median(tf), sl = median(tl), sp = median(tp), n = double(T);
     results.push_back(ojson{{"threads", th},
+                            {"model", a.model.empty() ? "random" : a.model},
                             {"layers", c.layers},
                             {"dim", c.dim},
                             {"heads", c.heads},
-                            {"ctx", c.ctx},
+                            {"ctx", T},
                             {"fp32_seconds", sf},
-                            {"fp32_tokens_per_s", T / sf},
+                            {"fp32_tokens_per_s", n / sf},
                             {"lamp_ps4_seconds", sl},
-                            {"lamp_ps4_tokens_per_s", T / sl},
-                            {"lamp_over_fp32", sl / sf}});
+                            {"lamp_ps4_tokens_per_s", n / sl},
+                            {"lamp_over_fp32", sl / sf},
+                            {"lamp_strict_tau1_seconds", sp},
+                            {"lamp_strict_tau1_over_uniform_ps4", sp / sl},
+                            {"lamp_strict_tau1_recompute_rate", double(sel) / double(all)}});
     if (!a.json) {
-      std::printf("%7d %14.1f %14.1f %16.2f\n", th, T / sf, T / sl, sl / sf);
+      std::printf("%7d %12.1f %14.1f %14.1f %13.2f %13.2f %10.5f\n", th, n / sf, n / sl, n / sp, sl / sf, sp / sl,
+                  double(sel) / double(all));
       std::fflush(stdout);
     }
   }

@@ -39,6 +39,7 @@ struct BenchArgs {
   std::vector<int> sizes{256, 512};  // gemm: square shapes
   int layers = 12, dim = 768, heads = 12, ctx = 1024;  // forward: the model (GPT-2 small)
   std::string config = std::string(MANTIS_SOURCE_DIR) + "/experiments/train-gpt2-bytes.toml";  // train
+  std::string model;  // forward: a checkpoint instead of the random GPT-2-shaped model
 };
 struct VerifyArgs {
   bool exhaustive = false;

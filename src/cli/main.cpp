@@ -128,13 +128,14 @@ int run(int argc, char** argv) {
       "bench",
       "round: ns per element of out-of-place round_array (double and float arrays; bf16, fp16, ps4; "
       "rne, sr) beside memcpy of the same array. gemm: GFLOP/s of strict GEMM with a ps4 "
-      "accumulator beside Eigen's float GEMM. forward: tokens/s of a random GPT-2-shaped model, FP32 and LAMP's "
-      "ps4 policy. train: training tokens/s of --config, without and with 4-bit saved activations. Medians over "
+      "accumulator beside Eigen's float GEMM. forward: tokens/s of a random GPT-2-shaped model (or --model), FP32, "
+      "LAMP's uniform ps4 policy and LAMP strict tau = 1. train: training tokens/s of --config, without and with 4-bit saved activations. Medians over "
       "--reps after one warm-up.");
   bench->add_option("benchmark", ba.what, "round, gemm, forward or train")
       ->required()
       ->check(CLI::IsMember({"round", "gemm", "forward", "train"}));
   bench->add_option("--config", ba.config, "train: the training configuration")->capture_default_str();
+  bench->add_option("--model", ba.model, "forward: measure this checkpoint (--ctx caps its context) instead");
   bench->add_flag("--json", ba.json, "print JSON instead of a table");
   bench->add_option("--reps", ba.reps, "timed repetitions (median)")->capture_default_str()->check(CLI::Range(1, 100000));
   bench->add_option("--threads,-j", ba.threads, "thread counts to measure (comma-separated)")
