@@ -11,26 +11,18 @@
 #include "backward.h"
 #include "checkpoint.h"
 #include "mantis_config.h"
+#include "testutil.h"
 #include "metrics.h"
 #include "philox.h"
 #include "round_array.h"
 #include "tape.h"
 
 using namespace mantis;
+using mantis::test::read_raw;
 
 namespace {
 
 const std::string kRefDir = std::string(MANTIS_SOURCE_DIR) + "/tests/data/reference/";
-
-template <class T>
-std::vector<T> read_raw(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) FAIL("cannot read " << path << " (run tests/reference/torch_reference.py)");
-  std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  std::vector<T> v(bytes.size() / sizeof(T));
-  std::memcpy(v.data(), bytes.data(), v.size() * sizeof(T));
-  return v;
-}
 
 struct Ref {
   Model model;

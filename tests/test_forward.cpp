@@ -24,27 +24,19 @@
 #include "checkpoint.h"
 #include "forward.h"
 #include "mantis_config.h"
+#include "testutil.h"
 #include "metrics.h"
 #include "philox.h"
 #include "policy.h"
 #include "round_array.h"
 
 using namespace mantis;
+using mantis::test::read_raw;
 using Catch::Contains;
 
 namespace {
 
 const std::string kRefDir = std::string(MANTIS_SOURCE_DIR) + "/tests/data/reference/";
-
-template <class T>
-std::vector<T> read_raw(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) FAIL("cannot read " << path << " (run tests/reference/torch_reference.py)");
-  std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  std::vector<T> v(bytes.size() / sizeof(T));
-  std::memcpy(v.data(), bytes.data(), v.size() * sizeof(T));
-  return v;
-}
 
 struct Reference {
   Model model;

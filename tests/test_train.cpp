@@ -11,24 +11,18 @@
 #include "checkpoint.h"
 #include "io.h"
 #include "mantis_config.h"
+#include "testutil.h"
 #include "optim.h"
 #include "round_array.h"
 #include "train.h"
 
 using namespace mantis;
+using mantis::test::read_raw;
 namespace fs = std::filesystem;
 
 namespace {
 
 const std::string kRefDir = std::string(MANTIS_SOURCE_DIR) + "/tests/data/reference/";
-
-template <class T>
-std::vector<T> read_raw(const std::string& path) {
-  const std::string b = read_file(path);
-  std::vector<T> v(b.size() / sizeof(T));
-  std::memcpy(v.data(), b.data(), v.size() * sizeof(T));
-  return v;
-}
 
 fs::path scratch() {
   static const fs::path dir = [] {

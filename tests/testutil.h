@@ -2,12 +2,27 @@
 #pragma once
 
 #include <cstdint>
+#include <cstring>
+#include <fstream>
+#include <iterator>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "format.h"
 
 namespace mantis::test {
+
+// A raw little-endian array file (tests/reference/*.py writes them) as T values.
+template <class T>
+std::vector<T> read_raw(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw std::runtime_error("cannot read " + path + " (run tests/reference/torch_reference.py)");
+  const std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::vector<T> v(bytes.size() / sizeof(T));
+  std::memcpy(v.data(), bytes.data(), v.size() * sizeof(T));
+  return v;
+}
 
 // Scale factor for sample counts (MANTIS_TEST_SCALE, default 1; the sanitizer job uses less).
 double scale();
