@@ -202,19 +202,8 @@ void gelu_backward(const Matrix<T>& pre, bool tanh_approx, Matrix<T>& d) {
   const Index n = pre.size();
   const T* x = pre.data();
   T* g = d.data();
-  const T k = T(0.7978845608028654), c = T(0.044715), r2 = T(0.7071067811865476), inv_sqrt_2pi = T(0.3989422804014327);
 #pragma omp parallel for schedule(static)
-  for (Index i = 0; i < n; ++i) {
-    const T v = x[i];
-    T dg;
-    if (tanh_approx) {
-      const T th = std::tanh(k * (v + c * v * v * v));
-      dg = T(0.5) * (T(1) + th) + T(0.5) * v * (T(1) - th * th) * k * (T(1) + T(3) * c * v * v);
-    } else {
-      dg = T(0.5) * (T(1) + std::erf(v * r2)) + v * inv_sqrt_2pi * std::exp(T(-0.5) * v * v);
-    }
-    g[i] *= dg;
-  }
+  for (Index i = 0; i < n; ++i) g[i] *= detail::gelu_grad(x[i], tanh_approx);
 }
 
 // RoPE's inverse rotation of the gradient d [T, nh·HS].
@@ -427,8 +416,8 @@ void llama_backward(const Model& m, std::span<const int32_t> tokens, const Tape<
 #pragma omp parallel for schedule(static)
       for (Index i = 0; i < n; ++i) {
         const T sg = T(1) / (T(1) + std::exp(-gp[i]));
-        du[i] = dg[i] * gp[i] * sg;                               // d up = dh ⊙ silu(g)
-        dg[i] = dg[i] * up[i] * sg * (T(1) + gp[i] * (T(1) - sg));  // d gate
+        du[i] = dg[i] * gp[i] * sg;                           // d up = dh ⊙ silu(g)
+        dg[i] = dg[i] * up[i] * detail::silu_grad(gp[i]);    // d gate
       }
     }
     const Matrix<T>& xn2 = saved.get(l, Unit::fc, lt.xn2);

@@ -282,6 +282,79 @@ void attention_forward(const Policy& pol, int l, const Eigen::Ref<const Matrix<T
 }
 
 // ---------------------------------------------------------------------------------------------
+// LAMP at the activation and at the norm inputs (policy.lamp_activation / lamp_layernorm)
+
+SitePolicy recompute_site(const std::optional<Format>& f) {
+  SitePolicy r;  // native binary32, or strict in f rounded to f
+  if (f) r.accumulation = Accumulation::strict, r.accumulator = r.output = f;
+  return r;
+}
+
+// y [T,N] = A·Wᵀ + b was computed at the site's precision; entries with |σ'(y)|·|y| ≥ τ take the
+// recomputed product. Returns how many.
+template <class T, class W, class DSigma>
+uint64_t lamp_activation_fix(const LampSiteSpec& s, const Matrix<T>& A, const W& w, const T* bias, Matrix<T>& y,
+                             uint64_t stream, DSigma dsigma) {
+  Matrix<T> yh(y.rows(), y.cols());  // [T,N]
+  site_gemm<T>(recompute_site(s.recompute), A, w, true, yh, stream, T(1), bias);
+  const size_t n = size_t(y.cols());
+  std::vector<double> yd(n), dd(n);
+  std::vector<uint8_t> mark(n);
+  uint64_t sel = 0;
+  for (Index t = 0; t < y.rows(); ++t) {
+    for (size_t j = 0; j < n; ++j) yd[j] = double(y(t, Index(j))), dd[j] = double(dsigma(y(t, Index(j))));
+    sel += lamp_select_activation(yd, dd, s.tau, mark);
+    for (size_t j = 0; j < n; ++j)
+      if (mark[j]) y(t, Index(j)) = yh(t, Index(j));
+  }
+  return sel;
+}
+
+// y [T,C] = A·Wᵀ + b (a projection) is about to be added to the residual stream r [T,C], whose sum
+// the next norm (weight γ) reads: greedy on κ_j = |r_j + y_j|·|γ_j|/σ, the selected y_j take the
+// recomputed product. Returns how many.
+template <class T, class W>
+uint64_t lamp_layernorm_fix(const LampSiteSpec& s, const Matrix<T>& A, const W& w, const T* bias, const Matrix<T>& r,
+                            Matrix<T>& y, const T* gamma, T eps, uint64_t stream) {
+  Matrix<T> yh(y.rows(), y.cols());  // [T,C]
+  site_gemm<T>(recompute_site(s.recompute), A, w, true, yh, stream, T(1), bias);
+  const size_t n = size_t(y.cols());
+  std::vector<double> xin(n), g(n);
+  std::vector<uint8_t> mark(n);
+  for (size_t j = 0; j < n; ++j) g[j] = double(gamma[j]);
+  uint64_t sel = 0;
+  for (Index t = 0; t < y.rows(); ++t) {
+    for (size_t j = 0; j < n; ++j) xin[j] = double(r(t, Index(j)) + y(t, Index(j)));
+    sel += lamp_select_layernorm(xin, g, double(eps), s.tau, mark);
+    for (size_t j = 0; j < n; ++j)
+      if (mark[j]) y(t, Index(j)) = yh(t, Index(j));
+  }
+  return sel;
+}
+
+// The model functions' two LAMP hooks: act(l, A, W, bias, y, σ') after the mlp.fc GEMM and
+// ln(l, A, W, bias, γ) after a projection whose output y is added to the residual stream x.
+// No-ops unless the policy asks (and for the binary64 reference, which takes no LAMP).
+template <class T>
+auto lamp_hooks(const Policy& pol, ForwardStats* stats, T eps, const Matrix<T>& x, Matrix<T>& y) {
+  auto act = [&pol, stats](int l, const Matrix<T>& A, const auto& w, const T* bias, Matrix<T>& out, auto dsigma) {
+    if constexpr (std::is_same_v<T, float>)
+      if (pol.lamp_activation) {
+        const uint64_t n = lamp_activation_fix<T>(*pol.lamp_activation, A, w, bias, out, 0, dsigma);
+        if (stats) stats->act_selected[size_t(l)] += n, stats->act_entries[size_t(l)] += uint64_t(out.size());
+      }
+  };
+  auto ln = [&pol, stats, eps, &x, &y](int l, const Matrix<T>& A, const auto& w, const T* bias, const T* gamma) {
+    if constexpr (std::is_same_v<T, float>)
+      if (pol.lamp_layernorm) {
+        const uint64_t n = lamp_layernorm_fix<T>(*pol.lamp_layernorm, A, w, bias, x, y, gamma, eps, 0);
+        if (stats) stats->ln_selected[size_t(l)] += n, stats->ln_entries[size_t(l)] += uint64_t(y.size());
+      }
+  };
+  return std::pair{act, ln};
+}
+
+// ---------------------------------------------------------------------------------------------
 // the two models
 
 template <class T>
@@ -302,6 +375,7 @@ Matrix<T> gpt2_forward(const Model& m, std::span<const int32_t> tokens, const Po
   Matrix<T> hid(T_, H);     // [T,H] MLP hidden activations
   for (Index t = 0; t < T_; ++t) x.row(t) = wte.row(tokens[size_t(t)]) + wpe.row(t);
   if (tape) tape->layers.assign(size_t(cfg.layers), {});
+  auto [act_lamp, ln_lamp] = lamp_hooks<T>(pol, stats, eps, x, y);
 
   for (int l = 0; l < cfg.layers; ++l) {
     detail::LayerTape<T>* lt = tape ? &tape->layers[size_t(l)] : nullptr;
@@ -328,14 +402,19 @@ Matrix<T> gpt2_forward(const Model& m, std::span<const int32_t> tokens, const Po
       lt->att = att;
     }
     site_gemm<T>(pol.at(Site::attn_proj, l), att, wo, true, y, stream_of(Site::attn_proj, l, 0), T(1), bo.data());
+    ln_lamp(l, att, wo, bo.data(), ln2w.data());
     x += y;
     if (lt) lt->x_mid = x;
     norm_forward<T>(pol.at(Site::ln, l), stream_of(Site::ln, l, 1), x, ln2w.data(), ln2b.data(), eps, xn);
     site_gemm<T>(pol.at(Site::mlp_fc, l), xn, wfc, true, hid, stream_of(Site::mlp_fc, l, 0), T(1), bfc.data());
+    act_lamp(l, xn, wfc, bfc.data(), hid, [&](T v) { return detail::gelu_grad(v, cfg.gelu_tanh); });
     if (lt) lt->xn2 = xn, lt->pre = hid;
     gelu_forward<T>(pol.at(Site::gelu, l), stream_of(Site::gelu, l, 0), cfg.gelu_tanh, hid);
     if (lt) lt->act = hid;
     site_gemm<T>(pol.at(Site::mlp_proj, l), hid, wpr, true, y, stream_of(Site::mlp_proj, l, 0), T(1), bpr.data());
+    if (pol.lamp_layernorm)  // the next norm: ln_1 of layer l+1, or ln_f
+      ln_lamp(l, hid, wpr, bpr.data(),
+              weight<T>(m, l + 1 < cfg.layers ? fmt::format("h.{}.ln_1.weight", l + 1) : "ln_f.weight", {C}).data());
     x += y;
   }
 
@@ -376,6 +455,7 @@ Matrix<T> llama_forward(const Model& m, std::span<const int32_t> tokens, const P
   Matrix<T> up(T_, H);     // [T,H] w3·x
   for (Index t = 0; t < T_; ++t) x.row(t) = emb.row(tokens[size_t(t)]);
   if (tape) tape->layers.assign(size_t(cfg.layers), {}), tape->rcos = rcos, tape->rsin = rsin;
+  auto [act_lamp, ln_lamp] = lamp_hooks<T>(pol, stats, eps, x, y);
 
   for (int l = 0; l < cfg.layers; ++l) {
     detail::LayerTape<T>* lt = tape ? &tape->layers[size_t(l)] : nullptr;
@@ -401,16 +481,21 @@ Matrix<T> llama_forward(const Model& m, std::span<const int32_t> tokens, const P
     attention_forward<T>(pol, l, q, k, v, NH, NKV, HS, att, lt ? &lt->probs : nullptr, stats);
     if (lt) lt->xn1 = xn, lt->q = q, lt->k = k, lt->v = v, lt->att = att;
     site_gemm<T>(pol.at(Site::attn_proj, l), att, wo, true, y, stream_of(Site::attn_proj, l, 0));
+    ln_lamp(l, att, wo, nullptr, fnorm.data());
     x += y;
     if (lt) lt->x_mid = x;
     norm_forward<T>(pol.at(Site::ln, l), stream_of(Site::ln, l, 1), x, fnorm.data(), nullptr, eps, xn);
     const SitePolicy& pfc = pol.at(Site::mlp_fc, l);
     site_gemm<T>(pfc, xn, w1, true, gate, stream_of(Site::mlp_fc, l, 0));
+    act_lamp(l, xn, w1, nullptr, gate, [](T v) { return detail::silu_grad(v); });
     site_gemm<T>(pfc, xn, w3, true, up, stream_of(Site::mlp_fc, l, 1));
     if (lt) lt->xn2 = xn, lt->pre = gate, lt->up = up;
     silu_forward<T>(pol.at(Site::silu, l), stream_of(Site::silu, l, 0), gate, up);
     if (lt) lt->act = gate;
     site_gemm<T>(pol.at(Site::mlp_proj, l), gate, w2, true, y, stream_of(Site::mlp_proj, l, 0));
+    if (pol.lamp_layernorm)  // the next norm: attention_norm of layer l+1, or the final norm
+      ln_lamp(l, gate, w2, nullptr,
+              weight<T>(m, l + 1 < cfg.layers ? fmt::format("layers.{}.attention_norm", l + 1) : "norm", {C}).data());
     x += y;
   }
 
@@ -502,7 +587,10 @@ template <class T>
 Matrix<T> forward(const Model& m, std::span<const int32_t> tokens, const Policy& policy, ForwardStats* stats) {
   check_forward_input<T>(m, tokens, policy);
   const ModelConfig& c = m.cfg;
-  if (stats) stats->lamp_selected.assign(size_t(c.layers), 0), stats->lamp_entries.assign(size_t(c.layers), 0);
+  if (stats)
+    for (auto* v : {&stats->lamp_selected, &stats->lamp_entries, &stats->act_selected, &stats->act_entries,
+                    &stats->ln_selected, &stats->ln_entries})
+      v->assign(size_t(c.layers), 0);
   return c.arch == Arch::gpt2 ? gpt2_forward<T>(m, tokens, policy, nullptr, stats)
                               : llama_forward<T>(m, tokens, policy, nullptr, stats);
 }

@@ -67,6 +67,8 @@ template <class T> using Matrix = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynami
 struct ForwardStats {
   // LAMP (policy.lamp), per layer: scores recomputed, and causal scores (NH·T(T+1)/2).
   std::vector<uint64_t> lamp_selected, lamp_entries;
+  // [lamp_activation], [lamp_layernorm], per layer: recomputed entries and entries considered.
+  std::vector<uint64_t> act_selected, act_entries, ln_selected, ln_entries;
 };
 
 // Logits [T_seq, V]. InputError: empty sequence, T_seq > ctx, a token outside [0, V), a missing

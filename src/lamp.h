@@ -18,8 +18,9 @@
 // Activations (diagonal Jacobian, f = σ elementwise on y): κ_j = |σ'(y_j)|·|y_j|, select κ_j ≥ τ.
 // LayerNorm (f = LN of the row y, J = (1/σ)·diag(γ)(I − 11ᵀ/n − ŷŷᵀ/n)): its columns have nearly
 //   equal norms, so κ_j ∝ |y_j|/σ·|γ_j|; greedy: sort by κ descending and select the largest
-//   until the remaining Σ κ_j ≤ τ. Both are reconstructions (the released code applies LAMP to
-//   attention scores only); see experiments/lamp/README.md for the derivation.
+//   until the remaining Σ κ_j ≤ τ (RMSNorm uses the same rule). Both are reconstructions (the
+//   released code applies LAMP to attention scores only); experiments/lamp/README.md derives them.
+//   The forward pass applies them as policy sites [lamp_activation] and [lamp_layernorm] (policy.h).
 #pragma once
 
 #include <cstdint>
@@ -32,6 +33,12 @@
 namespace mantis {
 
 enum class LampRule : uint8_t { strict, relaxed };
+
+// LAMP at an activation or a LayerNorm input (policy.h [lamp_activation], [lamp_layernorm]).
+struct LampSiteSpec {
+  double tau = 1.0;
+  std::optional<Format> recompute;  // nullopt: binary32
+};
 
 struct LampSpec {
   LampRule rule = LampRule::strict;

@@ -163,6 +163,35 @@ LampSpec parse_lamp(const toml::node& n, const std::string& source) {
   return s;
 }
 
+LampSiteSpec parse_lamp_site(const toml::node& n, const std::string& source, const char* name) {
+  auto line = [&](const toml::node& x) { return fmt::format("{}:{}", source, x.source().begin.line); };
+  if (!n.is_table()) throw InputError(fmt::format("{}: '{}' must be a table ([{}])", line(n), name, name));
+  const toml::table& t = *n.as_table();
+  for (auto&& [k, v] : t)
+    if (k.str() != "tau" && k.str() != "recompute")
+      throw InputError(fmt::format("{}: unknown key '{}' in [{}] (known: tau, recompute)", line(v), k.str(), name));
+  LampSiteSpec s;
+  try {
+    if (const toml::node* x = t.get("tau")) {
+      if (x->is_integer()) s.tau = double(x->as_integer()->get());
+      else if (x->is_floating_point()) s.tau = x->as_floating_point()->get();
+      else throw InputError("'tau' must be a number");
+      if (!(s.tau >= 0)) throw InputError(fmt::format("tau = {} must be ≥ 0 (inf allowed)", s.tau));
+    }
+    if (const toml::node* x = t.get("recompute")) {
+      if (!x->is_string()) throw InputError("'recompute' must be a format name");
+      const std::string f = x->as_string()->get();
+      if (f != "fp32") {
+        s.recompute = format_lookup(f);
+        if (!fits_float(*s.recompute)) throw InputError(fmt::format("recompute format {} does not fit binary32", f));
+      }
+    }
+  } catch (const InputError& e) {
+    throw InputError(fmt::format("{}: [{}]: {}", line(t), name, e.what()));
+  }
+  return s;
+}
+
 }  // namespace
 
 const char* to_string(Site s) { return kSiteNames[int(s)]; }
@@ -204,7 +233,7 @@ const SitePolicy& Policy::at(Site site, int l, Pass pass) const {
 }
 
 bool Policy::forward_is_native() const {
-  if (lamp) return false;
+  if (lamp || lamp_activation || lamp_layernorm) return false;
   for (auto& p : all)
     if (!p.is_native()) return false;
   for (auto& [k, p] : layer)
@@ -272,11 +301,13 @@ Policy policy_from_toml(const std::string& text, const std::string& source) {
   }
   auto line = [&](const toml::node& n) { return fmt::format("{}:{}", source, n.source().begin.line); };
   for (auto&& [k, v] : t)
-    if (k.str() != "site" && k.str() != "lamp")
-      throw InputError(fmt::format("{}: unknown key '{}' (known: site, as [site.\"<name>\"] tables, and [lamp])",
-                                   line(v), k.str()));
+    if (k.str() != "site" && k.str() != "lamp" && k.str() != "lamp_activation" && k.str() != "lamp_layernorm")
+      throw InputError(fmt::format("{}: unknown key '{}' (known: site, as [site.\"<name>\"] tables, [lamp], "
+                                   "[lamp_activation], [lamp_layernorm])", line(v), k.str()));
   Policy pol;
   if (const toml::node* l = t.get("lamp")) pol.lamp = parse_lamp(*l, source);
+  if (const toml::node* l = t.get("lamp_activation")) pol.lamp_activation = parse_lamp_site(*l, source, "lamp_activation");
+  if (const toml::node* l = t.get("lamp_layernorm")) pol.lamp_layernorm = parse_lamp_site(*l, source, "lamp_layernorm");
   const toml::node* sites = t.get("site");
   if (!sites) return pol;
   if (!sites->is_table())
@@ -385,6 +416,9 @@ std::string describe(const Policy& pol) {
                        pol.lamp->length_scaled ? ", length-scaled" : "",
                        pol.lamp->random_control ? fmt::format(", random control (seed {})", pol.lamp->seed) : "",
                        pol.lamp->recompute ? pol.lamp->recompute->name : "fp32");
+  for (auto [name, spec] : {std::pair{"lamp_activation", &pol.lamp_activation}, {"lamp_layernorm", &pol.lamp_layernorm}})
+    if (*spec) out += fmt::format("{}: tau {}, recompute in {}\n", name, (*spec)->tau,
+                                  (*spec)->recompute ? (*spec)->recompute->name : "fp32");
   return out.empty() ? "native\n" : out;
 }
 

@@ -61,6 +61,12 @@
 //   random = false           # the random control: as many entries per row, uniformly
 //   seed = 0
 //   recompute = "fp32"
+//   [lamp_activation]        # κ_j = |σ'(y_j)|·|y_j| ≥ τ on the mlp.fc output y (llama: the gate)
+//   tau = 0.1
+//   recompute = "fp32"
+//   [lamp_layernorm]         # greedy on κ_j = |x_j|·|γ_j|/σ of the next norm's input x = r + y,
+//   tau = 1.0                # recomputing the entries of y (the attn.proj / mlp.proj output)
+//   recompute = "fp32"
 // The empty policy (default-constructed) is everything native binary32.
 #pragma once
 
@@ -115,6 +121,10 @@ struct Policy {
   std::array<std::map<std::pair<int, Site>, SitePolicy>, 2> grad_layer;
   // LAMP at attn.qk (lamp.h, forward.h): recompute the selected scores of every row.
   std::optional<LampSpec> lamp;
+  // LAMP's other closed forms (lamp.h): at the MLP activation (the mlp.fc output feeding GELU /
+  // SiLU) and at every LayerNorm / RMSNorm input (the attn.proj / mlp.proj output added to the
+  // residual stream just before it).
+  std::optional<LampSiteSpec> lamp_activation, lamp_layernorm;
 
   // The entry in force for `site` at `layer` (−1: outside the layers: ln_f, lm_head).
   const SitePolicy& at(Site site, int layer = -1, Pass pass = Pass::forward) const;

@@ -249,3 +249,58 @@ recompute = "bf16"
   CHECK_THAT(err("[lamp]\ntaus = 1\n"), Catch::Contains("unknown key 'taus' in [lamp]"));
   CHECK_THAT(err("[lamp]\nrecompute = \"fp64\"\n"), Catch::Contains("does not fit binary32"));
 }
+
+TEST_CASE("LAMP at the activation and at the norm inputs: τ = 0 recomputes, τ = ∞ leaves the low precision") {
+  const std::string dir = std::string(MANTIS_SOURCE_DIR) + "/tests/data/reference/";
+  const char* low_fc = "[site.\"mlp.fc\"]\naccumulation = \"strict\"\naccumulator = \"ps4\"\noutput = \"ps4\"\n";
+  const char* low_proj =
+      "[site.\"attn.proj\"]\naccumulation = \"strict\"\naccumulator = \"ps4\"\noutput = \"ps4\"\n"
+      "[site.\"mlp.proj\"]\naccumulation = \"strict\"\naccumulator = \"ps4\"\noutput = \"ps4\"\n";
+  for (const char* name : {"gpt2_erf", "llama_gqa"}) {
+    INFO(name);
+    const Model m = load_model(dir + name);
+    std::vector<int32_t> tokens(70);
+    for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = int32_t(random_word(4, 0, i) % uint32_t(m.cfg.vocab));
+    const Matrix<float> fp32 = forward<float>(m, tokens);
+    auto same = [](const Matrix<float>& a, const Matrix<float>& b) {
+      return std::memcmp(a.data(), b.data(), size_t(a.size()) * 4) == 0;
+    };
+    // activation
+    Policy act = policy_from_toml(low_fc, "act.toml");
+    const Matrix<float> uniform_act = forward<float>(m, tokens, act);
+    act.lamp_activation = LampSiteSpec{std::numeric_limits<double>::infinity(), std::nullopt};
+    ForwardStats st;
+    CHECK(same(forward<float>(m, tokens, act, &st), uniform_act));
+    CHECK(st.act_selected[0] == 0);
+    CHECK(st.act_entries[0] == uint64_t(70) * uint64_t(m.cfg.hidden));
+    act.lamp_activation->tau = 0;
+    const Matrix<float> all_act = forward<float>(m, tokens, act, &st);
+    CHECK(st.act_selected == st.act_entries);
+    if (m.cfg.arch == Arch::gpt2) CHECK(same(all_act, fp32));  // llama: w3 (up) stays in ps4
+    CHECK((all_act - fp32).cwiseAbs().maxCoeff() < (uniform_act - fp32).cwiseAbs().maxCoeff());
+    act.lamp_activation->tau = 0.05;
+    forward<float>(m, tokens, act, &st);
+    CHECK(st.act_selected[0] > 0);
+    CHECK(st.act_selected[0] < st.act_entries[0]);
+    // norm inputs
+    Policy ln = policy_from_toml(low_proj, "ln.toml");
+    const Matrix<float> uniform_ln = forward<float>(m, tokens, ln);
+    ln.lamp_layernorm = LampSiteSpec{std::numeric_limits<double>::infinity(), std::nullopt};
+    CHECK(same(forward<float>(m, tokens, ln, &st), uniform_ln));
+    CHECK(st.ln_selected[1] == 0);
+    ln.lamp_layernorm->tau = 0;
+    CHECK(same(forward<float>(m, tokens, ln, &st), fp32));
+    CHECK(st.ln_entries[0] == 2 * uint64_t(70) * uint64_t(m.cfg.dim));  // attn.proj and mlp.proj
+    CHECK(st.ln_selected == st.ln_entries);
+    ln.lamp_layernorm->tau = 1.0;
+    const Matrix<float> mid = forward<float>(m, tokens, ln, &st);
+    CHECK(st.ln_selected[0] > 0);
+    CHECK(st.ln_selected[0] < st.ln_entries[0]);
+    CHECK((mid - fp32).cwiseAbs().maxCoeff() <= (uniform_ln - fp32).cwiseAbs().maxCoeff());
+  }
+  const Policy p = policy_from_toml("[lamp_activation]\ntau = 0.5\n[lamp_layernorm]\nrecompute = \"bf16\"\n", "x.toml");
+  CHECK(p.lamp_activation->tau == 0.5);
+  CHECK(p.lamp_layernorm->recompute->name == "bf16");
+  CHECK_THROWS_WITH(policy_from_toml("[lamp_activation]\nrule = \"strict\"\n", "x.toml"),
+                    Catch::Contains("unknown key 'rule' in [lamp_activation]"));
+}
