@@ -416,8 +416,8 @@ void llama_backward(const Model& m, std::span<const int32_t> tokens, const Tape<
 #pragma omp parallel for schedule(static)
       for (Index i = 0; i < n; ++i) {
         const T sg = T(1) / (T(1) + std::exp(-gp[i]));
-        du[i] = dg[i] * gp[i] * sg;                           // d up = dh ⊙ silu(g)
-        dg[i] = dg[i] * up[i] * detail::silu_grad(gp[i]);    // d gate
+        du[i] = dg[i] * gp[i] * sg;                                 // d up = dh ⊙ silu(g)
+        dg[i] = dg[i] * up[i] * sg * (T(1) + gp[i] * (T(1) - sg));  // d gate (= dh ⊙ up ⊙ silu'(g))
       }
     }
     const Matrix<T>& xn2 = saved.get(l, Unit::fc, lt.xn2);
