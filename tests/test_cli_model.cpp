@@ -117,8 +117,10 @@ TEST_CASE("tokenize / detokenize: every byte value round-trips through both toke
     CHECK(round_trip);
   }
   const Result bytes = run({"tokenize", "-t", "bytes"}, "AZ\n");
-  CHECK(bytes.out == "65 90 10\n");
-  CHECK(run({"tokenize"}, "").out == "\n");
+  const bool bytes_ok = bytes.out == "65 90 10\n";
+  CHECK(bytes_ok);
+  const bool empty_ok = run({"tokenize"}, "").out == "\n";
+  CHECK(empty_ok);
 }
 
 TEST_CASE("tokenize / detokenize errors", "[cli][tokenize][errors]") {
@@ -378,7 +380,8 @@ TEST_CASE("lamp sweep: cells, one cell at a time, resume, merge, and what the ce
   const Result all = run({"lamp", "sweep", cfg.string(), "-q"});
   INFO(flat(all.err));
   REQUIRE(all.status == 0);
-  CHECK(slurp(out / "cells" / "4.json") == cell4);  // resumed: the finished cell was not redone
+  const bool cell_kept = slurp(out / "cells" / "4.json") == cell4;  // resumed: the finished cell was not redone
+  CHECK(cell_kept);
   const auto res = nlohmann::json::parse(slurp(out / "results.json"))["cells"];
   REQUIRE(res.size() == 8);
   CHECK(res[0]["kl"].get<double>() == 0.0);                  // FP32 against itself

@@ -129,10 +129,12 @@ TEST_CASE("random control: exactly the rule's count per row, among the causal po
     CHECK(lamp_select_row(s, y, int64_t(n - 1), rnd, uint64_t(r)) == c);
     CHECK(count(rnd) == c);
     lamp_select_row(s, y, int64_t(n - 1), again, uint64_t(r));
-    CHECK(rnd == again);
+    const bool reproducible = rnd == again;
+    CHECK(reproducible);
     s.seed = 6;
     lamp_select_row(s, y, int64_t(n - 1), other, uint64_t(r));
-    if (c > 0 && c < n && n > 8) CHECK(other != rnd);
+    const bool differs = other != rnd;
+    if (c > 0 && c < n && n > 8) CHECK(differs);
   }
 }
 
@@ -191,7 +193,8 @@ TEST_CASE("forward with LAMP: τ = 0 is the FP32 reference, τ = ∞ is uniform 
         const Matrix<float> all = forward<float>(m, tokens, p, &st);
         CHECK(std::memcmp(all.data(), fp32.data(), size_t(all.size()) * 4) == 0);
         REQUIRE(st.lamp_selected.size() == size_t(m.cfg.layers));
-        CHECK(st.lamp_selected == st.lamp_entries);
+        const bool all_selected = st.lamp_selected == st.lamp_entries;
+        CHECK(all_selected);
         CHECK(st.lamp_entries[0] == uint64_t(m.cfg.heads) * 130 * 131 / 2);
         p.lamp->tau = std::numeric_limits<double>::infinity();
         const Matrix<float> none = forward<float>(m, tokens, p, &st);
@@ -275,7 +278,8 @@ TEST_CASE("LAMP at the activation and at the norm inputs: τ = 0 recomputes, τ 
     CHECK(st.act_entries[0] == uint64_t(70) * uint64_t(m.cfg.hidden));
     act.lamp_activation->tau = 0;
     const Matrix<float> all_act = forward<float>(m, tokens, act, &st);
-    CHECK(st.act_selected == st.act_entries);
+    const bool all_act_selected = st.act_selected == st.act_entries;
+    CHECK(all_act_selected);
     if (m.cfg.arch == Arch::gpt2) CHECK(same(all_act, fp32));  // llama: w3 (up) stays in ps4
     CHECK((all_act - fp32).cwiseAbs().maxCoeff() < (uniform_act - fp32).cwiseAbs().maxCoeff());
     act.lamp_activation->tau = 0.05;
@@ -291,7 +295,8 @@ TEST_CASE("LAMP at the activation and at the norm inputs: τ = 0 recomputes, τ 
     ln.lamp_layernorm->tau = 0;
     CHECK(same(forward<float>(m, tokens, ln, &st), fp32));
     CHECK(st.ln_entries[0] == 2 * uint64_t(70) * uint64_t(m.cfg.dim));  // attn.proj and mlp.proj
-    CHECK(st.ln_selected == st.ln_entries);
+    const bool all_ln_selected = st.ln_selected == st.ln_entries;
+    CHECK(all_ln_selected);
     ln.lamp_layernorm->tau = 1.0;
     const Matrix<float> mid = forward<float>(m, tokens, ln, &st);
     CHECK(st.ln_selected[0] > 0);
