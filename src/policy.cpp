@@ -119,6 +119,25 @@ SitePolicy parse_site(Site site, const toml::table& t, const std::string& source
   return p;
 }
 
+// The keys [lamp], [lamp_activation] and [lamp_layernorm] share: tau (≥ 0, inf allowed) and
+// recompute ("fp32" or a format that fits binary32). Errors without location (the caller adds it).
+void parse_tau_recompute(const toml::table& t, double& tau, std::optional<Format>& recompute) {
+  if (const toml::node* x = t.get("tau")) {
+    if (x->is_integer()) tau = double(x->as_integer()->get());
+    else if (x->is_floating_point()) tau = x->as_floating_point()->get();
+    else throw InputError("'tau' must be a number");
+    if (!(tau >= 0)) throw InputError(fmt::format("tau = {} must be ≥ 0 (inf allowed)", tau));
+  }
+  if (const toml::node* x = t.get("recompute")) {
+    if (!x->is_string()) throw InputError("'recompute' must be a format name");
+    const std::string f = x->as_string()->get();
+    if (f != "fp32") {
+      recompute = format_lookup(f);
+      if (!fits_float(*recompute)) throw InputError(fmt::format("recompute format {} does not fit binary32", f));
+    }
+  }
+}
+
 LampSpec parse_lamp(const toml::node& n, const std::string& source) {
   auto line = [&](const toml::node& x) { return fmt::format("{}:{}", source, x.source().begin.line); };
   if (!n.is_table()) throw InputError(fmt::format("{}: 'lamp' must be a table ([lamp])", line(n)));
@@ -134,12 +153,7 @@ LampSpec parse_lamp(const toml::node& n, const std::string& source) {
       if (!r->is_string()) throw InputError("'rule' must be a string");
       s.rule = lamp_rule_from_string(r->as_string()->get());
     }
-    if (const toml::node* x = t.get("tau")) {
-      if (x->is_integer()) s.tau = double(x->as_integer()->get());
-      else if (x->is_floating_point()) s.tau = x->as_floating_point()->get();
-      else throw InputError("'tau' must be a number");
-      if (!(s.tau >= 0)) throw InputError(fmt::format("tau = {} must be ≥ 0 (inf allowed)", s.tau));
-    }
+    parse_tau_recompute(t, s.tau, s.recompute);
     for (auto [key, dst] : {std::pair<const char*, bool*>{"length_scaling", &s.length_scaled}, {"random", &s.random_control}})
       if (const toml::node* x = t.get(key)) {
         if (!x->is_boolean()) throw InputError(fmt::format("'{}' must be true or false", key));
@@ -148,14 +162,6 @@ LampSpec parse_lamp(const toml::node& n, const std::string& source) {
     if (const toml::node* x = t.get("seed")) {
       if (!x->is_integer() || x->as_integer()->get() < 0) throw InputError("'seed' must be a non-negative integer");
       s.seed = uint64_t(x->as_integer()->get());
-    }
-    if (const toml::node* x = t.get("recompute")) {
-      if (!x->is_string()) throw InputError("'recompute' must be a format name");
-      const std::string f = x->as_string()->get();
-      if (f != "fp32") {
-        s.recompute = format_lookup(f);
-        if (!fits_float(*s.recompute)) throw InputError(fmt::format("recompute format {} does not fit binary32", f));
-      }
     }
   } catch (const InputError& e) {
     throw InputError(fmt::format("{}: [lamp]: {}", line(t), e.what()));
@@ -172,20 +178,7 @@ LampSiteSpec parse_lamp_site(const toml::node& n, const std::string& source, con
       throw InputError(fmt::format("{}: unknown key '{}' in [{}] (known: tau, recompute)", line(v), k.str(), name));
   LampSiteSpec s;
   try {
-    if (const toml::node* x = t.get("tau")) {
-      if (x->is_integer()) s.tau = double(x->as_integer()->get());
-      else if (x->is_floating_point()) s.tau = x->as_floating_point()->get();
-      else throw InputError("'tau' must be a number");
-      if (!(s.tau >= 0)) throw InputError(fmt::format("tau = {} must be ≥ 0 (inf allowed)", s.tau));
-    }
-    if (const toml::node* x = t.get("recompute")) {
-      if (!x->is_string()) throw InputError("'recompute' must be a format name");
-      const std::string f = x->as_string()->get();
-      if (f != "fp32") {
-        s.recompute = format_lookup(f);
-        if (!fits_float(*s.recompute)) throw InputError(fmt::format("recompute format {} does not fit binary32", f));
-      }
-    }
+    parse_tau_recompute(t, s.tau, s.recompute);
   } catch (const InputError& e) {
     throw InputError(fmt::format("{}: [{}]: {}", line(t), name, e.what()));
   }

@@ -189,15 +189,15 @@ int run_lamp(const LampArgs& a) {
     return ref_cache.emplace(w, forward<float>(model, in)).first->second;
   };
 
-  std::vector<size_t> todo;
-  if (a.cell >= 0) todo.push_back(size_t(a.cell));
+  std::vector<size_t> pending;
+  if (a.cell >= 0) pending.push_back(size_t(a.cell));
   else if (!a.merge)
     for (size_t i = 0; i < cells.size(); ++i)
-      if (!fs::exists(fmt::format("{}/cells/{}.json", out, i))) todo.push_back(i);
+      if (!fs::exists(fmt::format("{}/cells/{}.json", out, i))) pending.push_back(i);
   const bool bar = !a.quiet && stderr_is_tty();
   const Stopwatch total;
-  for (size_t n = 0; n < todo.size(); ++n) {
-    const size_t ci = todo[n];
+  for (size_t n = 0; n < pending.size(); ++n) {
+    const size_t ci = pending[n];
     const Cell& cell = cells[ci];
     const Policy pol = policy_of(c, cell);
     MetricsAccumulator acc;
@@ -211,7 +211,7 @@ int run_lamp(const LampArgs& a) {
       acc.add(reference(w), test, tgt);
       for (size_t l = 0; l < st.lamp_selected.size(); ++l) selected += st.lamp_selected[l], entries += st.lamp_entries[l];
       if (bar)
-        fmt::print(stderr, "\rcell {}/{} ({}): window {}/{}   ", n + 1, todo.size(), cell.name(), w + 1, starts.size());
+        fmt::print(stderr, "\rcell {}/{} ({}): window {}/{}   ", n + 1, pending.size(), cell.name(), w + 1, starts.size());
     }
     ojson r;
     r["cell"] = ci;
