@@ -13,6 +13,7 @@
 #include <type_traits>
 
 #include "philox.h"
+#include "round_array.h"  // defines: ParallelErrors
 #include "tape.h"
 
 namespace mantis {
@@ -230,8 +231,9 @@ void attention_backward(const Policy& pol, int l, const LayerTape<T>& lt, const 
   const T divisor = std::sqrt(T(HS));
   dq.setZero(T_, NH * HS);
   std::vector<Matrix<T>> dk_h(static_cast<size_t>(NH)), dv_h(static_cast<size_t>(NH));  // per query head, reduced in order
+  ParallelErrors errors;
 #pragma omp parallel for schedule(static)
-  for (Index h = 0; h < NH; ++h) {
+  for (Index h = 0; h < NH; ++h) errors.run([&] {
     const Index g = h / group;
     const Matrix<T>& P = lt.probs[size_t(h)];                 // [T,T]
     const Matrix<T> dO = datt.middleCols(h * HS, HS);         // [T,HS]
@@ -258,7 +260,8 @@ void attention_backward(const Policy& pol, int l, const LayerTape<T>& lt, const 
     dk_h[size_t(h)].resize(T_, HS);                           // [T,HS] = dSᵀ·Q / √HS
     site_gemm<T>(pol.at(Site::attn_qk, l, Pass::dw), dSt, Qh, false, dk_h[size_t(h)],
                  grad_stream(Site::attn_qk, l, h, Pass::dw), divisor);
-  }
+  });
+  errors.rethrow();
   dk.setZero(T_, NKV * HS);
   dv.setZero(T_, NKV * HS);
   for (Index h = 0; h < NH; ++h) {

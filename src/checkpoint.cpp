@@ -191,7 +191,7 @@ std::map<std::string, StEntry> parse_safetensors(const MappedFile& f) {
   json h;
   try {
     h = json::parse(hb, hb + n);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // parse_error, or out_of_range for a number such as 1e999
     throw InputError(fmt::format("{}: safetensors header is not valid JSON: {}", file, e.what()));
   }
   if (!h.is_object()) throw InputError(fmt::format("{}: safetensors header is not a JSON object", file));
@@ -281,7 +281,7 @@ json read_json(const fs::path& p) {
   json j;
   try {
     j = json::parse(text);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // parse_error, or out_of_range for a number such as 1e999
     throw InputError(fmt::format("{}: not valid JSON: {}", p.string(), e.what()));
   }
   if (!j.is_object()) throw InputError(fmt::format("{}: not a JSON object", p.string()));
@@ -391,8 +391,10 @@ ModelConfig hf_gpt2_config(const json& j) {
   else throw InputError(fmt::format("activation_function \"{}\" not supported (gelu_new, gelu_pytorch_tanh, gelu)", act));
   c.norm_eps = j.contains("layer_norm_epsilon") ? float(get_number(j, "layer_norm_epsilon")) : 1e-5f;
   c.tied = true;
+  if (j.contains("tie_word_embeddings")) get_bool(j, "tie_word_embeddings");  // type-checked here, used by the reader
   // Options that change the computation and that the simulator does not implement.
-  auto flag = [&](const char* k, bool dflt) { return j.contains(k) && j[k].is_boolean() ? j[k].get<bool>() : dflt; };
+  // (a flag given as a string, "true", is an error, not silently the default)
+  auto flag = [&](const char* k, bool dflt) { return j.contains(k) ? get_bool(j, k) : dflt; };
   if (flag("scale_attn_by_inverse_layer_idx", false))
     throw InputError("scale_attn_by_inverse_layer_idx = true not supported");
   if (!flag("scale_attn_weights", true)) throw InputError("scale_attn_weights = false not supported");
@@ -409,11 +411,28 @@ Model finish(Model m, const std::string& where) {
   return m;
 }
 
+// Refuses a configuration with far more tensors than the file holds before its tensor list
+// (proportional to layers) is built: a 100 KB file whose config.json claims 16777216 layers. A
+// near miss is left to the per-tensor checks, whose messages name the tensor.
+void check_fits(const ModelConfig& c, const std::map<std::string, StEntry>& entries, const std::string& config_file,
+                const std::string& weights_file) {
+  const ParameterCount need = parameter_count(c);
+  if (need.tensors > 2 * int64_t(entries.size()) + 16) {
+    int64_t values = 0;  // no overflow: every tensor's values lie in its own bytes of the file
+    for (auto& [name, e] : entries) values += checked_numel(e.shape);
+    throw InputError(fmt::format("{}: the configuration (layers {}, dim {}, hidden {}, vocab {}, ctx {}) needs {} "
+                                 "tensors of {} values, but {} holds {} tensors of {} values", config_file, c.layers,
+                                 c.dim, c.hidden, c.vocab, c.ctx, need.tensors, need.values, weights_file,
+                                 entries.size(), values));
+  }
+}
+
 Model load_own(const json& j, const std::string& config_file, const std::string& weights_file) {
   Model m;
   m.cfg = prefixed(config_file, [&] { return own_config(j); });
   MappedFile f(weights_file);
   const auto entries = parse_safetensors(f);
+  check_fits(m.cfg, entries, config_file, weights_file);
   for (auto& [name, e] : entries) m.params[name] = to_tensor(e, weights_file, name);
   return finish(std::move(m), weights_file);
 }
@@ -421,11 +440,12 @@ Model load_own(const json& j, const std::string& config_file, const std::string&
 Model load_hf_gpt2(const json& j, const std::string& config_file, const std::string& weights_file) {
   Model m;
   m.cfg = prefixed(config_file, [&] { return hf_gpt2_config(j); });
+  MappedFile f(weights_file);
+  const auto entries = parse_safetensors(f);
+  check_fits(m.cfg, entries, config_file, weights_file);
   std::map<std::string, std::vector<int64_t>> expected;
   for (auto& [name, shape] : parameter_shapes(m.cfg)) expected[name] = shape;
 
-  MappedFile f(weights_file);
-  const auto entries = parse_safetensors(f);
   static const std::set<std::string> conv1d = {"attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight",
                                                "mlp.c_proj.weight"};
   std::map<std::string, std::string> source;  // our name → the file's name
@@ -481,7 +501,7 @@ Model load_hf_gpt2(const json& j, const std::string& config_file, const std::str
     if (w == m.params.end() || head.shape != w->second.shape || head.data != w->second.data)
       throw InputError(fmt::format("{}: tensor lm_head.weight differs from wte (gpt2 ties the output projection "
                                    "to the token embedding)", weights_file));
-  } else if (j.contains("tie_word_embeddings") && j["tie_word_embeddings"] == false) {
+  } else if (j.contains("tie_word_embeddings") && !j["tie_word_embeddings"].get<bool>()) {
     throw InputError(fmt::format("{}: tie_word_embeddings = false but no lm_head.weight", config_file));
   }
   for (auto& [name, shape] : expected)

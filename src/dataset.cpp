@@ -107,16 +107,21 @@ TokenData load_tokens(const std::string& spec, const Tokenizer& tok, const std::
     d.sources.push_back({name, path, sha256_file(path), s.tokens.size()});
     d.tokens.insert(d.tokens.end(), s.tokens.begin(), s.tokens.end());
   };
-  std::error_code ec;
-  if (spec.ends_with(".tok") || fs::is_regular_file(spec, ec)) {
-    add_shard(spec, spec);
-    return d;
-  }
   std::vector<std::pair<std::string, std::string>> parts;  // (corpus, split)
   if (const size_t slash = spec.find('/'); slash != std::string::npos) {
     parts.emplace_back(spec.substr(0, slash), spec.substr(slash + 1));
   } else {
     for (const char* c : kCorpora) parts.emplace_back(c, spec);
+  }
+  const bool named = std::all_of(parts.begin(), parts.end(), [](auto& p) {
+    return known(kCorpora, std::size(kCorpora), p.first) && known(kSplits, std::size(kSplits), p.second);
+  });
+  // Any other existing path (a directory, /dev/null, a FIFO) is read as a shard, so the error
+  // names the file rather than an unknown corpus.
+  std::error_code ec;
+  if (spec.ends_with(".tok") || fs::is_regular_file(spec, ec) || (!named && fs::exists(spec, ec))) {
+    add_shard(spec, spec);
+    return d;
   }
   for (auto& [corpus, split] : parts) {
     check_names(corpus, split);

@@ -11,7 +11,8 @@
 // A data spec names what to read:
 //   "<split>"            every corpus's split, concatenated in kCorpora order
 //   "<corpus>/<split>"   one corpus
-//   a path to a .tok file
+//   a path to a .tok file (or any other existing path that is not a name above: /dev/null, a
+//   directory, … are then reported as what they are, not as unknown corpora)
 // For names, a committed shard is used when it exists (and must match the tokenizer), else the
 // text is tokenized in memory.
 #pragma once

@@ -4,10 +4,10 @@
 
 #include <cmath>
 #include <filesystem>
-#include <fstream>
 #include <regex>
-#include <sstream>
 #include <toml++/toml.h>
+
+#include "io.h"
 
 namespace mantis {
 
@@ -31,14 +31,20 @@ Format family(const std::string& name) {
   static const std::regex ps(R"(ps(\d+))"), em(R"(e(\d+)m(\d+))");
   Format f;
   f.name = name;
+  // Valid parameters are below 100: more than 4 digits (leading zeros allowed) is out of range, and could overflow int.
+  auto number = [&](const std::ssub_match& digits, const char* what, const char* range) {
+    if (digits.length() > 4)
+      throw InputError(fmt::format("format {}: {} = {} out of range {}", name, what, digits.str(), range));
+    return std::stoi(digits.str());
+  };
   if (std::regex_match(name, m, ps)) {
-    const int mu = std::stoi(m[1]);
+    const int mu = number(m[1], "μ", "1..23 for ps<μ>");
     if (mu < 1 || mu > 23) throw InputError(fmt::format("format {}: μ = {} out of range 1..23 for ps<μ>", name, mu));
     f.mu = mu;  // binary32 exponent range, subnormals, IEEE specials
     return f;
   }
   if (std::regex_match(name, m, em)) {
-    const int E = std::stoi(m[1]), M = std::stoi(m[2]);
+    const int E = number(m[1], "exponent_bits", "2..11"), M = number(m[2], "μ", "0..52 for e<E>m<M>");
     if (M > 52) throw InputError(fmt::format("format {}: μ = {} out of range 0..52 for e<E>m<M>", name, M));
     f.mu = M;
     set_exponent_bits(f, E, "format " + name);
@@ -48,6 +54,17 @@ Format family(const std::string& name) {
 }
 
 }  // namespace
+
+std::string escape_control(std::string_view s) {
+  std::string out;
+  out.reserve(s.size());
+  for (const char c : s) {
+    const auto u = static_cast<unsigned char>(c);
+    if (u < 0x20 || u == 0x7f) out += fmt::format("\\x{:02x}", u);
+    else out += c;
+  }
+  return out;
+}
 
 void validate(const Format& f) {
   const std::string n = f.name.empty() ? "format" : "format " + f.name;
@@ -156,11 +173,7 @@ Format format_lookup(const std::string& s) {
   Format f = family(s);
   if (!f.name.empty()) { validate(f); return f; }
   if (s.find('/') != std::string::npos || s.ends_with(".toml")) {
-    std::ifstream in(s, std::ios::binary);
-    if (!in) throw InputError(fmt::format("format file '{}' cannot be read", s));
-    std::stringstream ss;
-    ss << in.rdbuf();
-    return format_from_toml(ss.str(), s);
+    return format_from_toml(read_text_file(s, "format file"), s);
   }
   std::string names;
   for (auto& n : named_formats()) names += (names.empty() ? "" : ", ") + n;

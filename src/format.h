@@ -22,6 +22,7 @@
 #include <cstdint>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace mantis {
@@ -50,6 +51,10 @@ struct Format {
 struct InputError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
+
+// `s` with its control bytes (NUL, ESC, line breaks, ...) written as \xNN: user input echoed in an
+// InputError, whose what() would end at a NUL and which must stay one line on a terminal.
+std::string escape_control(std::string_view s);
 
 // Throws InputError naming the problem unless the format is well formed.
 void validate(const Format& f);

@@ -50,9 +50,57 @@ RoundOptions round_options(const SitePolicy& p, uint64_t stream, uint64_t index0
   return RoundOptions{.mode = p.rounding, .sr_bits = p.sr_bits, .seed = p.seed, .stream = stream, .index0 = index0};
 }
 
+// SiteHealth (forward.h) counting: each call counts locally and adds once, atomically (the
+// attention sites run inside the parallel loop over heads).
+void add_health(SiteHealth* h, uint64_t overflow, uint64_t nan = 0, uint64_t inf = 0) {
+  if (overflow) {
+#pragma omp atomic
+    h->overflow += overflow;
+  }
+  if (nan) {
+#pragma omp atomic
+    h->nan += nan;
+  }
+  if (inf) {
+#pragma omp atomic
+    h->inf += inf;
+  }
+}
+
+// Values of x [n] that a rounding to f sends out of range: finite and beyond its largest finite.
+template <class T>
+void count_overflow(SiteHealth* h, const T* x, size_t n, const Format& f) {
+  if (!h) return;
+  const double mx = max_finite(f);
+  uint64_t c = 0;
+  for (size_t i = 0; i < n; ++i) c += std::isfinite(x[i]) && std::abs(double(x[i])) > mx;
+  add_health(h, c);
+}
+template <class T>
+void count_overflow(SiteHealth* h, const Eigen::Ref<const Matrix<T>>& x, const Format& f) {
+  if (h)
+    for (Index i = 0; i < x.rows(); ++i) count_overflow(h, x.row(i).data(), size_t(x.cols()), f);
+}
+
+// The NaNs and infinities of a site's output x [n].
+template <class T>
+void count_nonfinite(SiteHealth* h, const T* x, size_t n) {
+  if (!h) return;
+  uint64_t nan = 0, inf = 0;
+  for (size_t i = 0; i < n; ++i) nan += std::isnan(x[i]), inf += std::isinf(x[i]);
+  add_health(h, 0, nan, inf);
+}
+template <class T>
+void count_nonfinite(SiteHealth* h, const Eigen::Ref<const Matrix<T>>& x) {
+  if (h)
+    for (Index i = 0; i < x.rows(); ++i) count_nonfinite(h, x.row(i).data(), size_t(x.cols()));
+}
+
 // Rounds x [rows, cols] (any outer stride) in place; element (i, j) uses index i·cols + j.
 template <class T>
-void round_matrix(Eigen::Ref<Matrix<T>> x, const Format& f, const SitePolicy& p, uint64_t stream) {
+void round_matrix(Eigen::Ref<Matrix<T>> x, const Format& f, const SitePolicy& p, uint64_t stream,
+                  SiteHealth* h = nullptr) {
+  count_overflow<T>(h, x, f);
   const Index rows = x.rows(), cols = x.cols();
   if (x.outerStride() == cols) {
     round_array(x.data(), x.data(), size_t(rows * cols), f, round_options(p, stream));
@@ -107,13 +155,13 @@ void native_product(const Eigen::Ref<const Matrix<S>>& A, const Eigen::Ref<const
 // LayerNorm (gpt2, with bias) or RMSNorm (llama, bias null) of every row of x [T,C] into out [T,C].
 template <class T>
 void norm_forward(const SitePolicy& p, uint64_t stream, const Matrix<T>& x, const T* w, const T* b, T eps,
-                  Matrix<T>& out) {
+                  Matrix<T>& out, SiteHealth* h) {
   const Index T_ = x.rows(), C = x.cols();
   const Matrix<T>* in = &x;
   Matrix<T> xr;  // [T,C] the rounded input (x is the residual stream: left untouched)
   if (p.input) {
     xr = x;
-    round_matrix<T>(xr, *p.input, p, stream + 1);
+    round_matrix<T>(xr, *p.input, p, stream + 1, h);
     in = &xr;
   }
 #pragma omp parallel for schedule(static)
@@ -137,13 +185,14 @@ void norm_forward(const SitePolicy& p, uint64_t stream, const Matrix<T>& x, cons
       for (Index i = 0; i < C; ++i) ot[i] = (xt[i] * rrms) * w[i];
     }
   }
-  if (p.output) round_matrix<T>(out, *p.output, p, stream + 3);
+  if (p.output) round_matrix<T>(out, *p.output, p, stream + 3, h);
+  count_nonfinite<T>(h, out);
 }
 
 // GELU in place on h [T,H]: exact 0.5·x·(1 + erf(x/√2)) or the tanh approximation.
 template <class T>
-void gelu_forward(const SitePolicy& p, uint64_t stream, bool tanh_approx, Matrix<T>& h) {
-  if (p.input) round_matrix<T>(h, *p.input, p, stream + 1);
+void gelu_forward(const SitePolicy& p, uint64_t stream, bool tanh_approx, Matrix<T>& h, SiteHealth* hl) {
+  if (p.input) round_matrix<T>(h, *p.input, p, stream + 1, hl);
   const Index n = h.size();
   T* x = h.data();
   const T k = T(0.7978845608028654), c = T(0.044715), r2 = T(0.7071067811865476);  // √(2/π), √½
@@ -152,34 +201,39 @@ void gelu_forward(const SitePolicy& p, uint64_t stream, bool tanh_approx, Matrix
     const T v = x[i];
     x[i] = tanh_approx ? T(0.5) * v * (T(1) + std::tanh(k * (v + c * v * v * v))) : T(0.5) * v * (T(1) + std::erf(v * r2));
   }
-  if (p.output) round_matrix<T>(h, *p.output, p, stream + 3);
+  if (p.output) round_matrix<T>(h, *p.output, p, stream + 3, hl);
+  count_nonfinite<T>(hl, h);
 }
 
 // SwiGLU product in place: g [T,H] ← silu(g) ⊙ u, silu(x) = x / (1 + e^−x).
 template <class T>
-void silu_forward(const SitePolicy& p, uint64_t stream, Matrix<T>& g, Matrix<T>& u) {
+void silu_forward(const SitePolicy& p, uint64_t stream, Matrix<T>& g, Matrix<T>& u, SiteHealth* h) {
   if (p.input) {
-    round_matrix<T>(g, *p.input, p, stream + 1);
-    round_matrix<T>(u, *p.input, p, stream + 2);
+    round_matrix<T>(g, *p.input, p, stream + 1, h);
+    round_matrix<T>(u, *p.input, p, stream + 2, h);
   }
   const Index n = g.size();
   T* gp = g.data();
   const T* up = u.data();
 #pragma omp parallel for schedule(static)
   for (Index i = 0; i < n; ++i) gp[i] = gp[i] / (T(1) + std::exp(-gp[i])) * up[i];
-  if (p.output) round_matrix<T>(g, *p.output, p, stream + 3);
+  if (p.output) round_matrix<T>(g, *p.output, p, stream + 3, h);
+  count_nonfinite<T>(h, g);
 }
 
 // Causal softmax of one query block: row r of s [nr, r1] is query i = r0 + r, keys 0..i; the
 // masked keys i+1..r1−1 get probability 0. Rounding: key j of query i uses index j of the
 // streams of stream_of(softmax, layer, head, i) (`stream_row(i)`).
 template <class T, class StreamOfRow>
-void softmax_block(const SitePolicy& p, StreamOfRow stream_row, Eigen::Ref<Matrix<T>> s, Index r0) {
+void softmax_block(const SitePolicy& p, StreamOfRow stream_row, Eigen::Ref<Matrix<T>> s, Index r0, SiteHealth* h) {
   for (Index r = 0; r < s.rows(); ++r) {
     const Index i = r0 + r, n = i + 1;
     T* x = s.row(r).data();  // [r1]: the scores of query i
     const uint64_t stream = stream_row(i);
-    if (p.input) round_array(x, x, size_t(n), *p.input, round_options(p, stream + 1));
+    if (p.input) {
+      count_overflow(h, x, size_t(n), *p.input);
+      round_array(x, x, size_t(n), *p.input, round_options(p, stream + 1));
+    }
     T mx = x[0];
     for (Index j = 1; j < n; ++j) mx = std::max(mx, x[j]);
     T sum = 0;
@@ -188,7 +242,11 @@ void softmax_block(const SitePolicy& p, StreamOfRow stream_row, Eigen::Ref<Matri
       sum += x[j];
     }
     for (Index j = 0; j < n; ++j) x[j] /= sum;
-    if (p.output) round_array(x, x, size_t(n), *p.output, round_options(p, stream + 3));
+    if (p.output) {
+      count_overflow(h, x, size_t(n), *p.output);
+      round_array(x, x, size_t(n), *p.output, round_options(p, stream + 3));
+    }
+    count_nonfinite(h, x, size_t(n));
     for (Index j = n; j < s.cols(); ++j) x[j] = 0;
   }
 }
@@ -221,6 +279,9 @@ void attention_forward(const Policy& pol, int l, const Eigen::Ref<const Matrix<T
   const SitePolicy &qk = pol.at(Site::attn_qk, l), &pv = pol.at(Site::attn_pv, l), &sm = pol.at(Site::softmax, l);
   const Index T_ = q.rows(), nblocks = (T_ + kQueryBlock - 1) / kQueryBlock, group = NH / NKV;
   const T divisor = std::sqrt(T(HS));
+  SiteHealth *hqk = stats ? &stats->health_at(Site::attn_qk, l) : nullptr,
+             *hsm = stats ? &stats->health_at(Site::softmax, l) : nullptr,
+             *hpv = stats ? &stats->health_at(Site::attn_pv, l) : nullptr;
   if (probs) probs->assign(size_t(NH), Matrix<T>::Zero(T_, T_));
   // Random rounding at a score GEMM is keyed per query row (forward.h), so those rows are
   // multiplied one at a time; deterministic ones in blocks (the same values either way).
@@ -232,8 +293,9 @@ void attention_forward(const Policy& pol, int l, const Eigen::Ref<const Matrix<T
     recompute.accumulator = recompute.output = lamp->recompute;
   }
   std::vector<uint64_t> selected(size_t(NH), 0);
+  ParallelErrors errors;
 #pragma omp parallel for schedule(static)
-  for (Index h = 0; h < NH; ++h) {
+  for (Index h = 0; h < NH; ++h) errors.run([&] {
     const Index g = h / group;  // the key/value head of query head h
     Matrix<T> s(std::min(kQueryBlock, T_), T_);  // [Bq, T] scores, then probabilities, of one block
     Matrix<T> sh;                                // [Bq, T] LAMP: the recomputed scores
@@ -242,12 +304,24 @@ void attention_forward(const Policy& pol, int l, const Eigen::Ref<const Matrix<T
       const Index r0 = b * kQueryBlock, nr = std::min(kQueryBlock, T_ - r0), r1 = r0 + nr;
       auto S = s.topLeftCorner(nr, r1);  // [nr, r1]: queries r0..r1−1 against keys 0..r1−1
       if (!by_row) {
-        site_gemm<T>(qk, q.block(r0, h * HS, nr, HS), k.block(0, g * HS, r1, HS), true, S,
+        // Health counts only the causal part, which is all that is used (row r: keys 0..r0 + r);
+        // overflow is counted before the output rounding, so that rounding is done here then
+        // (the same call site_gemm makes: deterministic, so the same values).
+        const SitePolicy* pq = &qk;
+        SitePolicy unrounded;
+        if (hqk && qk.output) unrounded = qk, unrounded.output.reset(), pq = &unrounded;
+        site_gemm<T>(*pq, q.block(r0, h * HS, nr, HS), k.block(0, g * HS, r1, HS), true, S,
                      stream_of(Site::attn_qk, l, h), divisor);
+        if (pq != &qk) {
+          for (Index r = 0; r < nr; ++r) count_overflow(hqk, S.row(r).data(), size_t(r0 + r + 1), *qk.output);
+          round_matrix<T>(S, *qk.output, qk, stream_of(Site::attn_qk, l, h) + 3);
+        }
+        if (hqk)
+          for (Index r = 0; r < nr; ++r) count_nonfinite(hqk, S.row(r).data(), size_t(r0 + r + 1));
       } else {
         for (Index i = r0; i < r1; ++i)  // query i against keys 0..i: [1, i+1]
           site_gemm<T>(qk, q.block(i, h * HS, 1, HS), k.block(0, g * HS, i + 1, HS), true,
-                       S.block(i - r0, 0, 1, i + 1), stream_of(Site::attn_qk, l, h, i), divisor);
+                       S.block(i - r0, 0, 1, i + 1), stream_of(Site::attn_qk, l, h, i), divisor, nullptr, hqk);
       }
       if constexpr (std::is_same_v<T, float>)
         if (lamp) {
@@ -263,18 +337,19 @@ void attention_forward(const Policy& pol, int l, const Eigen::Ref<const Matrix<T
               if (mark[size_t(j)]) S(r, j) = sh(r, j);
           }
         }
-      softmax_block<T>(sm, [&](Index i) { return stream_of(Site::softmax, l, h, i); }, S, r0);
+      softmax_block<T>(sm, [&](Index i) { return stream_of(Site::softmax, l, h, i); }, S, r0, hsm);
       if (probs) (*probs)[size_t(h)].block(r0, 0, nr, r1) = S;  // the rest of [T,T] stays 0
       if (!by_row) {
         site_gemm<T>(pv, S, v.block(0, g * HS, r1, HS), false, out.block(r0, h * HS, nr, HS),
-                     stream_of(Site::attn_pv, l, h));
+                     stream_of(Site::attn_pv, l, h), T(1), nullptr, hpv);
       } else {
         for (Index i = r0; i < r1; ++i)  // probabilities [1, i+1] · values [i+1, HS]
           site_gemm<T>(pv, S.block(i - r0, 0, 1, i + 1), v.block(0, g * HS, i + 1, HS), false,
-                       out.block(i, h * HS, 1, HS), stream_of(Site::attn_pv, l, h, i));
+                       out.block(i, h * HS, 1, HS), stream_of(Site::attn_pv, l, h, i), T(1), nullptr, hpv);
       }
     }
-  }
+  });
+  errors.rethrow();
   if (stats && lamp) {
     for (uint64_t c : selected) stats->lamp_selected[size_t(l)] += c;
     stats->lamp_entries[size_t(l)] += uint64_t(NH) * uint64_t(T_) * uint64_t(T_ + 1) / 2;
@@ -290,7 +365,7 @@ SitePolicy recompute_site(const std::optional<Format>& f) {
   return r;
 }
 
-// y [T,N] = A·Wᵀ + b was computed at the site's precision; entries with |σ'(y)|·|y| ≥ τ take the
+// y [T,N] = A·Wᵀ + b was computed at the site's precision; entries with |σ'(y)|·|y| > τ take the
 // recomputed product. Returns how many.
 template <class T, class W, class DSigma>
 uint64_t lamp_activation_fix(const LampSiteSpec& s, const Matrix<T>& A, const W& w, const T* bias, Matrix<T>& y,
@@ -376,6 +451,7 @@ Matrix<T> gpt2_forward(const Model& m, std::span<const int32_t> tokens, const Po
   for (Index t = 0; t < T_; ++t) x.row(t) = wte.row(tokens[size_t(t)]) + wpe.row(t);
   if (tape) tape->layers.assign(size_t(cfg.layers), {});
   auto [act_lamp, ln_lamp] = lamp_hooks<T>(pol, stats, eps, x, y);
+  auto health = [stats](Site s, int l) { return stats ? &stats->health_at(s, l) : nullptr; };
 
   for (int l = 0; l < cfg.layers; ++l) {
     detail::LayerTape<T>* lt = tape ? &tape->layers[size_t(l)] : nullptr;
@@ -392,8 +468,10 @@ Matrix<T> gpt2_forward(const Model& m, std::span<const int32_t> tokens, const Po
     const auto bpr = weight<T>(m, p + "mlp.c_proj.bias", {C});                                          // [C]
 
     if (lt) lt->x_in = x;
-    norm_forward<T>(pol.at(Site::ln, l), stream_of(Site::ln, l, 0), x, ln1w.data(), ln1b.data(), eps, xn);
-    site_gemm<T>(pol.at(Site::attn_qkv, l), xn, wqkv, true, qkv, stream_of(Site::attn_qkv, l, 0), T(1), bqkv.data());
+    norm_forward<T>(pol.at(Site::ln, l), stream_of(Site::ln, l, 0), x, ln1w.data(), ln1b.data(), eps, xn,
+                    health(Site::ln, l));
+    site_gemm<T>(pol.at(Site::attn_qkv, l), xn, wqkv, true, qkv, stream_of(Site::attn_qkv, l, 0), T(1), bqkv.data(),
+                 health(Site::attn_qkv, l));
     attention_forward<T>(pol, l, qkv.leftCols(C), qkv.middleCols(C, C), qkv.rightCols(C), NH, NH, HS, att,
                          lt ? &lt->probs : nullptr, stats);
     if (lt) {
@@ -401,17 +479,21 @@ Matrix<T> gpt2_forward(const Model& m, std::span<const int32_t> tokens, const Po
       lt->q = qkv.leftCols(C), lt->k = qkv.middleCols(C, C), lt->v = qkv.rightCols(C);
       lt->att = att;
     }
-    site_gemm<T>(pol.at(Site::attn_proj, l), att, wo, true, y, stream_of(Site::attn_proj, l, 0), T(1), bo.data());
+    site_gemm<T>(pol.at(Site::attn_proj, l), att, wo, true, y, stream_of(Site::attn_proj, l, 0), T(1), bo.data(),
+                 health(Site::attn_proj, l));
     ln_lamp(l, att, wo, bo.data(), ln2w.data());
     x += y;
     if (lt) lt->x_mid = x;
-    norm_forward<T>(pol.at(Site::ln, l), stream_of(Site::ln, l, 1), x, ln2w.data(), ln2b.data(), eps, xn);
-    site_gemm<T>(pol.at(Site::mlp_fc, l), xn, wfc, true, hid, stream_of(Site::mlp_fc, l, 0), T(1), bfc.data());
+    norm_forward<T>(pol.at(Site::ln, l), stream_of(Site::ln, l, 1), x, ln2w.data(), ln2b.data(), eps, xn,
+                    health(Site::ln, l));
+    site_gemm<T>(pol.at(Site::mlp_fc, l), xn, wfc, true, hid, stream_of(Site::mlp_fc, l, 0), T(1), bfc.data(),
+                 health(Site::mlp_fc, l));
     act_lamp(l, xn, wfc, bfc.data(), hid, [&](T v) { return detail::gelu_grad(v, cfg.gelu_tanh); });
     if (lt) lt->xn2 = xn, lt->pre = hid;
-    gelu_forward<T>(pol.at(Site::gelu, l), stream_of(Site::gelu, l, 0), cfg.gelu_tanh, hid);
+    gelu_forward<T>(pol.at(Site::gelu, l), stream_of(Site::gelu, l, 0), cfg.gelu_tanh, hid, health(Site::gelu, l));
     if (lt) lt->act = hid;
-    site_gemm<T>(pol.at(Site::mlp_proj, l), hid, wpr, true, y, stream_of(Site::mlp_proj, l, 0), T(1), bpr.data());
+    site_gemm<T>(pol.at(Site::mlp_proj, l), hid, wpr, true, y, stream_of(Site::mlp_proj, l, 0), T(1), bpr.data(),
+                 health(Site::mlp_proj, l));
     if (pol.lamp_layernorm)  // the next norm: ln_1 of layer l+1, or ln_f
       ln_lamp(l, hid, wpr, bpr.data(),
               weight<T>(m, l + 1 < cfg.layers ? fmt::format("h.{}.ln_1.weight", l + 1) : "ln_f.weight", {C}).data());
@@ -419,10 +501,11 @@ Matrix<T> gpt2_forward(const Model& m, std::span<const int32_t> tokens, const Po
   }
 
   const auto lnfw = weight<T>(m, "ln_f.weight", {C}), lnfb = weight<T>(m, "ln_f.bias", {C});  // [C]
-  norm_forward<T>(pol.at(Site::ln), stream_of(Site::ln, -1, 0), x, lnfw.data(), lnfb.data(), eps, xn);
+  norm_forward<T>(pol.at(Site::ln), stream_of(Site::ln, -1, 0), x, lnfw.data(), lnfb.data(), eps, xn, health(Site::ln, -1));
   if (tape) tape->x_final = x, tape->xnf = xn;
   Matrix<T> logits(T_, V);  // [T,V]
-  site_gemm<T>(pol.at(Site::lm_head), xn, wte, true, logits, stream_of(Site::lm_head, -1, 0));
+  site_gemm<T>(pol.at(Site::lm_head), xn, wte, true, logits, stream_of(Site::lm_head, -1, 0), T(1), nullptr,
+               health(Site::lm_head, -1));
   return logits;
 }
 
@@ -456,6 +539,7 @@ Matrix<T> llama_forward(const Model& m, std::span<const int32_t> tokens, const P
   for (Index t = 0; t < T_; ++t) x.row(t) = emb.row(tokens[size_t(t)]);
   if (tape) tape->layers.assign(size_t(cfg.layers), {}), tape->rcos = rcos, tape->rsin = rsin;
   auto [act_lamp, ln_lamp] = lamp_hooks<T>(pol, stats, eps, x, y);
+  auto health = [stats](Site s, int l) { return stats ? &stats->health_at(s, l) : nullptr; };
 
   for (int l = 0; l < cfg.layers; ++l) {
     detail::LayerTape<T>* lt = tape ? &tape->layers[size_t(l)] : nullptr;
@@ -471,28 +555,30 @@ Matrix<T> llama_forward(const Model& m, std::span<const int32_t> tokens, const P
     const auto w2 = weight<T>(m, p + "feed_forward.w2", {C, H});            // [C,H]
 
     if (lt) lt->x_in = x;
-    norm_forward<T>(pol.at(Site::ln, l), stream_of(Site::ln, l, 0), x, anorm.data(), nullptr, eps, xn);
+    norm_forward<T>(pol.at(Site::ln, l), stream_of(Site::ln, l, 0), x, anorm.data(), nullptr, eps, xn, health(Site::ln, l));
     const SitePolicy& pqkv = pol.at(Site::attn_qkv, l);
-    site_gemm<T>(pqkv, xn, wq, true, q, stream_of(Site::attn_qkv, l, 0));
-    site_gemm<T>(pqkv, xn, wk, true, k, stream_of(Site::attn_qkv, l, 1));
-    site_gemm<T>(pqkv, xn, wv, true, v, stream_of(Site::attn_qkv, l, 2));
+    site_gemm<T>(pqkv, xn, wq, true, q, stream_of(Site::attn_qkv, l, 0), T(1), nullptr, health(Site::attn_qkv, l));
+    site_gemm<T>(pqkv, xn, wk, true, k, stream_of(Site::attn_qkv, l, 1), T(1), nullptr, health(Site::attn_qkv, l));
+    site_gemm<T>(pqkv, xn, wv, true, v, stream_of(Site::attn_qkv, l, 2), T(1), nullptr, health(Site::attn_qkv, l));
     rope_forward<T>(q, NH, HS, rcos, rsin);
     rope_forward<T>(k, NKV, HS, rcos, rsin);
     attention_forward<T>(pol, l, q, k, v, NH, NKV, HS, att, lt ? &lt->probs : nullptr, stats);
     if (lt) lt->xn1 = xn, lt->q = q, lt->k = k, lt->v = v, lt->att = att;
-    site_gemm<T>(pol.at(Site::attn_proj, l), att, wo, true, y, stream_of(Site::attn_proj, l, 0));
+    site_gemm<T>(pol.at(Site::attn_proj, l), att, wo, true, y, stream_of(Site::attn_proj, l, 0), T(1), nullptr,
+                 health(Site::attn_proj, l));
     ln_lamp(l, att, wo, nullptr, fnorm.data());
     x += y;
     if (lt) lt->x_mid = x;
-    norm_forward<T>(pol.at(Site::ln, l), stream_of(Site::ln, l, 1), x, fnorm.data(), nullptr, eps, xn);
+    norm_forward<T>(pol.at(Site::ln, l), stream_of(Site::ln, l, 1), x, fnorm.data(), nullptr, eps, xn, health(Site::ln, l));
     const SitePolicy& pfc = pol.at(Site::mlp_fc, l);
-    site_gemm<T>(pfc, xn, w1, true, gate, stream_of(Site::mlp_fc, l, 0));
+    site_gemm<T>(pfc, xn, w1, true, gate, stream_of(Site::mlp_fc, l, 0), T(1), nullptr, health(Site::mlp_fc, l));
     act_lamp(l, xn, w1, nullptr, gate, [](T v) { return detail::silu_grad(v); });
-    site_gemm<T>(pfc, xn, w3, true, up, stream_of(Site::mlp_fc, l, 1));
+    site_gemm<T>(pfc, xn, w3, true, up, stream_of(Site::mlp_fc, l, 1), T(1), nullptr, health(Site::mlp_fc, l));
     if (lt) lt->xn2 = xn, lt->pre = gate, lt->up = up;
-    silu_forward<T>(pol.at(Site::silu, l), stream_of(Site::silu, l, 0), gate, up);
+    silu_forward<T>(pol.at(Site::silu, l), stream_of(Site::silu, l, 0), gate, up, health(Site::silu, l));
     if (lt) lt->act = gate;
-    site_gemm<T>(pol.at(Site::mlp_proj, l), gate, w2, true, y, stream_of(Site::mlp_proj, l, 0));
+    site_gemm<T>(pol.at(Site::mlp_proj, l), gate, w2, true, y, stream_of(Site::mlp_proj, l, 0), T(1), nullptr,
+                 health(Site::mlp_proj, l));
     if (pol.lamp_layernorm)  // the next norm: attention_norm of layer l+1, or the final norm
       ln_lamp(l, gate, w2, nullptr,
               weight<T>(m, l + 1 < cfg.layers ? fmt::format("layers.{}.attention_norm", l + 1) : "norm", {C}).data());
@@ -500,11 +586,14 @@ Matrix<T> llama_forward(const Model& m, std::span<const int32_t> tokens, const P
   }
 
   const auto fnorm = weight<T>(m, "norm", {C});  // [C]
-  norm_forward<T>(pol.at(Site::ln), stream_of(Site::ln, -1, 0), x, fnorm.data(), nullptr, eps, xn);
+  norm_forward<T>(pol.at(Site::ln), stream_of(Site::ln, -1, 0), x, fnorm.data(), nullptr, eps, xn, health(Site::ln, -1));
   if (tape) tape->x_final = x, tape->xnf = xn;
   Matrix<T> logits(T_, V);  // [T,V]
-  if (cfg.tied) site_gemm<T>(pol.at(Site::lm_head), xn, emb, true, logits, stream_of(Site::lm_head, -1, 0));
-  else site_gemm<T>(pol.at(Site::lm_head), xn, weight<T>(m, "output", {V, C}), true, logits, stream_of(Site::lm_head, -1, 0));
+  const SitePolicy& ph = pol.at(Site::lm_head);
+  const uint64_t sh = stream_of(Site::lm_head, -1, 0);
+  if (cfg.tied) site_gemm<T>(ph, xn, emb, true, logits, sh, T(1), nullptr, health(Site::lm_head, -1));
+  else site_gemm<T>(ph, xn, weight<T>(m, "output", {V, C}), true, logits, sh, T(1), nullptr,
+                    health(Site::lm_head, -1));
   return logits;
 }
 
@@ -515,7 +604,7 @@ Matrix<T> llama_forward(const Model& m, std::span<const int32_t> tokens, const P
 
 template <class T>
 void site_gemm(const SitePolicy& p, Eigen::Ref<const Matrix<T>> A, Eigen::Ref<const Matrix<T>> B, bool bt,
-               Eigen::Ref<Matrix<T>> out, uint64_t stream, T divisor, const T* bias) {
+               Eigen::Ref<Matrix<T>> out, uint64_t stream, T divisor, const T* bias, SiteHealth* health) {
   eigen_single_threaded();
   const Index M = A.rows(), K = A.cols(), N = bt ? B.rows() : B.cols();
   if ((bt ? B.cols() : B.rows()) != K || out.rows() != M || out.cols() != N)
@@ -529,6 +618,7 @@ void site_gemm(const SitePolicy& p, Eigen::Ref<const Matrix<T>> A, Eigen::Ref<co
     Matrix<float> Bf(K, N);                       // [K,N] row-major binary32
     if (bt) Bf = B.transpose().template cast<float>();
     else Bf = B.template cast<float>();
+    if (p.input) count_overflow<float>(health, Af, *p.input), count_overflow<float>(health, Bf, *p.input);
     if (p.accumulation) {  // emulated: gemm() rounds the inputs itself (streams + 1, + 2)
       Matrix<double> Cd(M, N);  // [M,N] the accumulator values
       gemm(Af.data(), Bf.data(), Cd.data(), size_t(M), size_t(N), size_t(K), p.gemm_spec(stream));
@@ -549,7 +639,8 @@ void site_gemm(const SitePolicy& p, Eigen::Ref<const Matrix<T>> A, Eigen::Ref<co
   }
   if (divisor != T(1)) out /= divisor;
   if (bias) out.rowwise() += Eigen::Map<const Eigen::Matrix<T, 1, Eigen::Dynamic>>(bias, N);
-  if (p.output) round_matrix<T>(out, *p.output, p, stream + 3);
+  if (p.output) round_matrix<T>(out, *p.output, p, stream + 3, health);
+  count_nonfinite<T>(health, out);
 }
 
 namespace {
@@ -591,6 +682,7 @@ Matrix<T> forward(const Model& m, std::span<const int32_t> tokens, const Policy&
     for (auto* v : {&stats->lamp_selected, &stats->lamp_entries, &stats->act_selected, &stats->act_entries,
                     &stats->ln_selected, &stats->ln_entries})
       v->assign(size_t(c.layers), 0);
+  if (stats) stats->health.assign(size_t(kSiteCount) * size_t(c.layers + 1), SiteHealth{});
   return c.arch == Arch::gpt2 ? gpt2_forward<T>(m, tokens, policy, nullptr, stats)
                               : llama_forward<T>(m, tokens, policy, nullptr, stats);
 }
@@ -609,8 +701,8 @@ template Matrix<double> forward_tape<double>(const Model&, std::span<const int32
 template Matrix<float> forward<float>(const Model&, std::span<const int32_t>, const Policy&, ForwardStats*);
 template Matrix<double> forward<double>(const Model&, std::span<const int32_t>, const Policy&, ForwardStats*);
 template void site_gemm<float>(const SitePolicy&, Eigen::Ref<const Matrix<float>>, Eigen::Ref<const Matrix<float>>,
-                               bool, Eigen::Ref<Matrix<float>>, uint64_t, float, const float*);
+                               bool, Eigen::Ref<Matrix<float>>, uint64_t, float, const float*, SiteHealth*);
 template void site_gemm<double>(const SitePolicy&, Eigen::Ref<const Matrix<double>>, Eigen::Ref<const Matrix<double>>,
-                                bool, Eigen::Ref<Matrix<double>>, uint64_t, double, const double*);
+                                bool, Eigen::Ref<Matrix<double>>, uint64_t, double, const double*, SiteHealth*);
 
 }  // namespace mantis

@@ -63,12 +63,34 @@ namespace mantis {
 
 template <class T> using Matrix = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
 
+// Range health of one site at one layer, summed over the site's calls:
+//   overflow  values whose magnitude exceeded the largest finite number of the format they were
+//             rounded to, at one of the site's input or output roundings (they became ±inf, ±max
+//             under `saturate`, or NaN, as the format's overflow rule says). Roundings inside an
+//             emulated GEMM's accumulator are not seen here: an accumulator that overflows to
+//             inf (or NaN) shows in `inf` / `nan` of the output.
+//   nan, inf  NaNs and infinities in the site's output (binary32 overflow of a native product
+//             or nonlinearity included).
+struct SiteHealth {
+  uint64_t overflow = 0, nan = 0, inf = 0;
+  bool clean() const { return overflow == 0 && nan == 0 && inf == 0; }
+};
+
 // What a forward pass can report besides its logits.
 struct ForwardStats {
   // LAMP (policy.lamp), per layer: scores recomputed, and causal scores (NH·T(T+1)/2).
   std::vector<uint64_t> lamp_selected, lamp_entries;
   // [lamp_activation], [lamp_layernorm], per layer: recomputed entries and entries considered.
   std::vector<uint64_t> act_selected, act_entries, ln_selected, ln_entries;
+  // [kSiteCount × (layers + 1)]: site s at layer l at s·(layers + 1) + l + 1; layer −1 holds the
+  // model-level calls (the final norm and lm_head).
+  std::vector<SiteHealth> health;
+  SiteHealth& health_at(Site s, int layer) {
+    return health[size_t(s) * (lamp_selected.size() + 1) + size_t(layer + 1)];
+  }
+  const SiteHealth& health_at(Site s, int layer) const {
+    return health[size_t(s) * (lamp_selected.size() + 1) + size_t(layer + 1)];
+  }
 };
 
 // Logits [T_seq, V]. InputError: empty sequence, T_seq > ctx, a token outside [0, V), a missing
@@ -87,15 +109,17 @@ extern template Matrix<double> forward<double>(const Model&, std::span<const int
 // keys [T,HS]); bias: N values or null. Input rounding (if any) applies to A and to B in its
 // [K,N] orientation: A[i,k] uses index i·K + k of stream + 1, B[k,j] index k·N + j of stream + 2
 // (as gemm.h); output rounding of out[i,j] uses index i·N + j of stream + 3.
+// `health`, when given, receives the call's range events (SiteHealth; thread-safe).
 template <class T>
 void site_gemm(const SitePolicy& p, Eigen::Ref<const Matrix<T>> A, Eigen::Ref<const Matrix<T>> B, bool b_transposed,
-               Eigen::Ref<Matrix<T>> out, uint64_t stream, T divisor = T(1), const T* bias = nullptr);
+               Eigen::Ref<Matrix<T>> out, uint64_t stream, T divisor = T(1), const T* bias = nullptr,
+               SiteHealth* health = nullptr);
 
 extern template void site_gemm<float>(const SitePolicy&, Eigen::Ref<const Matrix<float>>,
                                       Eigen::Ref<const Matrix<float>>, bool, Eigen::Ref<Matrix<float>>, uint64_t,
-                                      float, const float*);
+                                      float, const float*, SiteHealth*);
 extern template void site_gemm<double>(const SitePolicy&, Eigen::Ref<const Matrix<double>>,
                                        Eigen::Ref<const Matrix<double>>, bool, Eigen::Ref<Matrix<double>>, uint64_t,
-                                       double, const double*);
+                                       double, const double*, SiteHealth*);
 
 }  // namespace mantis

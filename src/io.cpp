@@ -1,18 +1,22 @@
 #include "io.h"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <fmt/format.h>
 #include <openssl/evp.h>
 #include <unistd.h>
 #include <zlib.h>
 
 #include <algorithm>
+#include <charconv>
 #include <atomic>
 #include <bit>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <memory>
 #include <regex>
 #include <sstream>
@@ -63,11 +67,25 @@ namespace {
 }
 }  // namespace
 
-void write_file_atomic(const std::string& path, std::span<const std::string_view> pieces) {
+std::string temporary_path(const std::string& path) {
   static std::atomic<uint64_t> counter{0};
   const fs::path target(path);
   const fs::path dir = target.parent_path().empty() ? fs::path(".") : target.parent_path();
-  const fs::path tmp = dir / fmt::format(".{}.{}.{}.tmp", target.filename().string(), ::getpid(), counter.fetch_add(1));
+  return (dir / fmt::format(".{}.{}.{}.tmp", target.filename().string(), ::getpid(), counter.fetch_add(1))).string();
+}
+
+void sync_directory(const std::string& dir) {
+  const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd >= 0) {
+    ::fsync(dfd);  // make a rename durable; best effort
+    ::close(dfd);
+  }
+}
+
+void write_file_atomic(const std::string& path, std::span<const std::string_view> pieces) {
+  const fs::path target(path);
+  const fs::path dir = target.parent_path().empty() ? fs::path(".") : target.parent_path();
+  const fs::path tmp = temporary_path(path);
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
   if (fd < 0) write_failed(path, errno);
   int err = 0;
@@ -91,11 +109,7 @@ void write_file_atomic(const std::string& path, std::span<const std::string_view
     ::unlink(tmp.c_str());
     write_failed(path, err);
   }
-  const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dfd >= 0) {
-    ::fsync(dfd);  // make the rename durable; best effort
-    ::close(dfd);
-  }
+  sync_directory(dir.string());
 }
 
 void write_file_atomic(const std::string& path, std::string_view content) {
@@ -113,6 +127,24 @@ std::string sha256_hex(std::string_view bytes) {
 }
 
 std::string sha256_file(const std::string& path) { return sha256_hex(read_file(path)); }
+
+int remove_stale_temporaries(const std::string& dir) {
+  // temporary_path's names: ".<name>.<pid>.<counter>.tmp"
+  static const std::regex re(R"(^\..+\.([0-9]{1,10})\.[0-9]+\.tmp$)");
+  std::error_code ec;
+  int removed = 0;
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    const std::string name = e.path().filename().string();
+    std::smatch m;
+    if (!std::regex_match(name, m, re)) continue;
+    const long long pid = std::stoll(m[1].str());
+    // Only a writer that no longer exists can have abandoned it; a live (or unknowable) PID keeps it.
+    if (pid <= 0 || pid > std::numeric_limits<pid_t>::max() || ::kill(pid_t(pid), 0) == 0 || errno != ESRCH) continue;
+    std::error_code rm;
+    if (fs::remove_all(e.path(), rm) > 0 && !rm) ++removed;
+  }
+  return removed;
+}
 
 // ---- .npy ------------------------------------------------------------------------------------
 // Magic "\x93NUMPY", version 1 0, u16 header length, then an ASCII dict padded with spaces and
@@ -161,8 +193,14 @@ NpyArray read_npy(const std::string& path) {
   std::stringstream dims(m[1].str());
   for (std::string d; std::getline(dims, d, ',');) {
     if (d.find_first_not_of(' ') == std::string::npos) continue;
-    a.shape.push_back(std::stoll(d));
-    n *= a.shape.back();
+    const size_t b0 = d.find_first_not_of(' '), b1 = d.find_last_not_of(' ') + 1;
+    int64_t v = 0;
+    const auto [end, err] = std::from_chars(d.data() + b0, d.data() + b1, v);
+    // every dimension and the element count must fit the file that holds them
+    if (err != std::errc() || end != d.data() + b1 || (v != 0 && n > int64_t(b.size()) / v))
+      throw InputError(fmt::format("{}: npy shape ({}) does not fit a file of {} bytes", path, m[1].str(), b.size()));
+    a.shape.push_back(v);
+    n *= v;
   }
   if (b.size() != 10 + hlen + size_t(n) * 4)
     throw InputError(fmt::format("{}: {} data bytes for {} float32 values", path, b.size() - 10 - hlen, n));
@@ -174,6 +212,24 @@ NpyArray read_npy(const std::string& path) {
 std::string data_root() {
   if (const char* e = std::getenv("MANTIS_DATA_DIR"); e != nullptr && *e != '\0') return e;
   return std::string(MANTIS_SOURCE_DIR) + "/data";
+}
+
+std::string read_text_file(const std::string& path, const std::string& what, size_t max_bytes) {
+  if (path.empty()) throw InputError(fmt::format("{}: the path is empty", what));
+  std::error_code ec;
+  if (fs::is_directory(path, ec)) throw InputError(fmt::format("{} '{}' is a directory, not a file", what, path));
+  std::unique_ptr<FILE, int (*)(FILE*)> f(std::fopen(path.c_str(), "rb"), std::fclose);
+  if (!f) throw InputError(fmt::format("{} '{}' cannot be read: {}", what, path, std::strerror(errno)));
+  std::string s;
+  char buf[1 << 16];
+  for (;;) {
+    const size_t n = std::fread(buf, 1, sizeof buf, f.get());
+    if (s.size() + n > max_bytes) throw InputError(fmt::format("{} '{}' is larger than {} bytes", what, path, max_bytes));
+    s.append(buf, n);
+    if (n < sizeof buf) break;
+  }
+  if (std::ferror(f.get())) throw InputError(fmt::format("{} '{}' cannot be read: {}", what, path, std::strerror(errno)));
+  return s;
 }
 
 }  // namespace mantis

@@ -22,6 +22,15 @@ std::string read_gzip(const std::string& path);
 void write_file_atomic(const std::string& path, std::span<const std::string_view> pieces);
 void write_file_atomic(const std::string& path, std::string_view content);
 
+// A fresh temporary name beside PATH, DIR/.<name>.<pid>.<counter>.tmp (the name write_file_atomic
+// writes to before its rename); callers that build a directory atomically use it too.
+std::string temporary_path(const std::string& path);
+// fsync of a directory, so that renames in it are durable; best effort.
+void sync_directory(const std::string& dir);
+// Removes the temporaries (files or directories named as temporary_path names them) in DIR whose
+// writing process no longer exists — left by killed runs; returns how many were removed.
+int remove_stale_temporaries(const std::string& dir);
+
 // Lower-case hex SHA-256 (OpenSSL).
 std::string sha256_hex(std::string_view bytes);
 std::string sha256_file(const std::string& path);
@@ -37,5 +46,12 @@ NpyArray read_npy(const std::string& path);
 
 // The data root: $MANTIS_DATA_DIR when set and non-empty, else <source dir>/data (compiled in).
 std::string data_root();
+
+// The contents of a text input (a format, policy or configuration file, a list of token ids):
+// InputError naming `what` and the path when the path is empty, a directory or unreadable, or when
+// it holds more than max_bytes. Reads in chunks, so /dev/zero or an endless FIFO cannot exhaust
+// memory.
+inline constexpr size_t kTextInputMaxBytes = size_t(64) << 20;
+std::string read_text_file(const std::string& path, const std::string& what, size_t max_bytes = kTextInputMaxBytes);
 
 }  // namespace mantis

@@ -37,18 +37,21 @@ size_t lamp_select_row(const LampSpec& s, std::span<const float> y, int64_t row,
     for (size_t j = 0; j < n; ++j) sum += e[j] = std::exp(double(y[j]) - mx);
     for (size_t j = 0; j < n; ++j) {
       const double z = e[j] / sum;
-      mark[j] = 2 * z * (1 - z) * std::abs(double(y[j])) >= tau;
+      mark[j] = tau <= 0 || 2 * z * (1 - z) * std::abs(double(y[j])) > tau;
       count += mark[j];
     }
   } else {
-    // log|y| + y; log 0 = −inf (never above a finite bound, equal to it only when τ = 0 and every
-    // entry is 0)
+    // log|y_j| + (y_j − max y): both sides scaled by e^(−max y), so that log τ is not absorbed
+    // when |y| is huge (3e38 + log τ == 3e38 in binary64); log 0 = −inf (never above a finite
+    // bound)
+    double my = -INFINITY;
+    for (float v : y) my = std::max(my, double(v));
     std::vector<double> a(n);
     double mx = -INFINITY;
-    for (size_t j = 0; j < n; ++j) mx = std::max(mx, a[j] = std::log(std::abs(double(y[j]))) + double(y[j]));
+    for (size_t j = 0; j < n; ++j) mx = std::max(mx, a[j] = std::log(std::abs(double(y[j]))) + (double(y[j]) - my));
     const double bound = std::log(tau) + mx;  // τ = 0: −inf
     for (size_t j = 0; j < n; ++j) {
-      mark[j] = tau <= 0 || a[j] >= bound;
+      mark[j] = tau <= 0 || a[j] > bound;
       count += mark[j];
     }
   }
@@ -71,7 +74,7 @@ size_t lamp_select_activation(std::span<const double> y, std::span<const double>
                               std::span<uint8_t> mark) {
   size_t count = 0;
   for (size_t j = 0; j < y.size(); ++j) {
-    mark[j] = std::abs(dsigma[j]) * std::abs(y[j]) >= tau;
+    mark[j] = tau <= 0 || std::abs(dsigma[j]) * std::abs(y[j]) > tau;
     count += mark[j];
   }
   return count;

@@ -6,16 +6,19 @@
 //
 // Attention scores (f = softmax of one causal row i, keys j = 0..i, y the low-precision scores
 // after scaling and rounding, z = softmax(y) in binary64):
-//   strict  : select j iff 2·z_j·(1 − z_j)·|y_j| ≥ τ_i           (‖J e_j‖₁ = 2 z_j (1 − z_j))
-//   relaxed : select j iff |y_j|·e^{y_j} ≥ τ_i · max_k |y_k|·e^{y_k}, evaluated as
-//             log|y_j| + y_j ≥ log τ_i + max_k (log|y_k| + y_k) (no overflow, no normaliser)
+//   strict  : select j iff 2·z_j·(1 − z_j)·|y_j| > τ_i           (‖J e_j‖₁ = 2 z_j (1 − z_j))
+//   relaxed : select j iff |y_j|·e^{y_j} > τ_i · max_k |y_k|·e^{y_k}, evaluated as
+//             log|y_j| + y_j > log τ_i + max_k (log|y_k| + y_k) (no overflow, no normaliser)
 //   τ_i = τ, or with length scaling τ_i = min(1, τ·√(1024/(i+1))).
-//   "≥" (the paper writes ">"): τ = 0 selects every entry, τ = ∞ none; they differ only on ties.
+//   ">" as the paper and the authors' code: at τ_i ≥ 1 the relaxed rule selects nothing (the row
+//   maximum only ties with itself). τ_i ≤ 0 is the "recompute everything" end of the grid and
+//   selects every entry (">" alone would skip entries whose κ is exactly 0); τ = ∞ selects none.
 //   random control: for each row, exactly as many entries as the rule selected, drawn uniformly
 //   without replacement among the row's i+1 causal positions (a partial Fisher–Yates shuffle
 //   driven by Philox words (seed, stream = row key, index = draw)). The authors' code permutes
 //   over all T columns and then re-masks, recomputing fewer; this one does not.
-// Activations (diagonal Jacobian, f = σ elementwise on y): κ_j = |σ'(y_j)|·|y_j|, select κ_j ≥ τ.
+// Activations (diagonal Jacobian, f = σ elementwise on y): κ_j = |σ'(y_j)|·|y_j|, select κ_j > τ
+//   (τ ≤ 0: every entry).
 // LayerNorm (f = LN of the row y, J = (1/σ)·diag(γ)(I − 11ᵀ/n − ŷŷᵀ/n)): its columns have nearly
 //   equal norms, so κ_j ∝ |y_j|/σ·|γ_j|; greedy: sort by κ descending and select the largest
 //   until the remaining Σ κ_j ≤ τ (RMSNorm uses the same rule). Both are reconstructions (the
@@ -61,7 +64,7 @@ double lamp_tau(const LampSpec& s, int64_t row);
 size_t lamp_select_row(const LampSpec& s, std::span<const float> y, int64_t row, std::span<uint8_t> mark,
                        uint64_t stream);
 
-// Activation rule: κ_j = |σ'(y_j)|·|y_j| ≥ τ, σ' given per element; returns the count.
+// Activation rule: κ_j = |σ'(y_j)|·|y_j| > τ, σ' given per element; returns the count.
 size_t lamp_select_activation(std::span<const double> y, std::span<const double> dsigma, double tau,
                               std::span<uint8_t> mark);
 // LayerNorm rule: greedy by κ_j = |y_j|·|γ_j|/σ (σ of the row) until Σ unselected κ ≤ τ.

@@ -23,9 +23,15 @@ std::pair<double, double> log_sum_exp(std::span<const T> x) {
 }
 
 template <class T>
+bool all_finite(std::span<const T> x) {
+  return std::all_of(x.begin(), x.end(), [](T v) { return std::isfinite(v); });
+}
+
+template <class T>
 double kl_impl(std::span<const T> ref, std::span<const T> test) {
   if (ref.size() != test.size() || ref.empty())
     throw InputError(fmt::format("KL: rows of {} and {} logits", ref.size(), test.size()));
+  if (!all_finite(ref) || !all_finite(test)) return std::numeric_limits<double>::infinity();
   const auto [mp, lp] = log_sum_exp(ref);
   const auto [mq, lq] = log_sum_exp(test);
   double kl = 0;
@@ -41,6 +47,7 @@ template <class T>
 double nll_impl(std::span<const T> x, int32_t target) {
   if (target < 0 || size_t(target) >= x.size())
     throw InputError(fmt::format("target token {} is outside the vocabulary [0, {})", target, x.size()));
+  if (!all_finite(x)) return std::numeric_limits<double>::infinity();
   const auto [mx, ls] = log_sum_exp(x);
   return -(double(x[size_t(target)]) - mx - ls);
 }
@@ -96,12 +103,12 @@ void MetricsAccumulator::add_impl(const Logits<T>& ref, const Logits<T>& test, s
       throw InputError(fmt::format("metrics: target token {} is outside the vocabulary [0, {})", y, ref.cols()));
   for (Eigen::Index t = 0; t < T_; ++t) {
     const auto r = row(ref, t), q = row(test, t);
+    const bool finite = all_finite(r) && all_finite(q);
+    nonfinite_ += !finite;
     kl_sum_ += kl_impl(r, q);
     flips_ += argmax_impl(r) != argmax_impl(q);
-    for (size_t i = 0; i < r.size(); ++i) {
-      const double e = std::abs(double(r[i]) - double(q[i]));
-      if (std::isnan(e) || e > max_abs_) max_abs_ = e;  // a NaN sticks
-    }
+    if (!finite) max_abs_ = std::numeric_limits<double>::infinity();
+    for (size_t i = 0; finite && i < r.size(); ++i) max_abs_ = std::max(max_abs_, std::abs(double(r[i]) - double(q[i])));
     if (!targets.empty() && targets[size_t(t)] >= 0) {
       nll_ref_sum_ += nll_impl(r, targets[size_t(t)]);
       nll_test_sum_ += nll_impl(q, targets[size_t(t)]);

@@ -8,6 +8,11 @@
 //   flip      : argmax p ≠ argmax q (the first index wins ties).
 //   NLL       : −log p_target and −log q_target, when the next token is given.
 //   max error : max_i |ref_i − test_i|.
+// Non-finite logits (a NaN or ±inf anywhere in the reference or the test row, e.g. a site
+// format that overflowed): that position's KL, NLL and max error are +inf — the distribution is
+// undefined or degenerate, and no finite number may stand for it. The accumulator counts such
+// positions (nonfinite_positions), and its means are then +inf too; the CLI says so in one
+// line and writes "inf" (JSON: the string "inf", CSV: inf).
 // MetricsAccumulator averages over ALL positions of ALL sequences added (LAMP averages over the
 // positions of a sequence, then over sequences: the same number for equal-length sequences),
 // and reports perplexity = exp(mean NLL) over the positions that have a target.
@@ -51,6 +56,7 @@ class MetricsAccumulator {
   double mean_kl() const;          // nats, over all positions
   double flip_rate() const;        // fraction of positions whose top-1 token changed
   size_t flips() const { return flips_; }
+  size_t nonfinite_positions() const { return nonfinite_; }  // rows with a NaN or ±inf logit
   double max_abs_error() const { return max_abs_; }
   double ppl_ref() const;          // exp(mean NLL of the reference); NaN without targets
   double ppl_test() const;
@@ -60,7 +66,7 @@ class MetricsAccumulator {
   void add_impl(const Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>& ref,
                 const Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>& test,
                 std::span<const int32_t> targets);
-  size_t sequences_ = 0, positions_ = 0, targets_ = 0, flips_ = 0;
+  size_t sequences_ = 0, positions_ = 0, targets_ = 0, flips_ = 0, nonfinite_ = 0;
   double kl_sum_ = 0, nll_ref_sum_ = 0, nll_test_sum_ = 0, max_abs_ = 0;
 };
 

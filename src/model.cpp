@@ -56,48 +56,79 @@ void validate(const ModelConfig& c) {
   }
 }
 
-std::vector<std::pair<std::string, std::vector<int64_t>>> parameter_shapes(const ModelConfig& c) {
+namespace {
+
+using Shapes = std::vector<std::pair<std::string, std::vector<int64_t>>>;
+
+// The tensors before the layers, those of one layer (names without the "<prefix><l>." part) and
+// those after: parameter_shapes expands them, parameter_count counts them without expanding L.
+struct ShapeTable {
+  Shapes head, layer, tail;
+  const char* prefix;
+};
+
+ShapeTable shape_table(const ModelConfig& c) {
   validate(c);
   const int64_t V = c.vocab, T = c.ctx, C = c.dim, H = c.hidden, KV = int64_t(c.kv_heads) * c.head_size();
-  std::vector<std::pair<std::string, std::vector<int64_t>>> s;
-  if (c.arch == Arch::gpt2) {
-    s.push_back({"wte", {V, C}});
-    s.push_back({"wpe", {T, C}});
-    for (int l = 0; l < c.layers; ++l) {
-      const std::string p = fmt::format("h.{}.", l);
-      s.push_back({p + "ln_1.weight", {C}});
-      s.push_back({p + "ln_1.bias", {C}});
-      s.push_back({p + "attn.c_attn.weight", {3 * C, C}});
-      s.push_back({p + "attn.c_attn.bias", {3 * C}});
-      s.push_back({p + "attn.c_proj.weight", {C, C}});
-      s.push_back({p + "attn.c_proj.bias", {C}});
-      s.push_back({p + "ln_2.weight", {C}});
-      s.push_back({p + "ln_2.bias", {C}});
-      s.push_back({p + "mlp.c_fc.weight", {H, C}});
-      s.push_back({p + "mlp.c_fc.bias", {H}});
-      s.push_back({p + "mlp.c_proj.weight", {C, H}});
-      s.push_back({p + "mlp.c_proj.bias", {C}});
-    }
-    s.push_back({"ln_f.weight", {C}});
-    s.push_back({"ln_f.bias", {C}});
-  } else {
-    s.push_back({"tok_embeddings", {V, C}});
-    for (int l = 0; l < c.layers; ++l) {
-      const std::string p = fmt::format("layers.{}.", l);
-      s.push_back({p + "attention_norm", {C}});
-      s.push_back({p + "attention.wq", {C, C}});
-      s.push_back({p + "attention.wk", {KV, C}});
-      s.push_back({p + "attention.wv", {KV, C}});
-      s.push_back({p + "attention.wo", {C, C}});
-      s.push_back({p + "ffn_norm", {C}});
-      s.push_back({p + "feed_forward.w1", {H, C}});
-      s.push_back({p + "feed_forward.w3", {H, C}});
-      s.push_back({p + "feed_forward.w2", {C, H}});
-    }
-    s.push_back({"norm", {C}});
-    if (!c.tied) s.push_back({"output", {V, C}});
+  if (c.arch == Arch::gpt2)
+    return {{{"wte", {V, C}}, {"wpe", {T, C}}},
+            {{"ln_1.weight", {C}},
+             {"ln_1.bias", {C}},
+             {"attn.c_attn.weight", {3 * C, C}},
+             {"attn.c_attn.bias", {3 * C}},
+             {"attn.c_proj.weight", {C, C}},
+             {"attn.c_proj.bias", {C}},
+             {"ln_2.weight", {C}},
+             {"ln_2.bias", {C}},
+             {"mlp.c_fc.weight", {H, C}},
+             {"mlp.c_fc.bias", {H}},
+             {"mlp.c_proj.weight", {C, H}},
+             {"mlp.c_proj.bias", {C}}},
+            {{"ln_f.weight", {C}}, {"ln_f.bias", {C}}},
+            "h."};
+  ShapeTable t{{{"tok_embeddings", {V, C}}},
+               {{"attention_norm", {C}},
+                {"attention.wq", {C, C}},
+                {"attention.wk", {KV, C}},
+                {"attention.wv", {KV, C}},
+                {"attention.wo", {C, C}},
+                {"ffn_norm", {C}},
+                {"feed_forward.w1", {H, C}},
+                {"feed_forward.w3", {H, C}},
+                {"feed_forward.w2", {C, H}}},
+               {{"norm", {C}}},
+               "layers."};
+  if (!c.tied) t.tail.push_back({"output", {V, C}});
+  return t;
+}
+
+__int128 values_of(const Shapes& s) {
+  __int128 n = 0;
+  for (auto& [name, shape] : s) {
+    __int128 k = 1;
+    for (int64_t d : shape) k *= d;
+    n += k;
   }
+  return n;
+}
+
+}  // namespace
+
+std::vector<std::pair<std::string, std::vector<int64_t>>> parameter_shapes(const ModelConfig& c) {
+  ShapeTable t = shape_table(c);
+  Shapes s = std::move(t.head);
+  for (int l = 0; l < c.layers; ++l)
+    for (auto& [name, shape] : t.layer) s.push_back({fmt::format("{}{}.{}", t.prefix, l, name), shape});
+  s.insert(s.end(), t.tail.begin(), t.tail.end());
   return s;
+}
+
+ParameterCount parameter_count(const ModelConfig& c) {
+  const ShapeTable t = shape_table(c);
+  const __int128 tensors = __int128(t.head.size() + t.tail.size()) + __int128(c.layers) * __int128(t.layer.size());
+  const __int128 values = values_of(t.head) + values_of(t.tail) + __int128(c.layers) * values_of(t.layer);
+  auto sat = [](__int128 x) { return int64_t(std::min<__int128>(x, INT64_MAX)); };
+  return {sat(tensors), sat(values)};
 }
 
 void validate(const Model& m) {

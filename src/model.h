@@ -45,6 +45,7 @@ struct ModelConfig {
   float rope_theta = 10000.0f;  // llama
 
   int head_size() const { return dim / heads; }
+  bool operator==(const ModelConfig&) const = default;
 };
 
 struct Tensor {
@@ -66,6 +67,13 @@ struct Model {
 void validate(const ModelConfig& c);
 // Every parameter name and shape the configuration requires, in a fixed order.
 std::vector<std::pair<std::string, std::vector<int64_t>>> parameter_shapes(const ModelConfig& c);
+// How many tensors and values parameter_shapes(c) lists, computed without listing them (so a
+// reader can compare a configuration with a file before allocating anything proportional to it);
+// saturated at INT64_MAX.
+struct ParameterCount {
+  int64_t tensors = 0, values = 0;
+};
+ParameterCount parameter_count(const ModelConfig& c);
 // Throws InputError naming the offending tensor: missing, unexpected, wrong shape, NaN/inf.
 void validate(const Model& m);
 

@@ -10,6 +10,7 @@
 #include <vector>
 #include <toml++/toml.h>
 
+#include "io.h"
 #include "philox.h"
 #include "round_array.h"
 
@@ -276,6 +277,17 @@ void Policy::check(const ModelConfig& c) const {
         throw InputError(fmt::format("policy: site layer.{}.{}, but the model has {} layers (0..{})", k.first,
                                      to_string(k.second), c.layers, c.layers - 1));
   }
+  // LAMP's recomputed products replace binary32 values: their format must fit binary32 (checked
+  // here, before any parallel pass could meet it)
+  auto fits = [](const std::optional<Format>& f, const char* table) {
+    if (f && !fits_float(*f))
+      throw InputError(fmt::format("policy: [{}] recompute = \"{}\" does not fit binary32 (LAMP recomputes binary32 "
+                                   "values: μ ≤ 23 and binary32's exponent range); omit it for the FP32 product",
+                                   table, f->name));
+  };
+  if (lamp) fits(lamp->recompute, "lamp");
+  if (lamp_activation) fits(lamp_activation->recompute, "lamp_activation");
+  if (lamp_layernorm) fits(lamp_layernorm->recompute, "lamp_layernorm");
   const Site wrong = c.arch == Arch::gpt2 ? Site::silu : Site::gelu;
   bool set = !all[int(wrong)].is_native();
   for (auto& [k, p] : layer) set |= k.second == wrong && !p.is_native();
@@ -335,11 +347,7 @@ Policy policy_from_toml(const std::string& text, const std::string& source) {
 }
 
 Policy load_policy(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw InputError(fmt::format("policy file '{}' cannot be read", path));
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return policy_from_toml(ss.str(), path);
+  return policy_from_toml(read_text_file(path, "policy file"), path);
 }
 
 Policy lamp_policy(int mu) {

@@ -61,7 +61,7 @@
 //   random = false           # the random control: as many entries per row, uniformly
 //   seed = 0
 //   recompute = "fp32"
-//   [lamp_activation]        # κ_j = |σ'(y_j)|·|y_j| ≥ τ on the mlp.fc output y (llama: the gate)
+//   [lamp_activation]        # κ_j = |σ'(y_j)|·|y_j| > τ on the mlp.fc output y (llama: the gate)
 //   tau = 0.1
 //   recompute = "fp32"
 //   [lamp_layernorm]         # greedy on κ_j = |x_j|·|γ_j|/σ of the next norm's input x = r + y,

@@ -8,6 +8,8 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <exception>
+#include <mutex>
 
 #include "format.h"
 
@@ -40,5 +42,28 @@ int num_threads();
 constexpr size_t kParallelThreshold = 1 << 16;
 
 void validate_sr_bits(int sr_bits);
+
+// An exception must never leave an OpenMP region (that is std::terminate: the process aborts).
+// Every region whose body can throw runs the body through run(); the first exception is kept,
+// and rethrow() after the region raises it on the calling thread.
+class ParallelErrors {
+ public:
+  template <class F>
+  void run(F&& body) noexcept {
+    try {
+      body();
+    } catch (...) {
+      const std::lock_guard<std::mutex> lock(mutex_);
+      if (!first_) first_ = std::current_exception();
+    }
+  }
+  void rethrow() const {
+    if (first_) std::rethrow_exception(first_);
+  }
+
+ private:
+  std::mutex mutex_;
+  std::exception_ptr first_;
+};
 
 }  // namespace mantis

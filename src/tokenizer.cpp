@@ -11,6 +11,7 @@
 #include <atomic>
 #include <bit>
 #include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -183,15 +184,6 @@ std::array<uint32_t, 256> bytes_to_unicode() {
     t[b] = printable ? b : 256 + n++;
   }
   return t;
-}
-
-std::string read_file(const fs::path& path, const char* what) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw InputError(fmt::format("{}: cannot open {}: {}", path.string(), what, std::strerror(errno)));
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  if (in.bad()) throw InputError(fmt::format("{}: cannot read {}", path.string(), what));
-  return std::move(ss).str();
 }
 
 // (a, b) -> (rank, merged id), open addressing.
@@ -382,7 +374,7 @@ class Gpt2Tokenizer final : public Tokenizer {
 
     // encoder.json
     const fs::path enc_path = dir / "encoder.json";
-    const std::string enc_text = read_file(enc_path, "GPT-2 vocabulary (set MANTIS_DATA_DIR?)");
+    const std::string enc_text = read_text_file(enc_path.string(), "GPT-2 vocabulary (set MANTIS_DATA_DIR?)");
     std::vector<std::pair<std::string, uint64_t>> entries;   // (key, id) in file order
     std::string problem;
     {
@@ -422,7 +414,7 @@ class Gpt2Tokenizer final : public Tokenizer {
 
     // vocab.bpe
     const fs::path bpe_path = dir / "vocab.bpe";
-    const std::string bpe_text = read_file(bpe_path, "GPT-2 merges (set MANTIS_DATA_DIR?)");
+    const std::string bpe_text = read_text_file(bpe_path.string(), "GPT-2 merges (set MANTIS_DATA_DIR?)");
     std::vector<std::string_view> lines;
     for (size_t pos = 0; pos < bpe_text.size();) {
       size_t nl = bpe_text.find('\n', pos);
@@ -654,13 +646,28 @@ void write_shard(const std::string& path, std::span<const uint32_t> tokens, cons
 }
 
 TokenShard read_shard(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw InputError(fmt::format("{}: cannot open token shard: {}", path, std::strerror(errno)));
-  std::string data((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (in.bad()) throw InputError(fmt::format("{}: cannot read token shard", path));
-  const auto* p = reinterpret_cast<const unsigned char*>(data.data());
   auto fail = [&](const std::string& why) { return InputError(fmt::format("{}: {}", path, why)); };
-
+  std::error_code ec;
+  if (fs::is_directory(path, ec)) throw fail("is a directory, not a token shard");
+  std::unique_ptr<FILE, int (*)(FILE*)> f(std::fopen(path.c_str(), "rb"), std::fclose);
+  if (!f) throw InputError(fmt::format("{}: cannot open token shard: {}", path, std::strerror(errno)));
+  std::string data;
+  auto read_up_to = [&](size_t n) {
+    char buf[1 << 16];
+    while (n > 0) {
+      const size_t k = std::fread(buf, 1, std::min(n, sizeof buf), f.get());
+      if (k == 0) break;
+      data.append(buf, k);
+      n -= k;
+    }
+    if (std::ferror(f.get())) throw fail("cannot read token shard");
+  };
+  // The header first: a special file that is no shard (/dev/zero, a terminal) fails its checks
+  // before the body is read, so it cannot make this read without bound.
+  read_up_to(kShardHeaderBytes);
+  if (data.empty())
+    throw fail(fmt::format("empty file, not a token shard (truncated: 0 bytes, no {}-byte header)", kShardHeaderBytes));
+  const auto* p = reinterpret_cast<const unsigned char*>(data.data());
   if (data.size() < kShardHeaderBytes)
     throw fail(fmt::format("truncated token shard: {} bytes, shorter than the {}-byte header", data.size(),
                            kShardHeaderBytes));
@@ -683,6 +690,7 @@ TokenShard read_shard(const std::string& path) {
     throw fail(fmt::format("token width {} does not match vocab size {} (expected {})", width, vocab,
                            token_width(vocab)));
   if (reserved != 0) throw fail(fmt::format("reserved header field is {}, expected 0", reserved));
+  read_up_to(SIZE_MAX);
   const uint64_t body = data.size() - kShardHeaderBytes;
   if (count > body / width)
     throw fail(fmt::format("truncated token shard: the header says {} tokens of {} bytes, the file has {} bytes "
@@ -695,7 +703,7 @@ TokenShard read_shard(const std::string& path) {
   shard.tokenizer_id = std::string(id);
   shard.vocab_size = vocab;
   shard.tokens.resize(count);
-  const unsigned char* t = p + kShardHeaderBytes;
+  const unsigned char* t = reinterpret_cast<const unsigned char*>(data.data()) + kShardHeaderBytes;
   for (uint64_t i = 0; i < count; ++i) {
     const auto v = static_cast<uint32_t>(get_le(t + i * width, static_cast<int>(width)));
     if (v >= vocab)

@@ -2,13 +2,19 @@
 
 #include <fmt/format.h>
 
+#include <fcntl.h>
+#include <stdio.h>  // renameat2
+
 #include <algorithm>
+#include <charconv>
 #include <chrono>
 #include <cstring>
 #include <exception>
 #include <cmath>
 #include <filesystem>
 #include <nlohmann/json.hpp>
+#include <optional>
+#include <regex>
 #include <set>
 #include <toml++/toml.h>
 
@@ -180,7 +186,7 @@ TrainConfig train_config_from_toml(const std::string& text, const std::string& p
   return c;
 }
 
-TrainConfig load_train_config(const std::string& path) { return train_config_from_toml(read_file(path), path); }
+TrainConfig load_train_config(const std::string& path) { return train_config_from_toml(read_text_file(path, "training configuration"), path); }
 
 // ---------------------------------------------------------------------------------------------
 // the trainer
@@ -196,14 +202,121 @@ constexpr uint64_t kDataStream = 0x7a11;
 std::string fmt_num(double x) { return std::isfinite(x) ? fmt::format("{:.9g}", x) : ""; }
 std::string exact(double x) { return std::isfinite(x) ? fmt::format("{:.17g}", x) : ""; }  // round-trips
 
+// A checkpoint directory: these files, each covered by manifest.json (its size and SHA-256), and
+// the manifest by its own SHA-256 of the rest of it — so no file can change unnoticed.
+constexpr const char* kManifest = "manifest.json";
+constexpr const char* kCheckpointFiles[] = {"config.json", "model.safetensors", "optimizer.bin", "trainer.json"};
+
+// The manifest's hashed content: its compact dump without the "sha256" member.
+std::string manifest_digest(nlohmann::ordered_json m) {
+  m.erase("sha256");
+  return sha256_hex(m.dump());
+}
+
+// The checkpoint OUT/latest names (surrounding whitespace ignored), or nothing when there is none.
+std::optional<std::string> latest_checkpoint(const std::string& out) {
+  const std::string file = out + "/latest";
+  std::error_code ec;
+  if (!fs::exists(file, ec)) return std::nullopt;
+  std::string name = read_file(file);
+  const size_t b = name.find_first_not_of(" \t\r\n"), e = name.find_last_not_of(" \t\r\n");
+  name = b == std::string::npos ? "" : name.substr(b, e - b + 1);
+  static const std::regex re("checkpoint-[0-9]{8,19}");  // also keeps the name inside OUT
+  if (!std::regex_match(name, re))
+    throw InputError(fmt::format("{}: \"{}\" is not a checkpoint name (checkpoint-<step>)", file, name.substr(0, 40)));
+  return name;
+}
+
+// The tail of a message that stops a run.
+std::string stopped(const std::string& out) {
+  std::string last = "none yet";
+  try {
+    if (auto n = latest_checkpoint(out)) last = out + "/" + *n;
+  } catch (const InputError& e) {
+    last = e.what();
+  }
+  return "stopped — last good checkpoint: " + last;
+}
+
+// A JSON value for a message: short, one line.
+std::string shown(const nlohmann::json& v) {
+  std::string s = v.dump();
+  return s.size() > 40 ? s.substr(0, 40) + "…" : s;
+}
+
+// trainer.json's field readers: the type and the range checked, the offender named.
+uint64_t get_u64(const nlohmann::json& j, const char* key, const std::string& file) {
+  const nlohmann::json& v = j.at(key);
+  if (!v.is_number_unsigned())
+    throw InputError(fmt::format("{}: \"{}\" must be a non-negative integer, got {}", file, key, shown(v)));
+  return v.get<uint64_t>();
+}
+void expect_equal(uint64_t got, uint64_t want, const char* what, const std::string& file) {
+  if (got != want) throw InputError(fmt::format("{}: {} is {}, expected {}", file, what, got, want));
+}
+// A logged value as exact() wrote it: "" (only where allowed: not run) or a finite number.
+double logged_number(const nlohmann::json& v, bool may_be_empty, const std::string& what, const std::string& file) {
+  const std::string s = v.is_string() ? v.get<std::string>() : "?";
+  if (s.empty() && may_be_empty) return std::nan("");
+  double x = 0;
+  const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), x);
+  if (!v.is_string() || ec != std::errc() || end != s.data() + s.size() || !std::isfinite(x))
+    throw InputError(fmt::format("{}: {} is {}, not a finite number", file, what, shown(v)));
+  return x;
+}
+
+// Reads and verifies every file of checkpoint CK against its manifest; returns the files' bytes.
+std::map<std::string, std::string> read_verified(const std::string& ck, uint64_t step) {
+  const std::string mf = ck + "/" + kManifest;
+  std::error_code ec;
+  if (!fs::exists(mf, ec))
+    throw InputError(fmt::format("{}: no {} (written by an older mantis, or incomplete): its files cannot be verified, "
+                                 "so it is not resumed", ck, kManifest));
+  nlohmann::ordered_json m;
+  try {
+    m = nlohmann::ordered_json::parse(read_file(mf));
+  } catch (const nlohmann::json::exception& e) {
+    throw InputError(fmt::format("{}: malformed: {}", mf, e.what()));
+  }
+  if (!m.is_object() || !m.contains("sha256") || !m["sha256"].is_string() || m["sha256"] != manifest_digest(m))
+    throw InputError(fmt::format("{}: SHA-256 mismatch (corrupt checkpoint)", mf));
+  std::map<std::string, std::string> out;
+  try {
+    expect_equal(get_u64(m, "step", mf), step, "step", mf);
+    const auto& files = m.at("files");
+    if (!files.is_object() || files.size() != std::size(kCheckpointFiles))
+      throw InputError(fmt::format("{}: \"files\" must list exactly the {} checkpoint files", mf, std::size(kCheckpointFiles)));
+    for (const char* name : kCheckpointFiles) {
+      const std::string path = ck + "/" + name;
+      const auto& f = files.at(name);
+      std::string bytes = read_file(path);
+      if (bytes.size() != get_u64(f, "bytes", mf) || sha256_hex(bytes) != f.at("sha256").get<std::string>())
+        throw InputError(fmt::format("{}: SHA-256 mismatch (corrupt checkpoint)", path));
+      out.emplace(name, std::move(bytes));
+    }
+  } catch (const nlohmann::json::exception& e) {
+    throw InputError(fmt::format("{}: {}", mf, e.what()));
+  }
+  return out;
+}
+
+// A killed run's temporaries: in OUT and in each checkpoint directory (older layouts wrote there).
+void remove_stale(const std::string& out) {
+  std::error_code ec;
+  if (!fs::is_directory(out, ec)) return;
+  remove_stale_temporaries(out);
+  for (auto& e : fs::directory_iterator(out, ec))
+    if (e.is_directory(ec) && e.path().filename().string().starts_with("checkpoint-"))
+      remove_stale_temporaries(e.path().string());
+}
+
 }  // namespace
 
 Trainer::Trainer(TrainConfig c, TrainController* controller)
     : c_(std::move(c)), controller_(controller ? controller : &default_controller_) {
-  model_ = init_model(c_.model, c_.init_seed);
-  opt_ = make_adamw(model_, c_.adamw);
   policy_ = policy_from_spec(c_.policy);
   policy_.check(c_.model);
+  // The data first: ctx is checked against it before the model (wpe is [ctx, dim]) is allocated.
   const auto tok = make_tokenizer(c_.tokenizer);
   train_ = load_tokens(c_.train_data, *tok, data_root());
   val_ = load_tokens(c_.val_data, *tok, data_root());
@@ -211,7 +324,14 @@ Trainer::Trainer(TrainConfig c, TrainController* controller)
   if (train_.tokens.size() <= T + 1)
     throw InputError(fmt::format("training data '{}' holds {} tokens; a sequence needs {}", c_.train_data,
                                  train_.tokens.size(), T + 1));
-  val_starts_ = window_starts(val_.tokens.size(), size_t(c_.val_seqs), T + 1);
+  try {
+    val_starts_ = window_starts(val_.tokens.size(), size_t(c_.val_seqs), T + 1);
+  } catch (const InputError& e) {
+    throw InputError(fmt::format("validation data '{}': {}", c_.val_data, e.what()));
+  }
+  model_ = init_model(c_.model, c_.init_seed);
+  opt_ = make_adamw(model_, c_.adamw);
+  if (!c_.out.empty()) remove_stale(c_.out);
 }
 
 StepRecord Trainer::step() {
@@ -279,15 +399,18 @@ StepRecord Trainer::step() {
   controller_->observe(step_, units);
 
   const double norm = clip_grads(model_, grads, c_.grad_clip);
-  if (!std::isfinite(mean_loss) || !std::isfinite(norm)) {
-    std::string last = "none yet";
-    if (fs::exists(c_.out + "/latest")) last = c_.out + "/" + read_file(c_.out + "/latest");
-    throw InputError(fmt::format("step {}: {} is not finite (loss {}, gradient norm {}); stopped — last good "
-                                 "checkpoint: {}", step_, std::isfinite(mean_loss) ? "the gradient norm" : "the loss",
-                                 mean_loss, norm, last));
-  }
+  if (!std::isfinite(mean_loss) || !std::isfinite(norm))
+    throw InputError(fmt::format("step {}: {} is not finite (loss {}, gradient norm {}); {}", step_,
+                                 std::isfinite(mean_loss) ? "the gradient norm" : "the loss", mean_loss, norm,
+                                 stopped(c_.out)));
   const double lr = c_.schedule.at(step_);
   opt_->step(model_, grads, lr);
+  try {  // an overflowing update (a huge lr) stops here, not half-way through writing a checkpoint
+    validate(model_);
+  } catch (const InputError& e) {
+    throw InputError(fmt::format("step {}: the update (lr {}) made the parameters non-finite ({}); {}", step_, lr,
+                                 e.what(), stopped(c_.out)));
+  }
 
   StepRecord rec;
   rec.step = step_;
@@ -344,32 +467,58 @@ void Trainer::save_checkpoint() {
   const std::string name = fmt::format("checkpoint-{:08d}", step_);
   const std::string dir = c_.out + "/" + name;
   std::error_code ec;
-  fs::create_directories(dir, ec);
-  if (ec) throw InputError(fmt::format("cannot create {}: {}", dir, ec.message()));
+  fs::create_directories(c_.out, ec);
+  if (ec) throw InputError(fmt::format("cannot create {}: {}", c_.out, ec.message()));
   write_file_atomic(c_.out + "/config.toml", c_.text);
-  save_model(model_, dir);
-  // optimizer.bin: every state tensor in name order, binary32 little-endian
-  const auto st = opt_->state();
-  std::string bin;
-  nlohmann::ordered_json tensors = nlohmann::ordered_json::array();
-  for (auto& [k, v] : st) {
-    tensors.push_back({{"name", k}, {"values", v.size()}});
-    bin.append(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(float));
+  // Built under a temporary name and renamed into place whole: no half-made checkpoint is ever
+  // visible, and a failure leaves none behind.
+  const std::string tmp = temporary_path(dir);
+  try {
+    if (!fs::create_directory(tmp, ec)) throw InputError(fmt::format("cannot create {}: {}", tmp, ec.message()));
+    save_model(model_, tmp);
+    // optimizer.bin: every state tensor in name order, binary32 little-endian
+    const auto st = opt_->state();
+    std::string bin;
+    nlohmann::ordered_json tensors = nlohmann::ordered_json::array();
+    for (auto& [k, v] : st) {
+      tensors.push_back({{"name", k}, {"values", v.size()}});
+      bin.append(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(float));
+    }
+    write_file_atomic(tmp + "/optimizer.bin", bin);
+    nlohmann::ordered_json j;
+    j["step"] = step_;
+    j["sequences_done"] = step_ * uint64_t(c_.batch) * uint64_t(c_.accum);
+    j["config_sha256"] = c_.hash();
+    j["optimizer"] = {{"name", opt_->name()}, {"steps", opt_->steps()}, {"state_bytes", opt_->state_bytes()},
+                      {"file", "optimizer.bin"}, {"sha256", sha256_hex(bin)}, {"tensors", tensors}};
+    j["data"] = {{"seed", c_.seed}, {"rule", "sequence k starts at philox64(seed, 0x7a11, k) mod (n - ctx)"}};
+    nlohmann::ordered_json log = nlohmann::ordered_json::array();
+    for (auto& r : log_)
+      log.push_back({r.step, exact(r.loss), exact(r.val_loss), exact(r.lr), exact(r.grad_norm), r.tokens, r.seconds});
+    j["log"] = log;
+    j["units"] = unit_rows_;
+    write_file_atomic(tmp + "/trainer.json", j.dump(1) + "\n");
+    nlohmann::ordered_json manifest;
+    manifest["format"] = "mantis checkpoint";
+    manifest["step"] = step_;
+    manifest["files"] = nlohmann::ordered_json::object();
+    for (const char* f : kCheckpointFiles) {
+      const std::string bytes = read_file(tmp + "/" + f);  // what is on disk is what is hashed
+      manifest["files"][f] = {{"bytes", bytes.size()}, {"sha256", sha256_hex(bytes)}};
+    }
+    manifest["sha256"] = manifest_digest(manifest);
+    write_file_atomic(tmp + "/" + kManifest, manifest.dump(1) + "\n");
+    // An older directory of this name (an interrupted run's, never named by `latest` since) is
+    // swapped out atomically, then removed.
+    const bool exists = fs::exists(dir, ec);
+    if (::renameat2(AT_FDCWD, tmp.c_str(), AT_FDCWD, dir.c_str(), exists ? RENAME_EXCHANGE : RENAME_NOREPLACE) != 0)
+      throw InputError(fmt::format("{}: cannot rename {} into place: {}", dir, tmp, std::strerror(errno)));
+  } catch (...) {
+    fs::remove_all(tmp, ec);
+    throw;
   }
-  write_file_atomic(dir + "/optimizer.bin", bin);
-  nlohmann::ordered_json j;
-  j["step"] = step_;
-  j["sequences_done"] = step_ * uint64_t(c_.batch) * uint64_t(c_.accum);
-  j["config_sha256"] = c_.hash();
-  j["optimizer"] = {{"name", opt_->name()}, {"steps", opt_->steps()}, {"state_bytes", opt_->state_bytes()},
-                    {"file", "optimizer.bin"}, {"sha256", sha256_hex(bin)}, {"tensors", tensors}};
-  j["data"] = {{"seed", c_.seed}, {"rule", "sequence k starts at philox64(seed, 0x7a11, k) mod (n - ctx)"}};
-  nlohmann::ordered_json log = nlohmann::ordered_json::array();
-  for (auto& r : log_)
-    log.push_back({r.step, exact(r.loss), exact(r.val_loss), exact(r.lr), exact(r.grad_norm), r.tokens, r.seconds});
-  j["log"] = log;
-  j["units"] = unit_rows_;
-  write_file_atomic(dir + "/trainer.json", j.dump(1) + "\n");
+  fs::remove_all(tmp, ec);  // the swapped-out older directory, if any
+  sync_directory(c_.out);
   write_logs();
   write_file_atomic(c_.out + "/latest", name);
   // keep the newest two checkpoints
@@ -381,52 +530,96 @@ void Trainer::save_checkpoint() {
 }
 
 void Trainer::resume(const std::string& dir) {
-  const std::string latest = dir + "/latest";
-  if (!fs::exists(latest)) throw InputError(fmt::format("{}: no checkpoint to resume ({} is missing)", dir, latest));
-  const std::string ck = dir + "/" + read_file(latest);
+  const auto name = latest_checkpoint(dir);
+  if (!name) throw InputError(fmt::format("{}: no checkpoint to resume ({}/latest is missing)", dir, dir));
+  const std::string ck = dir + "/" + *name;
+  const uint64_t at = std::stoull(name->substr(name->find('-') + 1));  // ≤ 19 digits: fits
+  const auto files = read_verified(ck, at);
+  const std::string tf = ck + "/trainer.json";
   nlohmann::json j;
   try {
-    j = nlohmann::json::parse(read_file(ck + "/trainer.json"));
+    j = nlohmann::json::parse(files.at("trainer.json"));
   } catch (const nlohmann::json::exception& e) {
-    throw InputError(fmt::format("{}/trainer.json: malformed: {}", ck, e.what()));
+    throw InputError(fmt::format("{}: malformed: {}", tf, e.what()));
   }
   try {
     if (j.at("config_sha256").get<std::string>() != c_.hash())
       throw InputError(fmt::format("{}: the checkpoint was written by a different configuration than {} (config "
                                    "SHA-256 differs); resume with the run's own config.toml",
                                    ck, c_.path));
+    const uint64_t step = get_u64(j, "step", tf);
+    expect_equal(step, at, "step", tf);
+    if (step > c_.steps)  // (= steps: a finished run; resuming it does nothing)
+      throw InputError(fmt::format("{}: step {} is beyond the configured {} steps", tf, step, c_.steps));
+    const uint64_t nseq = uint64_t(c_.batch) * uint64_t(c_.accum), T = uint64_t(c_.model.ctx);
+    expect_equal(get_u64(j, "sequences_done", tf), step * nseq, "sequences_done", tf);  // step ≤ steps: no overflow
+    expect_equal(get_u64(j.at("data"), "seed", tf), c_.seed, "data.seed", tf);
+
     Model m = load_model(ck);
-    if (m.cfg.layers != c_.model.layers || m.cfg.dim != c_.model.dim || m.cfg.vocab != c_.model.vocab)
-      throw InputError(fmt::format("{}: model shape differs from the configuration", ck));
-    const std::string bin = read_file(ck + "/optimizer.bin");
+    if (!(m.cfg == c_.model)) throw InputError(fmt::format("{}/config.json: the model differs from the configuration", ck));
+
+    const std::string& bin = files.at("optimizer.bin");
     const auto& o = j.at("optimizer");
+    if (o.at("name").get<std::string>() != opt_->name() || o.at("file").get<std::string>() != "optimizer.bin")
+      throw InputError(fmt::format("{}: optimizer {} / file {}, expected {} / optimizer.bin", tf, shown(o.at("name")),
+                                   shown(o.at("file")), opt_->name()));
+    expect_equal(get_u64(o, "steps", tf), step, "optimizer.steps", tf);
+    expect_equal(get_u64(o, "state_bytes", tf), opt_->state_bytes(), "optimizer.state_bytes", tf);
     if (sha256_hex(bin) != o.at("sha256").get<std::string>())
       throw InputError(fmt::format("{}/optimizer.bin: SHA-256 mismatch (corrupt checkpoint)", ck));
     std::map<std::string, std::vector<float>> st;
     size_t off = 0;
     for (auto& t : o.at("tensors")) {
-      const size_t n = t.at("values").get<size_t>();
-      if (off + n * 4 > bin.size()) throw InputError(fmt::format("{}/optimizer.bin: truncated", ck));
+      const uint64_t n = get_u64(t, "values", tf);
+      if (n > (bin.size() - off) / 4) throw InputError(fmt::format("{}/optimizer.bin: truncated", ck));
       std::vector<float> v(n);
       std::memcpy(v.data(), bin.data() + off, n * 4);
       off += n * 4;
       st.emplace(t.at("name").get<std::string>(), std::move(v));
     }
     if (off != bin.size()) throw InputError(fmt::format("{}/optimizer.bin: {} trailing bytes", ck, bin.size() - off));
-    opt_->load_state(st, o.at("steps").get<uint64_t>());
-    model_ = std::move(m);
-    step_ = j.at("step").get<uint64_t>();
-    log_.clear();
-    for (auto& r : j.at("log")) {
-      auto num = [](const nlohmann::json& x) { return x.get<std::string>().empty() ? std::nan("") : std::stod(x.get<std::string>()); };
+
+    const auto& jl = j.at("log");
+    expect_equal(jl.size(), step, "the number of log rows", tf);
+    std::vector<StepRecord> log;
+    for (uint64_t i = 0; i < step; ++i) {
+      const auto& r = jl.at(i);
+      const std::string row = fmt::format("log row {}", i);
+      if (!r.is_array() || r.size() != 7)
+        throw InputError(fmt::format("{}: {} must be [step, loss, val_loss, lr, grad_norm, tokens, seconds]", tf, row));
       StepRecord s;
-      s.step = r.at(0).get<uint64_t>(), s.loss = num(r.at(1)), s.val_loss = num(r.at(2)), s.lr = num(r.at(3));
-      s.grad_norm = num(r.at(4)), s.tokens = r.at(5).get<uint64_t>(), s.seconds = r.at(6).get<double>();
-      log_.push_back(s);
+      if (!r[0].is_number_unsigned() || r[0].get<uint64_t>() != i || !r[5].is_number_unsigned() ||
+          r[5].get<uint64_t>() != (i + 1) * nseq * T)
+        throw InputError(fmt::format("{}: {}: step {} / tokens {}, expected {} / {}", tf, row, shown(r[0]),
+                                     shown(r[5]), i, (i + 1) * nseq * T));
+      s.step = i, s.tokens = (i + 1) * nseq * T;
+      s.loss = logged_number(r[1], false, row + " loss", tf);
+      s.val_loss = logged_number(r[2], true, row + " val_loss", tf);
+      s.lr = logged_number(r[3], false, row + " lr", tf);
+      s.grad_norm = logged_number(r[4], false, row + " grad_norm", tf);
+      if (!r[6].is_number() || !(r[6].get<double>() >= 0))
+        throw InputError(fmt::format("{}: {}: seconds {} must be a number ≥ 0", tf, row, shown(r[6])));
+      s.seconds = r[6].get<double>();
+      log.push_back(s);
     }
-    unit_rows_ = j.at("units").get<std::vector<std::string>>();
+    const auto& ju = j.at("units");
+    const uint64_t per_step = uint64_t(c_.model.layers) * kUnitCount;
+    expect_equal(ju.size(), step * per_step, "the number of units rows", tf);
+    std::vector<std::string> units;
+    for (size_t i = 0; i < ju.size(); ++i) {
+      const std::string u = ju[i].is_string() ? ju[i].get<std::string>() : "";
+      if (!u.starts_with(fmt::format("{},", i / per_step)) || u.find_first_of("\r\n") != std::string::npos)
+        throw InputError(fmt::format("{}: units row {} is {}, not a units.csv row of step {}", tf, i, shown(ju[i]),
+                                     i / per_step));
+      units.push_back(u);
+    }
+    opt_->load_state(st, step);  // the last check; nothing below can fail
+    model_ = std::move(m);
+    step_ = step;
+    log_ = std::move(log);
+    unit_rows_ = std::move(units);
   } catch (const nlohmann::json::exception& e) {
-    throw InputError(fmt::format("{}/trainer.json: {}", ck, e.what()));
+    throw InputError(fmt::format("{}: {}", tf, e.what()));
   }
 }
 

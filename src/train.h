@@ -23,13 +23,20 @@
 //   config.toml            the configuration the run was started with
 //   log.csv                step,loss,val_loss,lr,grad_norm,tokens,seconds (val_loss empty when not run)
 //   units.csv              step,layer,unit,bits,grad_norm,act_rms,act_absmax,quant_rel_rms
-//   checkpoint-<step>/     model.safetensors + config.json (checkpoint.h), optimizer.bin, trainer.json
+//   checkpoint-<step>/     model.safetensors + config.json (checkpoint.h), optimizer.bin, trainer.json,
+//                          manifest.json (each of those files' size and SHA-256, and its own SHA-256
+//                          of the rest of it)
 //   latest                 the name of the newest complete checkpoint directory
-// Every file is written atomically; a checkpoint directory is complete before `latest` names it.
-// Resume (--resume OUT): the newest checkpoint, refused unless its config hash equals the current
-// config's; the run continues bit-identically (parameters, optimizer state, step, data position,
-// logs). A non-finite loss or gradient norm stops the run with an InputError before anything of
-// that step is written; the last good checkpoint stays.
+// Every file is written atomically; a checkpoint directory is built under a temporary name and
+// renamed into place whole before `latest` names it. Temporaries of killed runs (a dead writer's
+// PID in their names) are removed when the Trainer opens OUT.
+// Resume (--resume OUT): the newest checkpoint, refused unless every file matches its manifest, its
+// config hash equals the current config's, and every trainer.json field is in range (step at most
+// the configured steps, optimizer steps = step, one log row per step, ...); a checkpoint without a
+// manifest (older mantis) is refused, though load_model still reads its model. The run continues
+// bit-identically (parameters, optimizer state, step, data position, logs). A non-finite loss or
+// gradient norm, or an update that makes a parameter non-finite, stops the run with an InputError
+// naming the step and the last good checkpoint, before anything of that step is written.
 #pragma once
 
 #include <cstdint>
@@ -101,7 +108,7 @@ class Trainer {
   // Starts a run: initialises the model (init_model) and the optimizer, loads the data.
   Trainer(TrainConfig c, TrainController* controller = nullptr);
   // Restores the newest checkpoint of `dir` (latest); InputError on a config mismatch or a
-  // corrupt checkpoint.
+  // corrupt or inconsistent checkpoint.
   void resume(const std::string& dir);
 
   StepRecord step();             // one optimisation step (validation not included)

@@ -57,8 +57,10 @@ inline std::string mantis_bin() {
   return b;
 }
 
-// Runs `mantis args…` with `input` on stdin.
-inline Result run(const std::vector<std::string>& args, const std::string& input = "") {
+// Runs `mantis args…` with `input` on stdin. stdout_path, when given, receives stdout instead of
+// the capture (/dev/full: every write fails, as on a full disk).
+inline Result run(const std::vector<std::string>& args, const std::string& input = "",
+                  const std::string& stdout_path = "") {
   static int counter = 0;
   const fs::path dir = scratch_dir();
   const std::string tag = std::to_string(counter++);
@@ -72,7 +74,8 @@ inline Result run(const std::vector<std::string>& args, const std::string& input
   posix_spawn_file_actions_t fa;
   posix_spawn_file_actions_init(&fa);
   posix_spawn_file_actions_addopen(&fa, 0, in.c_str(), O_RDONLY, 0);
-  posix_spawn_file_actions_addopen(&fa, 1, out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  posix_spawn_file_actions_addopen(&fa, 1, stdout_path.empty() ? out.c_str() : stdout_path.c_str(),
+                                   O_WRONLY | O_CREAT | O_TRUNC, 0644);
   posix_spawn_file_actions_addopen(&fa, 2, err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
   pid_t pid = 0;
   const int rc = posix_spawn(&pid, bin.c_str(), &fa, nullptr, argv.data(), environ);

@@ -9,8 +9,11 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <fmt/format.h>
+
 #include <functional>
 #include <limits>
+#include <numeric>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -876,4 +879,60 @@ TEST_CASE("config.json problems are named") {
   CHECK_THAT(error_of(dir), Contains("model.safetensors: no such file"));
   write_text(dir + "/pytorch_model.bin", "PK");
   CHECK_THAT(error_of(dir), Contains("pytorch_model.bin (pickle) is not read"));
+}
+
+TEST_CASE("sizes in config.json are checked against the file before anything proportional is allocated") {
+  for (const ModelConfig& c : {small_gpt2(), small_llama(true), small_llama(false)}) {
+    const auto shapes = parameter_shapes(c);
+    int64_t values = 0;
+    for (auto& [name, shape] : shapes) values += std::accumulate(shape.begin(), shape.end(), int64_t(1), std::multiplies<>());
+    CHECK(parameter_count(c).tensors == int64_t(shapes.size()));
+    CHECK(parameter_count(c).values == values);
+  }
+  TempDir tmp;
+  const Model m = random_model(small_gpt2(), 51);
+  // 2^24 layers of a 28-tensor file: listing them alone took ~20 GB before the check
+  write_own(tmp / "own", m.cfg, own_tensors(m));
+  json j = json::parse(std::ifstream(tmp / "own/config.json"));
+  j["layers"] = 16777216;
+  write_text(tmp / "own/config.json", j.dump());
+  CHECK_THAT(error_of(tmp / "own"), Contains("own/config.json: the configuration (layers 16777216"));
+  CHECK_THAT(error_of(tmp / "own"), Contains("model.safetensors holds 28 tensors"));
+  write_hf(tmp / "hf", m);
+  json h = json::parse(std::ifstream(tmp / "hf/config.json"));
+  h["n_layer"] = 16777216;
+  write_text(tmp / "hf/config.json", h.dump());
+  CHECK_THAT(error_of(tmp / "hf"), Contains("hf/config.json: the configuration (layers 16777216"));
+}
+
+TEST_CASE("numbers beyond the double range, and Hugging Face flags given as strings, are named") {
+  TempDir tmp;
+  const Model m = random_model(small_gpt2(), 52);
+  save_model(m, tmp / "own");
+  std::string cfg;
+  {
+    std::ifstream in(tmp / "own/config.json");
+    cfg.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  const size_t at = cfg.find("\"norm_eps\": ") + 12;
+  write_text(tmp / "own/config.json", cfg.substr(0, at) + "1e999" + cfg.substr(cfg.find_first_of(",\n}", at)));
+  CHECK_THAT(error_of(tmp / "own"), Contains("config.json: not valid JSON") && Contains("1e999"));
+  write_text(tmp / "own/config.json", cfg);
+  const std::string s = R"({"wte": {"dtype": "F32", "shape": [1e999], "data_offsets": [0, 4]}})";
+  Bytes b;
+  b.u64(s.size());
+  b.str(s);
+  b.save(tmp / "own/model.safetensors");
+  CHECK_THAT(error_of(tmp / "own"), Contains("safetensors header is not valid JSON") && Contains("1e999"));
+
+  write_hf(tmp / "hf", m);
+  const json h = json::parse(std::ifstream(tmp / "hf/config.json"));
+  for (const char* key : {"scale_attn_weights", "scale_attn_by_inverse_layer_idx", "add_cross_attention",
+                          "tie_word_embeddings"}) {
+    INFO(key);
+    json k = h;
+    k[key] = "false";
+    write_text(tmp / "hf/config.json", k.dump());
+    CHECK_THAT(error_of(tmp / "hf"), Contains(fmt::format("key \"{}\" must be true or false, got \"false\"", key)));
+  }
 }

@@ -456,3 +456,62 @@ TEST_CASE("bench --json shapes", "[cli][bench]") {
   CHECK(g.out.rfind("{\"results\":[{\"shape\":[16,16,16],\"threads\":1,\"strict_gflops\":", 0) == 0);
   CHECK(g.out.find("\"slowdown\":") != std::string::npos);
 }
+
+TEST_CASE("an unwritable standard output is status 2 (not 0 with truncated output)", "[cli][errors]") {
+  REQUIRE(fs::exists("/dev/full"));
+  const std::string full = "/dev/full";  // every write fails with ENOSPC
+  check_error(run({"formats"}, "", full), {"cannot write standard output"});
+  check_error(run({"formats", "bf16"}, "", full), {"cannot write standard output"});
+  check_error(run({"tokenize", "-t", "bytes"}, "hello\n", full), {"cannot write standard output"});
+  check_error(run({"detokenize", "-t", "bytes"}, "104 105\n", full), {"cannot write standard output"});
+  check_error(run({"round", "--format", "bf16"}, "1\n2\n", full), {"cannot write standard output"});
+  check_error(run({"dot", "--format", "ps4"}, "1,2\n3,4\n", full), {"cannot write standard output"});
+  check_error(run({"--help"}, "", full), {"cannot write standard output"});
+}
+
+TEST_CASE("seeds and streams outside 0..2^64-1 are rejected, not wrapped", "[cli][errors]") {
+  for (const char* opt : {"--seed", "--stream"})
+    for (const char* bad : {"-1", "18446744073709551616", "99999999999999999999999", "1e3", "+1", "0x10"}) {
+      check_error(run({"round", "--format", "bf16", "--rounding", "sr", opt, bad}, "1\n"), {opt, bad});
+      check_error(run({"dot", "--format", "ps4", "--rounding", "sr", opt, bad}, "1\n1\n"), {opt, bad});
+      check_error(run({"verify", "--exhaustive", "--format", "bf16", "--rounding", "sr", "--limit", "16", opt, bad}),
+                  {opt, bad});
+    }
+  for (const char* opt : {"--seed", "--stream"}) {  // the ends of the range are valid
+    CHECK(run({"round", "--format", "bf16", "--rounding", "sr", opt, "18446744073709551615"}, "1\n").status == 0);
+    CHECK(run({"round", "--format", "bf16", "--rounding", "sr", opt, "0"}, "1\n").status == 0);
+  }
+}
+
+TEST_CASE("format names and files: huge numbers / directories / endless files", "[cli][errors]") {
+  check_error(run({"round", "--format", "ps99999999999999999999"}, "1\n"), {"ps99999999999999999999", "1..23"});
+  check_error(run({"round", "--format", "e99999999999m3"}, "1\n"), {"exponent_bits = 99999999999", "2..11"});
+  check_error(run({"round", "--format", "e5m99999999999"}, "1\n"), {"μ = 99999999999", "0..52"});
+  check_error(run({"formats", "ps99999999999999999999"}), {"1..23"});
+  const std::string dir = scratch_dir().string();
+  check_error(run({"round", "--format", dir}, "1\n"), {dir, "is a directory"});
+  check_error(run({"round", "--format", "/dev/zero"}, "1\n"), {"/dev/zero", "larger than 67108864 bytes"});
+}
+
+TEST_CASE("control bytes of echoed input are escaped: the message stays whole", "[cli][errors]") {
+  const auto r = run({"round", "--format", "bf16"}, std::string("1\0abc\x1b[1m\n", 10));
+  check_error(r, {"'1\\x00abc\\x1b[1m'"});
+  CHECK(r.err.find('\0') == std::string::npos);
+  CHECK(r.err.find('\x1b') == std::string::npos);
+  check_error(run({"dot", "--format", "ps4"}, std::string("1,\0\n1,2\n", 8)), {"element 2", "'\\x00'"});
+  check_error(run({"detokenize", "-t", "bytes"}, std::string("65 6\0", 5)), {"token 1", "'6\\x00'"});
+}
+
+TEST_CASE("round / dot: decimals longer than 4096 characters are valid numbers", "[cli][round]") {
+  // 0.111… (5000 ones) is 1/9 + O(10^-5000): 0x1.c71c7…p-4, which bf16 rounds up to 0x1.c8p-4.
+  const std::string ninth = "0." + std::string(5000, '1');
+  const auto r = run({"round", "--format", "bf16"}, ninth + "\n");
+  INFO(flat(r.err));
+  CHECK(r.status == 0);
+  CHECK(r.out == "0x1.c8p-4\n");
+  // 1 + 10^-5000 is 1 in binary32; 1·1 accumulated in ps4 is 1.
+  const auto d = run({"dot", "--format", "ps4"}, "1." + std::string(5000, '0') + "1\n1\n");
+  INFO(flat(d.err));
+  CHECK(d.status == 0);
+  CHECK(d.out == "0x1p+0\n");
+}

@@ -395,16 +395,253 @@ TEST_CASE("lamp sweep: cells, one cell at a time, resume, merge, and what the ce
   CHECK(lines(slurp(out / "results.csv")).size() == 9);
   const auto man = nlohmann::json::parse(slurp(out / "manifest.json"));
   CHECK(man["cells"] == 8);
-  CHECK(man["cells_missing"] == 0);
+  CHECK(man["cells_missing"].empty());
+  CHECK(man["partial"] == false);
   CHECK(man["data"]["windows"] == 2);
   // --merge alone re-merges; a directory holding another sweep's cells is refused
   CHECK(run({"lamp", "sweep", cfg.string(), "--merge", "-q"}).status == 0);
   const fs::path other = write_config("lamp-other.toml", "model = \"" + dir + "\"\nout = \"" + out.string() +
                                                              "\"\ndata = \"austen/validation\"\nseqs = 2\nctx = 40\n"
                                                              "mu = [7]\nstrict_tau = [0]\nrelaxed_tau = []\n");
-  check_error(run({"lamp", "sweep", other.string(), "--merge"}), {"another sweep"});
+  check_error(run({"lamp", "sweep", other.string(), "--merge"}), {"another configuration"});
   check_error(run({"lamp", "sweep", cfg.string(), "--cell", "8"}), {"--cell 8", "0..7"});
   check_error(run({"lamp", "sweep", write_config("lamp-bad.toml", "model = \"x\"\nmu = [30]\n").string()}), {"30"});
   check_error(run({"lamp", "sweep", write_config("lamp-bad2.toml", "modle = \"x\"\n").string()}), {"unknown key 'modle'"});
   check_error(run({"lamp", "run", cfg.string()}), {"run"});
+}
+
+// A small sweep of the sharp LLaMA model: 2 windows of 40 tokens, μ = 4, one strict and one
+// relaxed τ (6 cells: fp32, uniform ps4, strict and relaxed with their random controls); `extra` is appended to the configuration.
+fs::path small_sweep(const std::string& name, const fs::path& out, const std::string& extra = "") {
+  const std::string dir = sharp_model_dir("sharp-llama", bytes_llama());
+  return write_config(name, "model = \"" + dir + "\"\nout = \"" + out.string() +
+                                "\"\ndata = \"austen/validation\"\nseqs = 2\nctx = 40\nmu = [4]\n"
+                                "strict_tau = [0.05]\nrelaxed_tau = [0.3]\n" + extra);
+}
+
+TEST_CASE("lamp sweep: a stored cell is reused only under the same key; --overwrite recomputes", "[cli][lamp]") {
+  const fs::path out = scratch_dir() / "lamp-keys";
+  REQUIRE(run({"lamp", "sweep", small_sweep("keys.toml", out).string(), "-q"}).status == 0);
+  const std::string cell2 = slurp(out / "cells" / "2.json");
+  // every input that determines a cell: changing it into the same directory is refused, naming
+  // the first differing field of the key (before: "merged 8 of 8 cells", the old numbers)
+  const std::string dir = sharp_model_dir("sharp-llama", bytes_llama());
+  struct Change {
+    std::string toml, field;
+  };
+  const std::string base = "model = \"" + dir + "\"\nout = \"" + out.string() + "\"\n";
+  const std::vector<Change> changes{
+      {"data = \"austen/validation\"\nseqs = 3\nctx = 40\n", "data.window_starts"},
+      {"data = \"austen/validation\"\nseqs = 2\nctx = 32\n", "data.ctx"},
+      {"data = \"kjv/validation\"\nseqs = 2\nctx = 40\n", "data.sources"},
+      {"data = \"austen/validation\"\nseqs = 2\nctx = 40\nseed = 1\n", "cell.seed"},
+      {"data = \"austen/validation\"\nseqs = 2\nctx = 40\nlength_scaling = true\n", "cell.length_scaling"},
+      {"data = \"austen/validation\"\nseqs = 2\nctx = 40\nrecompute = \"bf16\"\n", "cell.recompute"}};
+  for (const Change& c : changes) {
+    const fs::path cfg = write_config("keys-changed.toml", base + c.toml + "mu = [4]\nstrict_tau = [0.05]\nrelaxed_tau = [0.3]\n");
+    INFO(c.field);
+    check_error(run({"lamp", "sweep", cfg.string(), "-q"}), {"cells/", "another configuration", c.field, "--overwrite"});
+    check_error(run({"lamp", "sweep", cfg.string(), "--merge"}), {"another configuration", c.field});
+  }
+  const bool untouched = slurp(out / "cells" / "2.json") == cell2;
+  CHECK(untouched);
+  // another model file (same shapes, other weights): the model's SHA-256 differs
+  const std::string other_model = sharp_model_dir("sharp-llama-2", [] {
+    ModelConfig c = bytes_llama();
+    c.hidden = 48;
+    return c;
+  }());
+  {
+    Model m = load_model(other_model);
+    m.params.begin()->second.data[0] += 1.0f;
+    save_model(m, other_model);
+  }
+  const fs::path moved = write_config("keys-model.toml", "model = \"" + other_model + "\"\nout = \"" + out.string() +
+                                                            "\"\ndata = \"austen/validation\"\nseqs = 2\nctx = 40\n"
+                                                            "mu = [4]\nstrict_tau = [0.05]\nrelaxed_tau = [0.3]\n");
+  check_error(run({"lamp", "sweep", moved.string(), "-q"}), {"another configuration", "model[1].sha256"});
+  // --overwrite recomputes the cells of the new configuration
+  const fs::path cfg3 = write_config("keys-3.toml", base + changes[0].toml + "mu = [4]\nstrict_tau = [0.05]\nrelaxed_tau = [0.3]\n");
+  REQUIRE(run({"lamp", "sweep", cfg3.string(), "-q", "--overwrite"}).status == 0);
+  const auto cell = nlohmann::json::parse(slurp(out / "cells" / "2.json"));
+  CHECK(cell["windows"]["kl"].size() == 3);
+  CHECK(run({"lamp", "sweep", cfg3.string(), "--merge", "-q"}).status == 0);
+  // duplicate grid values would make two cells of one key
+  check_error(run({"lamp", "sweep", write_config("dup2.toml", "model = \"x\"\nstrict_tau = [0.1, 0.5, 0.1]\n").string()}),
+              {"strict_tau", "0.1 twice"});
+  check_error(run({"lamp", "sweep", write_config("dup3.toml", "model = \"x\"\nmu = [4, 7, 4]\n").string()}), {"'mu'", "twice"});
+}
+
+TEST_CASE("lamp sweep: merge refuses missing and malformed cells; --allow-partial marks the result", "[cli][lamp]") {
+  const fs::path out = scratch_dir() / "lamp-merge";
+  const fs::path cfg = small_sweep("merge.toml", out);
+  REQUIRE(run({"lamp", "sweep", cfg.string(), "-q"}).status == 0);
+  const std::string good = slurp(out / "cells" / "3.json");
+  check_error(run({"lamp", "sweep", cfg.string(), "--merge", "--cell", "2"}), {"--merge", "--cell"});
+  fs::remove(out / "cells" / "3.json");
+  const Result partial = run({"lamp", "sweep", cfg.string(), "--merge"});
+  check_error(partial, {"1 of 6 cells are missing (3)", "--allow-partial"});
+  const Result allowed = run({"lamp", "sweep", cfg.string(), "--merge", "--allow-partial"});
+  REQUIRE(allowed.status == 0);
+  CHECK_THAT(allowed.out, Catch::Contains("PARTIAL"));
+  const auto man = nlohmann::json::parse(slurp(out / "manifest.json"));
+  CHECK(man["partial"] == true);
+  CHECK(man["cells_missing"] == nlohmann::json::array({3}));
+  CHECK(lines(slurp(out / "results.csv")).size() == 6);  // the header and 5 cells
+  // malformed cell files: one line naming the file, never a value copied into the CSV
+  auto with = [&](const std::function<void(nlohmann::json&)>& edit) {
+    auto j = nlohmann::json::parse(good);
+    edit(j);
+    spit(out / "cells" / "3.json", j.dump());
+    return run({"lamp", "sweep", cfg.string(), "--merge"});
+  };
+  spit(out / "cells" / "3.json", "[1, 2]");
+  check_error(run({"lamp", "sweep", cfg.string(), "--merge"}), {"cells/3.json", "no key"});
+  spit(out / "cells" / "3.json", "{\"key\": ");
+  check_error(run({"lamp", "sweep", cfg.string(), "--merge"}), {"cells/3.json", "malformed"});
+  check_error(with([](auto& j) { j.erase("kl"); }), {"cells/3.json", "no 'kl'"});
+  check_error(with([](auto& j) { j["kl"] = "abc"; }), {"cells/3.json", "'kl' is not a number"});
+  check_error(with([](auto& j) { j["kl"] = -0.5; }), {"cells/3.json", "negative"});
+  check_error(with([](auto& j) { j["windows"]["kl"][1] = -1; }), {"cells/3.json", "windows.kl[1]"});
+  check_error(with([](auto& j) { j["windows"]["kl"].erase(0); }), {"cells/3.json", "windows.kl"});
+  check_error(with([](auto& j) { j["per_layer"]["recomputed"][0] = "x"; }), {"cells/3.json", "per_layer.recomputed[0]"});
+  check_error(with([](auto& j) { j["health"] = 3; }), {"cells/3.json", "health"});
+  // a well-formed cell under another key is a stale cell, named as such
+  check_error(with([](auto& j) { j["key"]["cell"]["tau"] = 0.5; }), {"cells/3.json", "cell.tau"});
+  spit(out / "cells" / "3.json", good);
+  CHECK(run({"lamp", "sweep", cfg.string(), "--merge", "-q"}).status == 0);
+  CHECK(nlohmann::json::parse(slurp(out / "manifest.json"))["partial"] == false);
+}
+
+TEST_CASE("lamp sweep: per-window data, intervals, per-layer rates and site health in every result", "[cli][lamp]") {
+  const fs::path out = scratch_dir() / "lamp-stats";
+  REQUIRE(run({"lamp", "sweep", small_sweep("stats.toml", out, "").string(), "-q"}).status == 0);
+  const auto res = nlohmann::json::parse(slurp(out / "results.json"))["cells"];
+  REQUIRE(res.size() == 6);
+  for (const auto& r : res) {
+    INFO(r["name"]);
+    REQUIRE(r["windows"]["kl"].size() == 2);
+    // the cell's mean KL is the positions-weighted mean of its windows
+    double s = 0, n = 0;
+    for (size_t w = 0; w < 2; ++w)
+      s += r["windows"]["kl"][w].get<double>() * r["windows"]["positions"][w].get<double>(),
+          n += r["windows"]["positions"][w].get<double>();
+    CHECK(s / n == Approx(r["kl"].get<double>()).epsilon(1e-12));
+    const double lo = r["kl_interval"][0].get<double>(), hi = r["kl_interval"][1].get<double>();
+    CHECK(lo <= r["kl"].get<double>() * (1 + 1e-12));
+    CHECK(r["kl"].get<double>() <= hi * (1 + 1e-12));
+    // per-layer counts sum to the totals
+    uint64_t rec = 0, ent = 0;
+    for (auto& x : r["per_layer"]["recomputed"]) rec += x.get<uint64_t>();
+    for (auto& x : r["per_layer"]["causal_scores"]) ent += x.get<uint64_t>();
+    CHECK(rec == r["recomputed"].get<uint64_t>());
+    if (r["kind"] == "lamp") CHECK(ent == r["causal_scores"].get<uint64_t>());
+    uint64_t wrec = 0;
+    for (auto& x : r["windows"]["recomputed"]) wrec += x.get<uint64_t>();
+    CHECK(wrec == rec);
+    CHECK(r["health"].is_array());
+    CHECK(r["nonfinite_positions"] == 0);
+  }
+  CHECK(res[1]["kl_ratio"].get<double>() == 1.0);  // uniform against itself
+  const double ratio = res[2]["kl"].get<double>() > 0 ? res[1]["kl"].get<double>() / res[2]["kl"].get<double>() : 0;
+  CHECK(res[2]["kl_ratio"].get<double>() == Approx(ratio).epsilon(1e-12));
+  const auto csv = lines(slurp(out / "results.csv"));
+  CHECK_THAT(csv[0], Catch::Contains("kl_lo,kl_hi,kl_ratio,kl_ratio_lo,kl_ratio_hi"));
+  CHECK_THAT(csv[0], Catch::Contains("recompute_rate_l0,recompute_rate_l1"));
+  // the result set: the manifest lists every file's SHA-256
+  const auto man = nlohmann::json::parse(slurp(out / "manifest.json"));
+  CHECK(man["files"]["results.csv"] == sha256_hex(slurp(out / "results.csv")));
+  CHECK(man["files"]["results.json"] == sha256_hex(slurp(out / "results.json")));
+}
+
+TEST_CASE("lamp sweep and eval: settings that fail inside the parallel passes are clean errors first", "[cli][lamp][errors]") {
+  // recompute = "fp64" used to abort (SIGABRT: an InputError thrown inside the attention loop)
+  const fs::path out = scratch_dir() / "lamp-fp64";
+  const Result r = run({"lamp", "sweep", small_sweep("fp64.toml", out, "recompute = \"fp64\"\n").string(), "-q"});
+  check_error(r, {"recompute = \"fp64\"", "binary32"});
+  // the same through a policy file, for eval and for training's parallel per-sequence passes
+  const std::string dir = sharp_model_dir("sharp-llama", bytes_llama());
+  const fs::path pol = write_config("lamp-fp64.toml", "[lamp]\ntau = 0.1\nrecompute = \"fp64\"\n");
+  check_error(run({"eval", "-m", dir, "-p", pol.string(), "-d", "austen/validation", "--seqs", "2", "--ctx", "16"}),
+              {"fp64", "binary32"});
+  const fs::path act = write_config("lampact-fp64.toml", "[lamp_activation]\ntau = 0.1\nrecompute = \"fp64\"\n");
+  check_error(run({"eval", "-m", dir, "-p", act.string(), "-d", "austen/validation", "--seqs", "2", "--ctx", "16"}),
+              {"fp64", "binary32"});
+}
+
+TEST_CASE("eval: non-finite logits are said in one line, reported as inf, and counted per site", "[cli][eval]") {
+  const std::string dir = sharp_model_dir("sharp-gpt2", bytes_gpt2());
+  const fs::path pol = write_config("qk-e2m1.toml", "[site.\"attn.qk\"]\noutput = \"e2m1\"\n");
+  const fs::path out = scratch_dir() / "eval-e2m1";
+  const Result r = run({"eval", "-m", dir, "-p", pol.string(), "-d", "austen/validation", "--seqs", "2", "--ctx", "32",
+                        "-o", out.string()});
+  INFO(flat(r.err));
+  REQUIRE(r.status == 0);
+  CHECK_THAT(r.out, Catch::Contains("NON-FINITE LOGITS at 64 of 64 positions"));
+  CHECK_THAT(r.out, Catch::Contains("attn.qk    layer 0 overflow"));
+  const auto res = nlohmann::json::parse(slurp(out / "results.json"));
+  CHECK(res["summary"]["kl_mean"] == "inf");
+  CHECK(res["summary"]["ppl_test"] == "inf");
+  CHECK(res["summary"]["nonfinite_positions"] == 64);
+  REQUIRE(res["health"].size() > 0);
+  CHECK(res["health"][0]["site"] == "attn.qk");  // forward order: where the trouble began
+  CHECK(res["health"][0]["layer"] == 0);
+  CHECK(res["health"][0]["overflow"].get<uint64_t>() > 0);
+  const auto csv = lines(slurp(out / "results.csv"));
+  CHECK_THAT(csv[1], Catch::Contains(",inf,"));
+  // finite-but-huge weights: the FP32 logits themselves overflow; the same treatment
+  const fs::path huge = scratch_dir() / "huge-gpt2";
+  {
+    Model m = load_model(dir);
+    for (float& x : m.params.at("ln_f.weight").data) x = 3e38f;  // finite, but the logits exceed binary32
+    save_model(m, huge.string());
+  }
+  const Result h = run({"eval", "-m", huge.string(), "-p", "native", "-d", "austen/validation", "--seqs", "2", "--ctx", "16"});
+  REQUIRE(h.status == 0);
+  CHECK_THAT(h.out, Catch::Contains("NON-FINITE LOGITS"));
+  CHECK_THAT(h.out, Catch::Contains("site health, FP32 reference"));
+}
+
+TEST_CASE("eval / lamp --cells: an unwritable standard output is status 2", "[cli][eval][errors]") {
+  const std::string dir = model_dir("bytes-gpt2", bytes_gpt2());
+  check_error(run({"eval", "-m", dir, "-d", "austen/validation", "--seqs", "1", "--ctx", "16", "-q"}, "", "/dev/full"),
+              {"cannot write standard output"});
+  const fs::path cfg = write_config("lamp-full.toml", "model = \"" + dir + "\"\nout = \"" +
+                                                          (scratch_dir() / "lamp-full").string() +
+                                                          "\"\ndata = \"austen/validation\"\nseqs = 1\nctx = 16\n"
+                                                          "mu = [4]\nstrict_tau = [0]\nrelaxed_tau = []\n");
+  REQUIRE(run({"lamp", "sweep", cfg.string(), "--cells"}).status == 0);
+  check_error(run({"lamp", "sweep", cfg.string(), "--cells"}, "", "/dev/full"), {"cannot write standard output"});
+}
+
+TEST_CASE("bad data / policy / output paths: the error names the real problem", "[cli][eval][errors]") {
+  const std::string dir = model_dir("bytes-gpt2", bytes_gpt2());
+  const std::string scratch = scratch_dir().string();
+  check_error(run({"eval", "-m", dir, "-d", "/dev/null"}), {"/dev/null", "empty file, not a token shard"});
+  check_error(run({"eval", "-m", dir, "-d", "/dev/zero"}), {"/dev/zero", "not a token shard"});
+  check_error(run({"eval", "-m", dir, "-d", scratch}), {scratch, "is a directory"});
+  // A policy that is a directory is an error, not a silent FP32 run.
+  check_error(run({"eval", "-m", dir, "-p", scratch}), {"policy file", scratch, "is a directory"});
+  check_error(run({"logits", "-m", dir, "-p", scratch, "--tokens", "1 2", "-o", scratch + "/x.npy"}),
+              {"policy file", "is a directory"});
+  check_error(run({"eval", "-m", dir, "-p", "/dev/zero"}), {"/dev/zero", "larger than 67108864 bytes"});
+  const fs::path train = write_config("train-dir-policy.toml", "[model]\narch = \"llama\"\nlayers = 1\nheads = 2\n"
+                                                               "dim = 16\nctx = 24\n[data]\ntokenizer = \"bytes\"\n"
+                                                               "train = \"kjv/test\"\nvalidation = \"kjv/validation\"\n"
+                                                               "[train]\nsteps = 1\nbatch = 1\n[precision]\npolicy = \"" +
+                                                               scratch + "\"\n");
+  check_error(run({"train", train.string(), "-o", scratch + "/train-dir-policy", "-q"}), {"policy file", "is a directory"});
+  // Empty paths say so, instead of ": cannot write".
+  check_error(run({"logits", "-m", dir, "--tokens", "1 2", "-o", ""}), {"--out", "the path is empty"});
+  check_error(run({"eval", "-m", dir, "-o", ""}), {"--out", "the path is empty"});
+  check_error(run({"eval", "-m", "", "-o", "x"}), {"--model", "the path is empty"});
+  check_error(run({"eval", "-m", dir, "-p", ""}), {"policy file", "the path is empty"});
+  // Seeds in a TOML policy: negative or beyond 64 bits is an error, not a wrapped value.
+  check_error(run({"eval", "-m", dir, "-p", write_config("seed-neg.toml", "[site.\"attn.qk\"]\nseed = -1\n").string()}),
+              {"seed-neg.toml:2", "'seed' = -1"});
+  check_error(run({"eval", "-m", dir, "-p",
+                   write_config("seed-big.toml", "[site.\"attn.qk\"]\nseed = 18446744073709551616\n").string()}),
+              {"seed-big.toml:2", "18446744073709551616"});
+  check_error(run({"eval", "-m", dir, "-p", write_config("lamp-seed.toml", "[lamp]\nseed = -5\n").string()}),
+              {"lamp-seed.toml", "'seed' must be a non-negative integer"});
 }

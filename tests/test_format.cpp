@@ -107,3 +107,17 @@ TEST_CASE("format whose subnormals fall below binary64 is rejected") {
   f.emin = -1040 + 10;
   CHECK_THROWS_AS(validate(f), InputError);
 }
+
+TEST_CASE("family names with parameters too large for int are range errors") {
+  using Catch::Matchers::Contains;
+  CHECK_THROWS_AS(format_lookup("ps99999999999999999999"), InputError);
+  CHECK_THROWS_WITH(format_lookup("ps99999999999999999999"), Contains("out of range 1..23"));
+  CHECK_THROWS_WITH(format_lookup("e99999999999999999999m2"), Contains("exponent_bits") && Contains("2..11"));
+  CHECK_THROWS_WITH(format_lookup("e5m99999999999999999999"), Contains("0..52"));
+  CHECK(format_lookup("ps0023").mu == 23);  // leading zeros are still the number
+}
+
+TEST_CASE("escape_control writes control bytes as \\xNN and keeps the rest") {
+  CHECK(escape_control(std::string("a\0b\x1b[1m\n\x7f μ", 12)) == "a\\x00b\\x1b[1m\\x0a\\x7f μ");
+  CHECK(escape_control("plain") == "plain");
+}

@@ -41,7 +41,7 @@ std::vector<uint8_t> brute_strict(const std::vector<float>& y, double tau) {
   std::vector<uint8_t> m(y.size());
   for (size_t j = 0; j < y.size(); ++j) {
     const long double z = std::exp((long double)y[j] - mx) / sum;
-    m[j] = 2 * z * (1 - z) * std::fabs((long double)y[j]) >= (long double)tau;
+    m[j] = tau <= 0 || 2 * z * (1 - z) * std::fabs((long double)y[j]) > (long double)tau;
   }
   return m;
 }
@@ -53,7 +53,7 @@ std::vector<uint8_t> brute_relaxed(const std::vector<float>& y, double tau) {
   std::vector<long double> a(y.size());
   for (size_t j = 0; j < y.size(); ++j) best = std::max(best, a[j] = std::fabs((long double)y[j]) * std::exp((long double)y[j] - my));
   std::vector<uint8_t> m(y.size());
-  for (size_t j = 0; j < y.size(); ++j) m[j] = a[j] >= (long double)tau * best;
+  for (size_t j = 0; j < y.size(); ++j) m[j] = tau <= 0 || a[j] > (long double)tau * best;
   return m;
 }
 
@@ -116,6 +116,39 @@ TEST_CASE("τ = 0 selects every entry, τ = ∞ none; length scaling; masked key
   CHECK(lamp_select_row(t, prefix, 19, a, 0) == lamp_select_row(t, std::span<const float>(longer.data(), 20), 19, b, 0));
 }
 
+TEST_CASE("ties: '>' as the paper — the relaxed row maximum is never selected at τ ≥ 1, exact ties are not") {
+  // relaxed: the row maximum of |y|·e^y ties with itself, so at τ = 1 nothing is selected (with
+  // '≥' every row recomputed its maximum), and below 1 the maximum and its exact ties are
+  std::vector<float> y{0.5f, 2.0f, 2.0f, -1.0f, 0.0f};
+  LampSpec r;
+  r.rule = LampRule::relaxed;
+  std::vector<uint8_t> m(y.size());
+  r.tau = 1.0;
+  CHECK(lamp_select_row(r, y, 4, m, 0) == 0);
+  r.tau = 2.0;
+  CHECK(lamp_select_row(r, y, 4, m, 0) == 0);
+  r.tau = 0.999;
+  CHECK(lamp_select_row(r, y, 4, m, 0) == 2);
+  CHECK((m[1] == 1 && m[2] == 1 && m[0] == 0));
+  // length scaling caps τ_i at 1: on short rows the relaxed rule then selects nothing either
+  r.tau = 0.5;
+  r.length_scaled = true;
+  CHECK(lamp_select_row(r, y, 4, m, 0) == 0);  // τ_4 = min(1, 0.5·√(1024/5)) = 1
+  // strict: an entry whose κ equals τ exactly is not selected. Two equal scores a, a with
+  // z = ½ each: κ = 2·½·½·|a| = |a|/2 — exact in binary64 for a = 3.
+  std::vector<float> t{3.0f, 3.0f};
+  LampSpec s;
+  s.tau = 1.5;
+  CHECK(lamp_select_row(s, t, 1, m, 0) == 0);
+  s.tau = std::nextafter(1.5, 0.0);
+  CHECK(lamp_select_row(s, t, 1, m, 0) == 2);
+  // activation: κ = |σ'|·|y| = τ exactly is not selected
+  std::vector<double> ya{2.0, -4.0}, da{0.5, 0.25};
+  std::vector<uint8_t> ma(2);
+  CHECK(lamp_select_activation(ya, da, 1.0, ma) == 0);
+  CHECK(lamp_select_activation(ya, da, 0.0, ma) == 2);
+}
+
 TEST_CASE("random control: exactly the rule's count per row, among the causal positions, reproducible") {
   for (int r = 0; r < 100; ++r) {
     const size_t n = 2 + size_t(r);
@@ -150,7 +183,7 @@ TEST_CASE("activation and LayerNorm rules equal their definitions") {
     std::vector<uint8_t> m(n);
     const double tau = 0.3;
     size_t want = 0;
-    for (size_t j = 0; j < n; ++j) want += std::abs(d[j]) * std::abs(y[j]) >= tau;
+    for (size_t j = 0; j < n; ++j) want += std::abs(d[j]) * std::abs(y[j]) > tau;
     CHECK(lamp_select_activation(y, d, tau, m) == want);
     // LayerNorm: the selected set is the largest κ, and what is left sums to ≤ τ (and would not
     // if the smallest selected one were dropped)

@@ -1,10 +1,16 @@
 // test_train — AdamW against PyTorch's trajectory, the schedule, clipping, and the training loop:
 // determinism across threads, bit-identical resume, controller hooks, bad input.
 #include <catch2/catch.hpp>
+#include <fmt/format.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <map>
 #include <sstream>
 #include <nlohmann/json.hpp>
 
@@ -269,4 +275,198 @@ TEST_CASE("training: bad configurations, a resume from another run, a diverging 
   CHECK_THAT(msg, Catch::Contains("checkpoint-"));
   REQUIRE(fs::exists(div + "/latest"));
   CHECK(fs::exists(div + "/" + read_file(div + "/latest") + "/model.safetensors"));
+}
+
+namespace {
+
+// A copy of every file of a directory, to restore it after each corruption.
+std::map<std::string, std::string> snapshot(const std::string& dir) {
+  std::map<std::string, std::string> s;
+  for (auto& e : fs::directory_iterator(dir)) s[e.path().filename().string()] = read_file(e.path().string());
+  return s;
+}
+void restore(const std::string& dir, const std::map<std::string, std::string>& s) {
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  for (auto& [name, bytes] : s) write_file_atomic(dir + "/" + name, bytes);
+}
+std::string resume_error(const std::string& dir) {
+  Trainer t(tiny("gpt2", dir));
+  try {
+    t.resume(dir);
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  return "(resumed)";
+}
+// What a deliberate editor would do: rewrite trainer.json and make the manifest agree with it, so
+// only the range checks behind the hashes can catch the edit.
+void forge_trainer_json(const std::string& ck, const std::function<void(nlohmann::json&)>& edit) {
+  nlohmann::json j = nlohmann::json::parse(read_file(ck + "/trainer.json"));
+  edit(j);
+  const std::string text = j.dump(1);
+  write_file_atomic(ck + "/trainer.json", text);
+  auto m = nlohmann::ordered_json::parse(read_file(ck + "/manifest.json"));
+  m["files"]["trainer.json"] = {{"bytes", text.size()}, {"sha256", sha256_hex(text)}};
+  if (j["step"].is_number_integer() && j["step"].get<int64_t>() >= 0) m["step"] = j["step"].get<uint64_t>();
+  m.erase("sha256");
+  m["sha256"] = sha256_hex(m.dump());
+  write_file_atomic(ck + "/manifest.json", m.dump(1));
+}
+
+}  // namespace
+
+TEST_CASE("resume: every file of a checkpoint is verified, every trainer.json field range-checked") {
+  const std::string dir = (scratch() / "verify").string();
+  {
+    Trainer t(tiny("gpt2", dir));
+    t.run({}, 4);  // checkpoints at 2 and 4
+  }
+  const std::string ck = dir + "/checkpoint-00000004", older = dir + "/checkpoint-00000002";
+  const auto good = snapshot(ck);
+  REQUIRE(good.count("manifest.json"));
+  CHECK(resume_error(dir) == "(resumed)");
+
+  // single-bit flips anywhere in the weights, the header included
+  const std::string& st = good.at("model.safetensors");
+  for (size_t i = 0; i < 25; ++i) {
+    const size_t pos = 3 + i * (st.size() - 4) / 24;
+    INFO("byte " << pos);
+    std::string bad = st;
+    bad[pos] ^= char(1 << (i % 8));
+    write_file_atomic(ck + "/model.safetensors", bad);
+    CHECK_THAT(resume_error(dir), Catch::Contains(ck + "/model.safetensors: SHA-256 mismatch"));
+  }
+  restore(ck, good);
+  fs::copy_file(older + "/model.safetensors", ck + "/model.safetensors", fs::copy_options::overwrite_existing);
+  CHECK_THAT(resume_error(dir), Catch::Contains(ck + "/model.safetensors: SHA-256 mismatch"));
+  restore(ck, good);
+  std::string cfg = good.at("config.json");
+  cfg.replace(cfg.find("\"norm_eps\": 1e-05"), 17, "\"norm_eps\": 2e-05");
+  write_file_atomic(ck + "/config.json", cfg);
+  CHECK_THAT(resume_error(dir), Catch::Contains(ck + "/config.json: SHA-256 mismatch"));
+  for (const char* edit : {"\"step\": 4", "\"steps\": 4"}) {
+    INFO(edit);
+    restore(ck, good);
+    std::string tj = good.at("trainer.json");
+    const size_t at = tj.find(edit);
+    REQUIRE(at != std::string::npos);
+    tj.replace(at, std::strlen(edit), std::string(edit).replace(std::strlen(edit) - 1, 1, "-1"));
+    write_file_atomic(ck + "/trainer.json", tj);
+    CHECK_THAT(resume_error(dir), Catch::Contains(ck + "/trainer.json: SHA-256 mismatch"));
+  }
+  restore(ck, good);
+  std::string man = good.at("manifest.json");
+  man.replace(man.find("\"step\": 4"), 9, "\"step\": 5");
+  write_file_atomic(ck + "/manifest.json", man);
+  CHECK_THAT(resume_error(dir), Catch::Contains(ck + "/manifest.json: SHA-256 mismatch"));
+  restore(ck, good);
+  fs::remove(ck + "/manifest.json");  // an older mantis's checkpoint: not resumed, but still a model
+  CHECK_THAT(resume_error(dir), Catch::Contains(ck + ": no manifest.json"));
+  CHECK_NOTHROW(load_model(ck));
+
+  // edits that agree with the manifest
+  auto forged = [&](const std::function<void(nlohmann::json&)>& edit) {
+    restore(ck, good);
+    forge_trainer_json(ck, edit);
+    return resume_error(dir);
+  };
+  CHECK_THAT(forged([](auto& j) { j["step"] = -1; }), Catch::Contains("trainer.json: \"step\" must be a non-negative integer, got -1"));
+  CHECK_THAT(forged([](auto& j) { j["step"] = 6; }), Catch::Contains("manifest.json: step is 6, expected 4"));
+  CHECK_THAT(forged([](auto& j) { j["optimizer"]["steps"] = 9; }), Catch::Contains("optimizer.steps is 9, expected 4"));
+  CHECK_THAT(forged([](auto& j) { j["sequences_done"] = 1; }), Catch::Contains("sequences_done is 1, expected 24"));
+  CHECK_THAT(forged([](auto& j) { j["log"][1][1] = "garbage"; }),
+             Catch::Contains("log row 1 loss is \"garbage\", not a finite number"));
+  CHECK_THAT(forged([](auto& j) { j["log"][0][3] = "1e999"; }), Catch::Contains("log row 0 lr is \"1e999\""));
+  CHECK_THAT(forged([](auto& j) { j["log"].erase(0); }), Catch::Contains("the number of log rows is 3, expected 4"));
+  CHECK_THAT(forged([](auto& j) { j["units"][0] = "7,0,attn"; }), Catch::Contains("units row 0 is \"7,0,attn\""));
+  CHECK_THAT(forged([](auto& j) { j["optimizer"]["tensors"][0]["values"] = uint64_t(1) << 62; }),
+             Catch::Contains("optimizer.bin: truncated"));
+  {  // a step beyond the run, in a directory of that name: printed "done" before, with nothing saved
+    restore(ck, good);
+    forge_trainer_json(ck, [](auto& j) { j["step"] = 9; });
+    const std::string beyond = dir + "/checkpoint-00000009";
+    fs::rename(ck, beyond);
+    write_file_atomic(dir + "/latest", "checkpoint-00000009");
+    CHECK_THAT(resume_error(dir), Catch::Contains(beyond + "/trainer.json: step 9 is beyond the configured 6 steps"));
+    fs::remove_all(beyond);
+    write_file_atomic(dir + "/latest", "checkpoint-00000004");
+  }
+  restore(ck, good);
+  CHECK(resume_error(dir) == "(resumed)");
+
+  // a finished run resumes to a no-op
+  const std::string done = (scratch() / "verify-done").string();
+  Trainer(tiny("gpt2", done)).run();
+  Trainer again(tiny("gpt2", done));
+  again.resume(done);
+  CHECK(again.next_step() == 6);
+  again.run();
+  CHECK(again.log().size() == 6);
+}
+
+TEST_CASE("resume: a `latest` with a trailing newline is read; garbage in it is named") {
+  const std::string dir = (scratch() / "latest-newline").string();
+  {
+    Trainer t(tiny("llama", dir));
+    t.run({}, 2);
+  }
+  write_file_atomic(dir + "/latest", "checkpoint-00000002\n");
+  Trainer t(tiny("llama", dir));
+  t.resume(dir);
+  CHECK(t.next_step() == 2);
+  write_file_atomic(dir + "/latest", "../../etc");
+  CHECK_THROWS_WITH(t.resume(dir), Catch::Contains("latest: \"../../etc\" is not a checkpoint name"));
+}
+
+TEST_CASE("training: a non-finite update stops with the step named and leaves nothing half-made") {
+  const std::string dir = (scratch() / "overflow").string();
+  TrainConfig c = tiny("gpt2", dir);
+  c.schedule.lr = 1e39, c.schedule.warmup = 0, c.checkpoint_every = 1;
+  Trainer t(c);
+  std::string msg;
+  try {
+    t.run();
+  } catch (const InputError& e) {
+    msg = e.what();
+  }
+  CHECK_THAT(msg, Catch::Contains("step 0: the update (lr 1e+39) made the parameters non-finite (tensor "));
+  CHECK_THAT(msg, Catch::Contains("last good checkpoint: none yet"));
+  CHECK(msg.find('\n') == std::string::npos);
+  std::error_code ec;  // (the directory need not exist at all)
+  for (auto& e : fs::directory_iterator(dir, ec)) CHECK(e.path().filename().string().find("checkpoint") == std::string::npos);
+}
+
+TEST_CASE("training: a huge ctx is refused before the model is allocated") {
+  TrainConfig c = tiny("gpt2", "");
+  c.model.ctx = 16777216;  // the largest a TOML may give; wpe alone would be 2^24 × 32 floats (2 GB)
+  CHECK_THROWS_WITH(Trainer(c), Catch::Contains("a sequence needs 16777217"));
+}
+
+TEST_CASE("temporaries of killed runs are removed when a run directory is opened") {
+  const std::string dir = (scratch() / "stale").string();
+  {
+    Trainer t(tiny("gpt2", dir));
+    t.run({}, 2);
+  }
+  const pid_t dead = ::fork();
+  if (dead == 0) ::_exit(0);
+  REQUIRE(dead > 0);
+  ::waitpid(dead, nullptr, 0);
+  const std::string ck = dir + "/checkpoint-00000002";
+  const std::vector<std::string> stale = {dir + fmt::format("/.log.csv.{}.0.tmp", dead),
+                                          ck + fmt::format("/.optimizer.bin.{}.12.tmp", dead),
+                                          dir + fmt::format("/.checkpoint-00000004.{}.1.tmp", dead)};
+  const std::vector<std::string> kept = {dir + fmt::format("/.log.csv.{}.0.tmp", ::getpid()),  // a live writer's
+                                         dir + "/.notes.tmp", dir + fmt::format("/.x.{}.tmp", dead)};
+  fs::create_directories(stale[2]);
+  write_file_atomic(stale[2] + "/config.json", "{}");
+  for (auto& f : {stale[0], stale[1], kept[0], kept[1], kept[2]}) write_file_atomic(f, "partial");
+  Trainer t(tiny("gpt2", dir));  // opening the run directory
+  for (auto& f : stale) CHECK_FALSE(fs::exists(f));
+  for (auto& f : kept) CHECK(fs::exists(f));
+  CHECK(remove_stale_temporaries(dir) == 0);
+  for (auto& f : kept) fs::remove(f);
+  t.resume(dir);
+  CHECK(t.next_step() == 2);
 }

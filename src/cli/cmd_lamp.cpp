@@ -3,9 +3,15 @@
 //
 // Cells (index order): 0 = FP32 (native); then for each μ: uniform ps<μ> (LAMP's site, nothing
 // recomputed), then strict τ × {rule, random}, then relaxed τ × {rule, random}. Each cell is
-// independent: its result is DIR/cells/<index>.json (atomic), so a sweep resumes where it stopped,
-// `--cell i` runs one cell (for separate processes or machines), and the merge (after a full run,
-// or `--merge`) writes DIR/results.csv, DIR/results.json and DIR/manifest.json.
+// independent: its result is DIR/cells/<index>.json (atomic) with the key of everything it depends
+// on (study.h), so a sweep resumes where it stopped and never reuses a cell of another
+// configuration (a different key is an error; --overwrite recomputes); `--cell i` runs one cell
+// (for separate processes or machines), and the merge (after a full run, or `--merge`) checks
+// every cell and writes DIR/results.csv, DIR/results.json and DIR/manifest.json as one result set.
+// A merge with cells missing fails unless --allow-partial (the manifest then says partial).
+// Per cell and window: KL, positions, flips, recomputed scores, non-finite positions; per layer:
+// recomputed and causal scores; per site and layer: range health (forward.h). The merge adds 95 %
+// bootstrap intervals over windows (bootstrap.h) for KL and for KL(uniform ps<μ>) / KL(cell).
 // Per cell, over every position of every window and every layer: mean KL(p_FP32 ‖ p_cell), top-1
 // flip rate, perplexity of both, max |logit error|, recompute rate = recomputed scores / causal
 // scores (Σ over layers and windows) — equal to the recomputed share of the score GEMM's
@@ -26,7 +32,9 @@
 #include "mantis_git.h"
 #include "metrics.h"
 #include "policy.h"
+#include "bootstrap.h"
 #include "round_array.h"
+#include "study.h"
 #include "tokenizer.h"
 
 namespace mantis::cli {
@@ -34,7 +42,9 @@ namespace mantis::cli {
 namespace {
 
 namespace fs = std::filesystem;
-using ojson = nlohmann::ordered_json;
+
+constexpr int kBootstrapResamples = 2000;
+constexpr uint64_t kBootstrapSeed = 0;
 
 struct SweepConfig {
   std::string out, model, data = "test", tokenizer, recompute = "fp32";
@@ -50,7 +60,7 @@ struct SweepConfig {
 SweepConfig parse_sweep(const std::string& path) {
   SweepConfig c;
   c.path = path;
-  c.text = read_file(path);
+  c.text = read_text_file(path, "sweep configuration");
   toml::table t;
   try {
     t = toml::parse(c.text, path);
@@ -105,6 +115,20 @@ SweepConfig parse_sweep(const std::string& path) {
     if (m < 1 || m > 23) throw InputError(fmt::format("{}: μ = {} out of range 1..23", path, m));
   for (double x : c.strict_tau) if (!(x >= 0)) throw InputError(fmt::format("{}: strict τ = {} must be ≥ 0", path, x));
   for (double x : c.relaxed_tau) if (!(x >= 0)) throw InputError(fmt::format("{}: relaxed τ = {} must be ≥ 0", path, x));
+  // a value listed twice would make two cells of the same key
+  auto unique = [&](const char* k, auto v) {
+    std::sort(v.begin(), v.end());
+    if (auto it = std::adjacent_find(v.begin(), v.end()); it != v.end())
+      throw InputError(fmt::format("{}: '{}' lists {} twice", path, k, *it));
+  };
+  unique("mu", c.mu), unique("strict_tau", c.strict_tau), unique("relaxed_tau", c.relaxed_tau);
+  if (c.recompute != "fp32") {
+    const Format f = format_lookup(c.recompute);
+    if (!fits_float(f))
+      throw InputError(fmt::format("{}: recompute = \"{}\": LAMP recomputes binary32 scores, so the format must fit "
+                                   "binary32 (μ ≤ 23 and binary32's exponent range); use \"fp32\" for the FP32 product",
+                                   path, c.recompute));
+  }
   return c;
 }
 
@@ -146,12 +170,105 @@ Policy policy_of(const SweepConfig& c, const Cell& cell) {
   return p;
 }
 
-double finite_or_nan(double x) { return std::isfinite(x) ? x : std::nan(""); }
-ojson num(double x) { return std::isfinite(x) ? ojson(x) : ojson(nullptr); }
+// Bumped whenever a change of mantis alters what a cell computes from the same key (2: the rules
+// select with '>' as the paper; per-window and per-layer data; site health).
+constexpr int kLampSemantics = 2;
+
+// Everything a cell's numbers depend on (study.h): the model's files, the data and its windows,
+// the cell's rule settings and the full policy they make (formats written out), seeds.
+ojson cell_key(const SweepConfig& c, const Cell& cell, const ojson& model, const ojson& data) {
+  const Policy pol = policy_of(c, cell);
+  ojson k;
+  k["study"] = "mantis lamp sweep";
+  k["semantics"] = kLampSemantics;
+  k["model"] = model;
+  k["data"] = data;
+  k["cell"] = {{"kind", cell.kind},
+               {"mu", cell.kind == "fp32" ? ojson(nullptr) : ojson(cell.mu)},
+               {"rule", cell.kind == "lamp" ? ojson(to_string(cell.rule)) : ojson(nullptr)},
+               {"tau", cell.kind == "lamp" ? json_number(cell.tau) : ojson(nullptr)},
+               {"random_control", cell.random},
+               {"length_scaling", cell.kind == "lamp" && c.length_scaling},
+               {"recompute", cell.kind == "lamp" ? c.recompute : ""},
+               {"seed", cell.kind == "lamp" ? c.seed : 0}};
+  std::string d = describe(pol);
+  while (!d.empty() && d.back() == '\n') d.pop_back();
+  k["policy"] = d;
+  return k;
+}
+
+// A cell file's checked numbers (merge). Everything is validated before any is used.
+struct CellData {
+  ojson json;
+  std::vector<double> kl_w, pos_w;  // per window: mean KL, positions
+  std::vector<uint64_t> rec_l, ent_l;
+  uint64_t overflow = 0, nan = 0, inf = 0;
+};
+
+CellData check_cell(const std::string& f, ojson r, size_t windows, int layers, bool lamp) {
+  auto bad = [&](const std::string& what) {
+    return InputError(fmt::format("{}: malformed cell result: {} (delete it, or run with --overwrite)", f, what));
+  };
+  auto number = [&](const ojson& o, const char* k) {
+    if (!o.contains(k)) throw bad(fmt::format("no '{}'", k));
+    try {
+      return json_to_double(o.at(k), k);
+    } catch (const InputError&) {
+      throw bad(fmt::format("'{}' is not a number", k));
+    }
+  };
+  auto count = [&](const ojson& v, const std::string& what) {
+    if (!v.is_number_unsigned()) throw bad(fmt::format("{} is not a count", what));
+    return v.get<uint64_t>();
+  };
+  CellData d;
+  const double kl = number(r, "kl");
+  // KL ≥ 0; rounding can make an almost-exact cell's mean a hair negative (metrics.h), no more
+  if (!(kl >= -1e-12)) throw bad(fmt::format("KL {} is negative", kl));
+  for (const char* k : {"flip_rate", "ppl_ref", "ppl", "max_abs_logit_error", "recompute_rate", "seconds"})
+    if (!(number(r, k) >= 0)) throw bad(fmt::format("'{}' is negative or NaN", k));
+  if (!r.contains("windows") || !r["windows"].is_object()) throw bad("no 'windows' object");
+  const ojson& w = r["windows"];
+  for (const char* k : {"kl", "positions"})
+    if (!w.contains(k) || !w[k].is_array() || w[k].size() != windows)
+      throw bad(fmt::format("windows.{} does not hold {} values", k, windows));
+  for (size_t i = 0; i < windows; ++i) {
+    double x;
+    try {
+      x = json_to_double(w["kl"][i], "kl");
+    } catch (const InputError&) {
+      throw bad(fmt::format("windows.kl[{}] is not a number", i));
+    }
+    if (!(x >= -1e-12)) throw bad(fmt::format("windows.kl[{}] = {} is negative", i, x));
+    d.kl_w.push_back(x);
+    d.pos_w.push_back(double(count(w["positions"][i], fmt::format("windows.positions[{}]", i))));
+  }
+  if (!r.contains("per_layer") || !r["per_layer"].is_object()) throw bad("no 'per_layer' object");
+  for (const char* k : {"recomputed", "causal_scores"}) {
+    const ojson& a = r["per_layer"].value(k, ojson());
+    if (!a.is_array() || a.size() != size_t(layers)) throw bad(fmt::format("per_layer.{} does not hold {} counts", k, layers));
+    for (size_t l = 0; l < a.size(); ++l)
+      (k[0] == 'r' ? d.rec_l : d.ent_l).push_back(count(a[l], fmt::format("per_layer.{}[{}]", k, l)));
+  }
+  for (size_t l = 0; lamp && l < d.rec_l.size(); ++l)
+    if (d.rec_l[l] > d.ent_l[l]) throw bad(fmt::format("layer {} recomputed more scores than it has", l));
+  if (!r.contains("health") || !r["health"].is_array()) throw bad("no 'health' array");
+  for (const ojson& h : r["health"]) {
+    if (!h.is_object()) throw bad("a health entry is not an object");
+    d.overflow += count(h.value("overflow", ojson()), "health.overflow");
+    d.nan += count(h.value("nan", ojson()), "health.nan");
+    d.inf += count(h.value("inf", ojson()), "health.inf");
+  }
+  d.json = std::move(r);
+  return d;
+}
+
+std::string csv_num(double x) { return std::isnan(x) ? "" : fmt::format("{:.9g}", x); }
 
 }  // namespace
 
 int run_lamp(const LampArgs& a) {
+  if (a.merge && a.cell >= 0) throw InputError("--merge and --cell cannot be combined: run cells, then merge");
   apply_threads(a.threads);
   const SweepConfig c = parse_sweep(a.config);
   const auto cells = cells_of(c);
@@ -173,6 +290,33 @@ int run_lamp(const LampArgs& a) {
   const auto tok = make_tokenizer(!c.tokenizer.empty() ? c.tokenizer : model.cfg.vocab == 256 ? "bytes" : "gpt2");
   const TokenData data = load_tokens(c.data, *tok, data_root());
   const auto starts = window_starts(data.tokens.size(), size_t(c.seqs), size_t(ctx) + 1);
+  const int layers = model.cfg.layers;
+  for (const Cell& cell : cells) policy_of(c, cell).check(model.cfg);  // every setting, before any thread
+
+  ojson src = ojson::array();
+  for (auto& s : data.sources) src.push_back({{"name", s.name}, {"sha256", s.sha256}, {"tokens", s.tokens}});
+  const ojson model_key = model_files_json(c.model, true);
+  const ojson data_key = {{"tokenizer", tok->id()}, {"sources", src}, {"ctx", ctx}, {"window_starts", starts}};
+  auto cell_file = [&](size_t i) { return fmt::format("{}/cells/{}.json", out, i); };
+  auto key_of = [&](size_t i) { return cell_key(c, cells[i], model_key, data_key); };
+  // A stored cell is reused only under the same key; a different one is an error (or, with
+  // --overwrite, recomputed). Checked for every cell before anything runs.
+  auto up_to_date = [&](size_t i) {
+    if (!fs::exists(cell_file(i))) return false;
+    ojson r;
+    try {
+      r = read_cell(cell_file(i));
+    } catch (const InputError&) {
+      if (a.overwrite) return false;
+      throw;
+    }
+    const std::string d = first_difference(r["key"], key_of(i));
+    if (d.empty()) return true;
+    if (a.overwrite) return false;
+    throw InputError(fmt::format("{}: computed under another configuration ({}): use --overwrite to recompute, or "
+                                 "another output directory", cell_file(i), d));
+  };
+
   auto window = [&](size_t w, std::vector<int32_t>& in, std::vector<int32_t>& tgt) {
     in.resize(size_t(ctx)), tgt.resize(size_t(ctx));
     for (int t = 0; t < ctx; ++t) {
@@ -190,10 +334,12 @@ int run_lamp(const LampArgs& a) {
   };
 
   std::vector<size_t> pending;
-  if (a.cell >= 0) pending.push_back(size_t(a.cell));
-  else if (!a.merge)
+  if (a.cell >= 0) {
+    if (!up_to_date(size_t(a.cell))) pending.push_back(size_t(a.cell));
+  } else if (!a.merge) {
     for (size_t i = 0; i < cells.size(); ++i)
-      if (!fs::exists(fmt::format("{}/cells/{}.json", out, i))) pending.push_back(i);
+      if (!up_to_date(i)) pending.push_back(i);
+  }
   const bool bar = !a.quiet && stderr_is_tty();
   const Stopwatch total;
   for (size_t n = 0; n < pending.size(); ++n) {
@@ -201,73 +347,138 @@ int run_lamp(const LampArgs& a) {
     const Cell& cell = cells[ci];
     const Policy pol = policy_of(c, cell);
     MetricsAccumulator acc;
-    uint64_t selected = 0, entries = 0;
+    HealthTable health;
+    std::vector<uint64_t> rec_l(size_t(layers), 0), ent_l(size_t(layers), 0);
+    ojson wkl = ojson::array(), wpos = ojson::array(), wflips = ojson::array(), wrec = ojson::array(),
+          wnonfinite = ojson::array();
     const Stopwatch sw;
     for (size_t w = 0; w < starts.size(); ++w) {
       std::vector<int32_t> in, tgt;
       window(w, in, tgt);
       ForwardStats st;
       const Matrix<float> test = forward<float>(model, in, pol, &st);  // [T,V]
+      MetricsAccumulator one;
+      one.add(reference(w), test, tgt);
       acc.add(reference(w), test, tgt);
-      for (size_t l = 0; l < st.lamp_selected.size(); ++l) selected += st.lamp_selected[l], entries += st.lamp_entries[l];
+      uint64_t rec = 0;
+      for (size_t l = 0; l < size_t(layers); ++l) rec_l[l] += st.lamp_selected[l], ent_l[l] += st.lamp_entries[l];
+      for (uint64_t x : st.lamp_selected) rec += x;
+      health.add(st, layers);
+      wkl.push_back(json_number(one.mean_kl())), wpos.push_back(one.positions()), wflips.push_back(one.flips());
+      wrec.push_back(rec), wnonfinite.push_back(one.nonfinite_positions());
       if (bar)
         fmt::print(stderr, "\rcell {}/{} ({}): window {}/{}   ", n + 1, pending.size(), cell.name(), w + 1, starts.size());
     }
+    uint64_t selected = 0, entries = 0;
+    for (size_t l = 0; l < size_t(layers); ++l) selected += rec_l[l], entries += ent_l[l];
     ojson r;
+    r["key"] = key_of(ci);
     r["cell"] = ci;
     r["name"] = cell.name();
     r["kind"] = cell.kind;
     r["mu"] = cell.kind == "fp32" ? ojson(nullptr) : ojson(cell.mu);
     r["rule"] = cell.kind == "lamp" ? ojson(to_string(cell.rule)) : ojson(nullptr);
-    r["tau"] = cell.kind == "lamp" ? num(cell.tau) : ojson(nullptr);
+    r["tau"] = cell.kind == "lamp" ? json_number(cell.tau) : ojson(nullptr);
     r["random_control"] = cell.random;
-    r["kl"] = num(acc.mean_kl());
-    r["flip_rate"] = num(acc.flip_rate());
-    r["ppl_ref"] = num(acc.ppl_ref());
-    r["ppl"] = num(acc.ppl_test());
-    r["max_abs_logit_error"] = num(acc.max_abs_error());
-    r["recompute_rate"] = cell.kind == "lamp" ? num(double(selected) / double(entries)) : ojson(0.0);
+    r["kl"] = json_number(acc.mean_kl());
+    r["flip_rate"] = json_number(acc.flip_rate());
+    r["ppl_ref"] = json_number(acc.ppl_ref());
+    r["ppl"] = json_number(acc.ppl_test());
+    r["max_abs_logit_error"] = json_number(acc.max_abs_error());
+    r["recompute_rate"] = cell.kind == "lamp" ? json_number(double(selected) / double(entries)) : ojson(0.0);
     r["recomputed"] = selected;
     r["causal_scores"] = entries;
     r["positions"] = acc.positions();
+    r["nonfinite_positions"] = acc.nonfinite_positions();
     r["seconds"] = sw.seconds();
-    write_file_atomic(fmt::format("{}/cells/{}.json", out, ci), r.dump(1) + "\n");
+    r["per_layer"] = {{"recomputed", rec_l}, {"causal_scores", ent_l}};
+    r["windows"] = {{"start", starts}, {"kl", wkl},        {"positions", wpos},
+                    {"flips", wflips}, {"recomputed", wrec}, {"nonfinite_positions", wnonfinite}};
+    r["health"] = health.json();
+    write_file_atomic(cell_file(ci), r.dump(1) + "\n");
     if (!bar && !a.quiet)
       fmt::print("cell {:>4} {:<36} KL {:.4e}  flips {:.4f}  recompute {:.5f}  {:.1f} s\n", ci, cell.name(),
-                 finite_or_nan(acc.mean_kl()), acc.flip_rate(), r["recompute_rate"].get<double>(), sw.seconds());
+                 acc.mean_kl(), acc.flip_rate(), r["recompute_rate"].get<double>(), sw.seconds());
+    if (acc.nonfinite_positions())
+      fmt::print("cell {:>4}: non-finite logits at {} of {} positions: KL and perplexity are inf (see its health)\n",
+                 ci, acc.nonfinite_positions(), acc.positions());
   }
   if (bar) fmt::print(stderr, "\n");
-  if (a.cell >= 0) return 0;  // one cell of a sharded sweep: merge later
+  if (a.cell >= 0) {
+    if (pending.empty()) fmt::print("cell {} is up to date in {}\n", a.cell, cell_file(size_t(a.cell)));
+    return 0;  // one cell of a sharded sweep: merge later
+  }
 
-  // merge
-  ojson rows = ojson::array();
-  std::string csv = "cell,name,kind,mu,rule,tau,random_control,kl,flip_rate,ppl_ref,ppl,max_abs_logit_error,"
-                    "recompute_rate,seconds\n";
-  size_t missing = 0;
+  // merge: every cell present is validated (key and numbers) before anything is written
+  std::vector<std::optional<CellData>> got(cells.size());
+  std::vector<size_t> missing;
   for (size_t i = 0; i < cells.size(); ++i) {
-    const std::string f = fmt::format("{}/cells/{}.json", out, i);
-    if (!fs::exists(f)) {
-      ++missing;
+    if (!fs::exists(cell_file(i))) {
+      missing.push_back(i);
       continue;
     }
-    ojson r;
-    try {
-      r = ojson::parse(read_file(f));
-    } catch (const ojson::exception& e) {
-      throw InputError(fmt::format("{}: malformed cell result: {}", f, e.what()));
+    ojson r = read_cell(cell_file(i));
+    if (const std::string d = first_difference(r["key"], key_of(i)); !d.empty())
+      throw InputError(fmt::format("{}: computed under another configuration ({}): rerun the sweep with --overwrite, "
+                                   "or merge into another output directory", cell_file(i), d));
+    got[i] = check_cell(cell_file(i), std::move(r), starts.size(), layers, cells[i].kind == "lamp");
+  }
+  if (!missing.empty() && !a.allow_partial) {
+    std::string list;
+    for (size_t k = 0; k < std::min<size_t>(missing.size(), 8); ++k) list += fmt::format("{}{}", k ? ", " : "", missing[k]);
+    throw InputError(fmt::format("{} of {} cells are missing ({}{}): run them (the sweep resumes, or --cell i), or "
+                                 "merge with --allow-partial", missing.size(), cells.size(), list,
+                                 missing.size() > 8 ? ", …" : ""));
+  }
+
+  // intervals: windows resampled jointly for every cell (bootstrap.h)
+  const Bootstrap boot(starts.size(), kBootstrapResamples, kBootstrapSeed);
+  std::map<int, size_t> uniform_of;  // μ → its uniform cell
+  for (size_t i = 0; i < cells.size(); ++i)
+    if (cells[i].kind == "uniform") uniform_of[cells[i].mu] = i;
+  auto kl_sums = [](const CellData& d) {  // per window: Σ KL over its positions
+    std::vector<double> s(d.kl_w.size());
+    for (size_t w = 0; w < s.size(); ++w) s[w] = d.kl_w[w] * d.pos_w[w];
+    return s;
+  };
+
+  ojson rows = ojson::array();
+  std::string csv = "cell,name,kind,mu,rule,tau,random_control,kl,kl_lo,kl_hi,kl_ratio,kl_ratio_lo,kl_ratio_hi,"
+                    "flip_rate,ppl_ref,ppl,max_abs_logit_error,recompute_rate,nonfinite_positions,overflow,nan,inf,"
+                    "seconds";
+  for (int l = 0; l < layers; ++l) csv += fmt::format(",recompute_rate_l{}", l);
+  csv += "\n";
+  auto s = [](const ojson& x) { return x.is_null() ? std::string() : x.is_string() ? x.get<std::string>() : x.dump(); };
+  for (size_t i = 0; i < cells.size(); ++i) {
+    if (!got[i]) continue;
+    const CellData& d = *got[i];
+    ojson r = d.json;
+    r.erase("key");
+    const Interval kl = boot.ratio(kl_sums(d), d.pos_w);
+    r["kl_interval"] = {json_number(kl.lo), json_number(kl.hi)};
+    double ratio = std::nan(""), rlo = std::nan(""), rhi = std::nan("");
+    if (cells[i].kind != "fp32" && got[uniform_of.at(cells[i].mu)]) {
+      const CellData& u = *got[uniform_of.at(cells[i].mu)];
+      const auto su = kl_sums(u), sc = kl_sums(d);
+      double nu = 0, nc = 0;
+      for (size_t w = 0; w < su.size(); ++w) nu += su[w], nc += sc[w];
+      ratio = nu / nc;
+      const Interval ri = boot.ratio(su, sc);
+      rlo = ri.lo, rhi = ri.hi;
+      r["kl_ratio"] = json_number(ratio);
+      r["kl_ratio_interval"] = {json_number(rlo), json_number(rhi)};
     }
-    if (r.value("name", "") != cells[i].name())
-      throw InputError(fmt::format("{}: holds cell '{}', but cell {} of this configuration is '{}' (another sweep's "
-                                   "results in the same directory?)", f, r.value("name", ""), i, cells[i].name()));
-    auto s = [](const ojson& x) { return x.is_null() ? std::string() : x.is_string() ? x.get<std::string>() : x.dump(); };
-    csv += fmt::format("{},\"{}\",{},{},{},{},{},{},{},{},{},{},{},{}\n", i, cells[i].name(), s(r["kind"]), s(r["mu"]),
-                       s(r["rule"]), s(r["tau"]), r["random_control"].get<bool>() ? 1 : 0, s(r["kl"]),
+    r["overflow"] = d.overflow, r["nan"] = d.nan, r["inf"] = d.inf;
+    csv += fmt::format("{},\"{}\",{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}", i, cells[i].name(),
+                       s(r["kind"]), s(r["mu"]), s(r["rule"]), s(r["tau"]), r["random_control"].get<bool>() ? 1 : 0,
+                       s(r["kl"]), csv_num(kl.lo), csv_num(kl.hi), csv_num(ratio), csv_num(rlo), csv_num(rhi),
                        s(r["flip_rate"]), s(r["ppl_ref"]), s(r["ppl"]), s(r["max_abs_logit_error"]),
-                       s(r["recompute_rate"]), s(r["seconds"]));
+                       s(r["recompute_rate"]), s(r["nonfinite_positions"]), d.overflow, d.nan, d.inf, s(r["seconds"]));
+    for (int l = 0; l < layers; ++l)
+      csv += "," + (cells[i].kind == "lamp" ? csv_num(double(d.rec_l[size_t(l)]) / double(d.ent_l[size_t(l)])) : "0");
+    csv += "\n";
     rows.push_back(r);
   }
-  write_file_atomic(out + "/results.csv", csv);
-  write_file_atomic(out + "/results.json", ojson{{"cells", rows}}.dump(1) + "\n");
   ojson man;
   man["generator"] = "mantis lamp sweep";
   man["mantis_version"] = MANTIS_VERSION;
@@ -275,22 +486,20 @@ int run_lamp(const LampArgs& a) {
   man["config_file"] = a.config;
   man["config_sha256"] = sha256_hex(c.text);
   man["config"] = c.text;
+  man["semantics"] = kLampSemantics;
   man["model"] = c.model;
-  ojson mf = ojson::array();
-  for (const char* f : {"config.json", "model.safetensors"})
-    if (fs::exists(c.model + "/" + f)) mf.push_back({{"file", c.model + "/" + f}, {"sha256", sha256_file(c.model + "/" + f)}});
-  if (fs::is_regular_file(c.model)) mf.push_back({{"file", c.model}, {"sha256", sha256_file(c.model)}});
-  man["model_files"] = mf;
-  ojson src = ojson::array();
-  for (auto& s : data.sources) src.push_back({{"name", s.name}, {"file", s.origin}, {"sha256", s.sha256}, {"tokens", s.tokens}});
+  man["model_files"] = model_files_json(c.model);
   man["data"] = {{"spec", c.data}, {"tokenizer", tok->id()}, {"sources", src}, {"windows", starts.size()}, {"ctx", ctx},
                  {"window_starts", starts}};
+  man["intervals"] = {{"method", "percentile bootstrap over windows (paired across cells), 95 %"},
+                      {"resamples", kBootstrapResamples}, {"seed", kBootstrapSeed}};
   man["cells"] = cells.size();
+  man["partial"] = !missing.empty();
   man["cells_missing"] = missing;
   man["seconds_this_process"] = total.seconds();
-  write_file_atomic(out + "/manifest.json", man.dump(1) + "\n");
-  fmt::print("merged {} of {} cells into {}/results.csv{}\n", cells.size() - missing, cells.size(), out,
-             missing ? fmt::format(" ({} missing: run them with --cell i)", missing) : "");
+  write_result_set(out, {{"results.csv", csv}, {"results.json", ojson{{"cells", rows}}.dump(1) + "\n"}}, man);
+  fmt::print("merged {} of {} cells into {}/results.csv{}\n", cells.size() - missing.size(), cells.size(), out,
+             missing.empty() ? "" : fmt::format(" (PARTIAL: {} missing, marked in the manifest)", missing.size()));
   return 0;
 }
 

@@ -21,6 +21,7 @@
 #include "metrics.h"
 #include "policy.h"
 #include "round_array.h"
+#include "study.h"
 #include "tokenizer.h"
 
 namespace mantis::cli {
@@ -28,22 +29,6 @@ namespace mantis::cli {
 namespace {
 
 namespace fs = std::filesystem;
-using ojson = nlohmann::ordered_json;
-
-// The files a checkpoint path stands for, with their SHA-256.
-ojson model_files(const std::string& path) {
-  ojson files = ojson::array();
-  std::error_code ec;
-  std::vector<fs::path> list;
-  if (fs::is_directory(path, ec)) {
-    for (const char* f : {"config.json", "model.safetensors"})
-      if (fs::is_regular_file(fs::path(path) / f, ec)) list.push_back(fs::path(path) / f);
-  } else {
-    list.push_back(path);
-  }
-  for (auto& f : list) files.push_back({{"file", f.string()}, {"sha256", sha256_file(f.string())}});
-  return files;
-}
 
 ojson config_json(const ModelConfig& c) {
   return {{"arch", c.arch == Arch::gpt2 ? "gpt2" : "llama"},
@@ -87,10 +72,10 @@ std::string utc_now() {
 std::string num(double x) { return std::isnan(x) ? "nan" : fmt::format("{:.9g}", x); }
 
 ojson metrics_json(const MetricsAccumulator& m) {
-  auto j = [](double x) { return std::isfinite(x) ? ojson(x) : ojson(nullptr); };
+  const auto j = json_number;
   return {{"positions", m.positions()}, {"kl_mean", j(m.mean_kl())},   {"flip_rate", j(m.flip_rate())},
           {"flips", m.flips()},         {"ppl_ref", j(m.ppl_ref())},   {"ppl_test", j(m.ppl_test())},
-          {"max_abs_logit_error", j(m.max_abs_error())}};
+          {"max_abs_logit_error", j(m.max_abs_error())}, {"nonfinite_positions", m.nonfinite_positions()}};
 }
 
 std::unique_ptr<Tokenizer> tokenizer_for(const EvalArgs& a, const ModelConfig& c) {
@@ -106,7 +91,7 @@ std::unique_ptr<Tokenizer> tokenizer_for(const EvalArgs& a, const ModelConfig& c
 int run_logits(const LogitsArgs& a) {
   apply_threads(a.threads);
   if (a.tokens.empty() == a.tokens_file.empty()) throw InputError("give exactly one of --tokens and --tokens-file");
-  const std::vector<int64_t> ids = a.tokens.empty() ? parse_token_ids(read_file(a.tokens_file), a.tokens_file)
+  const std::vector<int64_t> ids = a.tokens.empty() ? parse_token_ids(read_text_file(a.tokens_file, "token file"), a.tokens_file)
                                                     : parse_token_ids(a.tokens, "--tokens");
   std::vector<int32_t> tokens;
   for (int64_t id : ids) tokens.push_back(int32_t(id));  // < 2^31 (parse_token_ids); forward checks V
@@ -137,6 +122,7 @@ int run_eval(const EvalArgs& a) {
   const double load_s = total.seconds();
 
   MetricsAccumulator all;
+  HealthTable health, health_ref;  // the policy's and the FP32 reference's range events
   ojson seqs = ojson::array();
   double ref_s = 0, test_s = 0;
   const bool progress = !a.quiet && stderr_is_tty();
@@ -147,11 +133,13 @@ int run_eval(const EvalArgs& a) {
       target[size_t(t)] = int32_t(data.tokens[starts[w] + size_t(t) + 1]);
     }
     Stopwatch sw;
-    const Matrix<float> ref = forward<float>(model, in, Policy{});  // [T, V] FP32 ground truth
+    ForwardStats st_ref, st;
+    const Matrix<float> ref = forward<float>(model, in, Policy{}, &st_ref);  // [T, V] FP32 ground truth
     ref_s += sw.seconds();
     sw = Stopwatch{};
-    const Matrix<float> test = forward<float>(model, in, policy);   // [T, V]
+    const Matrix<float> test = forward<float>(model, in, policy, &st);   // [T, V]
     test_s += sw.seconds();
+    health.add(st, model.cfg.layers), health_ref.add(st_ref, model.cfg.layers);
     MetricsAccumulator one;
     one.add(ref, test, target);
     all.add(ref, test, target);
@@ -181,6 +169,12 @@ int run_eval(const EvalArgs& a) {
              fmt::format("{:.4f}% ({}/{})", 100 * all.flip_rate(), all.flips(), all.positions()));
   fmt::print("{:<26}{:>16}{:>16.6e}\n", "max |logit error|", "", all.max_abs_error());
   fmt::print("{:<26}{:>16.3f}{:>16.3f}\n", "forward time (s)", ref_s, test_s);
+  if (all.nonfinite_positions())
+    fmt::print("NON-FINITE LOGITS at {} of {} positions: KL, perplexity and max error are reported as inf "
+               "(the site health below shows where values left the format's range)\n",
+               all.nonfinite_positions(), all.positions());
+  if (!health_ref.at.empty()) fmt::print("site health, FP32 reference (overflows, NaNs, infinities):\n{}", health_ref.table());
+  if (!health.at.empty()) fmt::print("site health, policy (overflows, NaNs, infinities):\n{}", health.table());
 
   if (!a.out.empty()) {
     std::error_code ec;
@@ -188,21 +182,24 @@ int run_eval(const EvalArgs& a) {
     if (ec || !fs::is_directory(a.out, ec)) throw InputError(fmt::format("cannot create directory {}", a.out));
     const std::string csv_head =
         "model,policy,data,seqs,ctx,positions,kl_mean,flip_rate,flips,ppl_ref,ppl_test,max_abs_logit_error,"
-        "seconds_ref,seconds_policy\n";
+        "nonfinite_positions,overflow,nan,inf,seconds_ref,seconds_policy\n";
     auto quote = [](const std::string& s) {
       std::string q = "\"";
       for (char c : s) q += c == '"' ? std::string("\"\"") : std::string(1, c);
       return q + "\"";
     };
     const std::string csv =
-        csv_head + fmt::format("{},{},{},{},{},{},{},{},{},{},{},{},{:.3f},{:.3f}\n", quote(a.model), quote(a.policy),
-                               quote(a.data), starts.size(), ctx, all.positions(), num(all.mean_kl()),
+        csv_head + fmt::format("{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{:.3f},{:.3f}\n", quote(a.model),
+                               quote(a.policy), quote(a.data), starts.size(), ctx, all.positions(), num(all.mean_kl()),
                                num(all.flip_rate()), all.flips(), num(all.ppl_ref()), num(all.ppl_test()),
-                               num(all.max_abs_error()), ref_s, test_s);
+                               num(all.max_abs_error()), all.nonfinite_positions(), health.total().overflow,
+                               health.total().nan, health.total().inf, ref_s, test_s);
     ojson results;
     results["summary"] = metrics_json(all);
     results["summary"]["sequences"] = all.sequences();
     results["sequences"] = seqs;
+    results["health"] = health.json();
+    results["health_reference"] = health_ref.json();
     ojson man;
     man["mantis_version"] = MANTIS_VERSION;
     man["git_commit"] = MANTIS_GIT_COMMIT;
@@ -222,16 +219,14 @@ int run_eval(const EvalArgs& a) {
                      {"window_starts", starts}};
     if (fs::is_regular_file(a.policy, ec)) man["config"]["policy_sha256"] = sha256_file(a.policy);
     man["seed"] = policy_seeds(policy);
-    man["model_files"] = model_files(a.model);
+    man["model_files"] = model_files_json(a.model);
     ojson sources = ojson::array();
     for (auto& s : data.sources)
       sources.push_back({{"name", s.name}, {"file", s.origin}, {"sha256", s.sha256}, {"tokens", s.tokens}});
     man["data"] = {{"tokens", data.tokens.size()}, {"sources", sources}};
     man["timings_s"] = {{"load", load_s}, {"reference_forward", ref_s}, {"policy_forward", test_s},
                         {"total", total.seconds()}};
-    write_file_atomic(a.out + "/results.csv", csv);
-    write_file_atomic(a.out + "/results.json", results.dump(1) + "\n");
-    write_file_atomic(a.out + "/manifest.json", man.dump(1) + "\n");
+    write_result_set(a.out, {{"results.csv", csv}, {"results.json", results.dump(1) + "\n"}}, man);
     fmt::print("wrote {0}/results.csv, {0}/results.json, {0}/manifest.json\n", a.out);
   }
   return 0;

@@ -56,13 +56,10 @@ struct Config {
 };
 
 Config parse_config(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw InputError(fmt::format("cannot read config '{}': {}", path, std::strerror(errno)));
-  std::stringstream ss;
-  ss << in.rdbuf();
+  const std::string text = read_text_file(path, "sweep configuration");
   toml::table t;
   try {
-    t = toml::parse(ss.str(), path);
+    t = toml::parse(text, path);
   } catch (const toml::parse_error& e) {
     throw InputError(fmt::format("{}:{}: malformed TOML: {}", path, e.source().begin.line, e.description()));
   }

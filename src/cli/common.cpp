@@ -56,7 +56,7 @@ std::string_view trim(std::string_view s) {
 }
 
 bool parse_double(std::string_view s, double& out) {
-  if (s.empty() || s.size() > 4096) return false;
+  if (s.empty()) return false;
   const std::string z(s);
   char* end = nullptr;
   errno = 0;
@@ -65,7 +65,7 @@ bool parse_double(std::string_view s, double& out) {
 }
 
 bool parse_float(std::string_view s, float& out) {
-  if (s.empty() || s.size() > 4096) return false;
+  if (s.empty()) return false;
   const std::string z(s);
   char* end = nullptr;
   errno = 0;
@@ -86,7 +86,7 @@ std::vector<int64_t> parse_token_ids(std::string_view text, const std::string& w
       for (char c : w) v = v * 10 + (c - '0');
     if (!digits || v > INT32_MAX)
       throw InputError(fmt::format("{}: token {} ('{}') is not a token id (a non-negative integer)", what, ids.size(),
-                                   std::string(w.substr(0, 40))));
+                                   escape_control(w.substr(0, 40))));
     ids.push_back(v);
     pos = text.find_first_not_of(ws, end);
   }

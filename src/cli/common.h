@@ -66,7 +66,7 @@ struct TrainArgs {
 struct LampArgs {
   std::string action, config, out;
   int cell = -1;
-  bool list = false, merge = false, quiet = false;
+  bool list = false, merge = false, quiet = false, overwrite = false, allow_partial = false;
   int threads = 0;
 };
 struct TokenizeArgs {

@@ -7,9 +7,12 @@
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <cerrno>
+#include <charconv>
 #include <cstdio>
 #include <cstring>
 #include <exception>
+#include <iostream>
 #include <new>
 #include <optional>
 #include <cctype>
@@ -23,19 +26,43 @@ namespace {
 constexpr const char* kSubcommands[] = {"formats", "round",     "dot",        "bench",  "verify", "sweep",
                                         "tokenize", "detokenize", "shards", "logits", "eval",  "train", "lamp"};
 
-// One line, no trailing newline characters inside.
+// One line: line breaks become spaces, other control bytes (an escape sequence would reach the
+// terminal) \xNN.
 std::string one_line(std::string s) {
   std::replace(s.begin(), s.end(), '\n', ' ');
   std::replace(s.begin(), s.end(), '\r', ' ');
   while (!s.empty() && s.back() == ' ') s.pop_back();
-  return s;
+  return mantis::escape_control(s);
 }
 
 int fail(const std::string& msg, int status = 2) {
   std::fflush(stdout);
-  std::fprintf(stderr, "mantis: error: %s\n", one_line(msg).c_str());
+  const std::string line = "mantis: error: " + one_line(msg) + "\n";
+  std::fwrite(line.data(), 1, line.size(), stderr);
   return status;
 }
+
+// Whatever a command printed must have reached standard output (a full disk, a closed descriptor):
+// otherwise status 0 would vouch for truncated output.
+int check_stdout(int status) {
+  std::cout.flush();
+  errno = 0;
+  const bool flushed = std::fflush(stdout) == 0;
+  const int err = errno;
+  if (flushed && !std::ferror(stdout) && std::cout.good()) return status;
+  return fail(fmt::format("cannot write standard output{}", err ? std::string(": ") + std::strerror(err) : ""));
+}
+
+// --seed / --stream: a decimal integer in [0, 2^64), which CLI11's conversion would wrap (-1, 2^64).
+const CLI::Validator kUint64([](std::string& s) -> std::string {
+  uint64_t v = 0;
+  const auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (s.empty() || s[0] == '+' || ec != std::errc() || p != s.data() + s.size())
+    return fmt::format("'{}' is not an integer in 0..18446744073709551615", s);
+  return "";
+}, "UINT64");
+// Paths: an empty one would otherwise surface as a cryptic file-system error.
+const CLI::Validator kPath([](std::string& s) -> std::string { return s.empty() ? "the path is empty" : ""; }, "PATH");
 
 // The first option word (--name or -x) that neither the subcommand nor the app knows, if any.
 std::optional<std::string> unknown_option(CLI::App& app, int argc, char** argv) {
@@ -97,8 +124,8 @@ int run(int argc, char** argv) {
       "Element i (0-based line number) uses the random word (seed, stream, i).");
   round->add_option("--format,-f", ra.format, fmt_help)->required();
   round->add_option("--rounding,-r", ra.rounding, mode_help)->capture_default_str();
-  round->add_option("--seed", ra.seed, "Philox seed for sr/sre")->capture_default_str();
-  round->add_option("--stream", ra.stream, "Philox stream for sr/sre")->capture_default_str();
+  round->add_option("--seed", ra.seed, "Philox seed for sr/sre")->capture_default_str()->check(kUint64);
+  round->add_option("--stream", ra.stream, "Philox stream for sr/sre")->capture_default_str()->check(kUint64);
   round->add_option("--sr-bits", ra.sr_bits, "random bits used by sr (1..32)")->capture_default_str();
   round->add_flag("--reference", ra.reference, "use the MPFR oracle instead of the fast path (same results)");
   round->add_option("--threads,-j", ra.threads, "CPU threads (default: OpenMP's)")->check(CLI::Range(1, 4096));
@@ -116,8 +143,8 @@ int run(int argc, char** argv) {
   dot->add_option("--accumulation", da.accumulation, "strict (fused a·b+acc), unfused or blocked")
       ->capture_default_str();
   dot->add_option("--block", da.block, "chunk length for --accumulation blocked")->capture_default_str();
-  dot->add_option("--seed", da.seed, "Philox seed for sr/sre")->capture_default_str();
-  dot->add_option("--stream", da.stream, "Philox stream for sr/sre")->capture_default_str();
+  dot->add_option("--seed", da.seed, "Philox seed for sr/sre")->capture_default_str()->check(kUint64);
+  dot->add_option("--stream", da.stream, "Philox stream for sr/sre")->capture_default_str()->check(kUint64);
   dot->add_option("--sr-bits", da.sr_bits, "random bits used by sr (strict needs ≤ 52 − (μ+1))")
       ->capture_default_str();
   dot->add_flag("--reference", da.reference, "use the MPFR reference GEMM (M = N = 1) instead of the fast path");
@@ -134,8 +161,8 @@ int run(int argc, char** argv) {
   bench->add_option("benchmark", ba.what, "round, gemm, forward or train")
       ->required()
       ->check(CLI::IsMember({"round", "gemm", "forward", "train"}));
-  bench->add_option("--config", ba.config, "train: the training configuration")->capture_default_str();
-  bench->add_option("--model", ba.model, "forward: measure this checkpoint (--ctx caps its context) instead");
+  bench->add_option("--config", ba.config, "train: the training configuration")->capture_default_str()->check(kPath);
+  bench->add_option("--model", ba.model, "forward: measure this checkpoint (--ctx caps its context) instead")->check(kPath);
   bench->add_flag("--json", ba.json, "print JSON instead of a table");
   bench->add_option("--reps", ba.reps, "timed repetitions (median)")->capture_default_str()->check(CLI::Range(1, 100000));
   bench->add_option("--threads,-j", ba.threads, "thread counts to measure (comma-separated)")
@@ -169,8 +196,8 @@ int run(int argc, char** argv) {
   verify->add_option("--limit", va.limit,
                      "check only about N patterns: every k-th with k = 2^32/N made odd (for quick runs)")
       ->check(CLI::Range(uint64_t(1), uint64_t(1) << 32));
-  verify->add_option("--seed", va.seed, "Philox seed for sr/sre")->capture_default_str();
-  verify->add_option("--stream", va.stream, "Philox stream for sr/sre")->capture_default_str();
+  verify->add_option("--seed", va.seed, "Philox seed for sr/sre")->capture_default_str()->check(kUint64);
+  verify->add_option("--stream", va.stream, "Philox stream for sr/sre")->capture_default_str()->check(kUint64);
   verify->add_option("--sr-bits", va.sr_bits, "random bits used by sr (1..32)")->capture_default_str();
   verify->add_option("--show", va.show, "mismatches to print")->capture_default_str()->check(CLI::Range(0, 1000000));
   verify->add_flag("--progress", va.progress, "progress on stderr even when it is not a terminal");
@@ -182,8 +209,8 @@ int run(int argc, char** argv) {
       "sweep",
       "mantissa-width sweep: relative error of strictly accumulated dot products and GEMMs in ps<μ> "
       "against exact / binary64 references (see experiments/mu-sweep.toml)");
-  sweep->add_option("config", sa.config, "TOML configuration")->required();
-  sweep->add_option("--out,-o", sa.out, "write DIR/results.csv and DIR/results.json (atomically)");
+  sweep->add_option("config", sa.config, "TOML configuration")->required()->check(kPath);
+  sweep->add_option("--out,-o", sa.out, "write DIR/results.csv and DIR/results.json (atomically)")->check(kPath);
   sweep->add_option("--threads,-j", sa.threads, "CPU threads (default: OpenMP's)")->check(CLI::Range(1, 4096));
 
   // tokenize / detokenize
@@ -203,8 +230,8 @@ int run(int argc, char** argv) {
       "tokenize the committed corpora (DATA/corpora/*/{train,validation,test}.txt.gz) into token shards "
       "DATA/shards/<tokenizer>/<corpus>/<split>.tok with a manifest (SHA-256 of every shard)");
   shards->add_option("--tokenizer,-t", sha.tokenizer, tok_help)->capture_default_str();
-  shards->add_option("--data-dir", sha.data_dir, "data root (default: $MANTIS_DATA_DIR or the source tree's data/)");
-  shards->add_option("--out,-o", sha.out, "output directory (default: DATA/shards/<tokenizer>)");
+  shards->add_option("--data-dir", sha.data_dir, "data root (default: $MANTIS_DATA_DIR or the source tree's data/)")->check(kPath);
+  shards->add_option("--out,-o", sha.out, "output directory (default: DATA/shards/<tokenizer>)")->check(kPath);
   shards->add_flag("--quiet,-q", sha.quiet, "no per-shard lines on stderr");
 
   // logits
@@ -214,11 +241,11 @@ int run(int argc, char** argv) {
       "model.safetensors + config.json (Hugging Face GPT-2 or this project's)";
   const std::string policy_help = "precision policy: native, lamp:<μ> (attn.qk strict ps<μ>), or a TOML file";
   auto* logits = app.add_subcommand("logits", "the logits of one token sequence as a float32 .npy of shape [T, vocab]");
-  logits->add_option("--model,-m", la.model, model_help)->required();
+  logits->add_option("--model,-m", la.model, model_help)->required()->check(kPath);
   logits->add_option("--policy,-p", la.policy, policy_help)->capture_default_str();
   logits->add_option("--tokens", la.tokens, "token ids, space-separated (\"ID ID ...\")");
-  logits->add_option("--tokens-file", la.tokens_file, "a file of whitespace-separated token ids");
-  logits->add_option("--out,-o", la.out, "the .npy file to write (atomically)")->required();
+  logits->add_option("--tokens-file", la.tokens_file, "a file of whitespace-separated token ids")->check(kPath);
+  logits->add_option("--out,-o", la.out, "the .npy file to write (atomically)")->required()->check(kPath);
   logits->add_option("--threads,-j", la.threads, "CPU threads (default: OpenMP's)")->check(CLI::Range(1, 4096));
 
   // eval
@@ -227,7 +254,7 @@ int run(int argc, char** argv) {
       "eval",
       "run FP32 (native) and a policy on the same windows of real text; print KL, top-1 flips, perplexities and "
       "the largest logit error, averaged over every position of every window");
-  eval->add_option("--model,-m", ea.model, model_help)->required();
+  eval->add_option("--model,-m", ea.model, model_help)->required()->check(kPath);
   eval->add_option("--policy,-p", ea.policy, policy_help)->capture_default_str();
   eval->add_option("--data,-d", ea.data,
                    "train|validation|test (all corpora), <corpus>/<split> (austen, kjv, web, brown), or a .tok shard")
@@ -235,7 +262,7 @@ int run(int argc, char** argv) {
   eval->add_option("--seqs,-n", ea.seqs, "windows, spread evenly over the data")->capture_default_str()->check(CLI::Range(1, 1000000));
   eval->add_option("--ctx,-T", ea.ctx, "tokens per window (default: the model's context)")->check(CLI::Range(1, 1 << 24));
   eval->add_option("--tokenizer,-t", ea.tokenizer, "tokenizer of the data (default: bytes for V = 256, gpt2 for V = 50257)");
-  eval->add_option("--out,-o", ea.out, "write DIR/results.csv, DIR/results.json, DIR/manifest.json (atomically)");
+  eval->add_option("--out,-o", ea.out, "write DIR/results.csv, DIR/results.json, DIR/manifest.json (atomically)")->check(kPath);
   eval->add_option("--threads,-j", ea.threads, "CPU threads (default: OpenMP's)")->check(CLI::Range(1, 4096));
   eval->add_flag("--quiet,-q", ea.quiet, "no progress line");
   for (int i = 0; i < argc; ++i) ea.command += (i ? " " : "") + std::string(argv[i]);
@@ -246,9 +273,9 @@ int run(int argc, char** argv) {
       "train",
       "train a model on the corpora (src/train.h): AdamW, warm-up + cosine, clipping, validation, atomic "
       "checkpoints, log.csv / units.csv; see experiments/train-*.toml");
-  train->add_option("config", tra.config, "training configuration (TOML)")->required();
-  train->add_option("--resume", tra.resume, "continue the run in DIR from its latest checkpoint (bit-identical)");
-  train->add_option("--out,-o", tra.out, "output directory (overrides the config's out)");
+  train->add_option("config", tra.config, "training configuration (TOML)")->required()->check(kPath);
+  train->add_option("--resume", tra.resume, "continue the run in DIR from its latest checkpoint (bit-identical)")->check(kPath);
+  train->add_option("--out,-o", tra.out, "output directory (overrides the config's out)")->check(kPath);
   train->add_option("--threads,-j", tra.threads, "CPU threads (default: OpenMP's)")->check(CLI::Range(1, 4096));
   train->add_flag("--progress", tra.progress, "progress bar on stderr even when it is not a terminal");
   train->add_flag("--quiet,-q", tra.quiet, "no progress bar");
@@ -261,11 +288,13 @@ int run(int argc, char** argv) {
       "without the random control) on the same held-out windows; resumable cells, CSV + JSON + manifest "
       "(experiments/lamp/)");
   lamp->add_option("action", lpa.action, "sweep")->required()->check(CLI::IsMember({"sweep"}));
-  lamp->add_option("config", lpa.config, "sweep configuration (TOML)")->required();
+  lamp->add_option("config", lpa.config, "sweep configuration (TOML)")->required()->check(kPath);
   lamp->add_flag("--cells", lpa.list, "list the cells (index, name) and exit");
   lamp->add_option("--cell", lpa.cell, "run only this cell (results merge later)")->check(CLI::Range(0, 1 << 30));
   lamp->add_flag("--merge", lpa.merge, "only merge the cell results already in the output directory");
-  lamp->add_option("--out,-o", lpa.out, "output directory (overrides the config's out)");
+  lamp->add_flag("--overwrite", lpa.overwrite, "recompute cells stored under another configuration (or malformed)");
+  lamp->add_flag("--allow-partial", lpa.allow_partial, "merge even with cells missing (the manifest says partial)");
+  lamp->add_option("--out,-o", lpa.out, "output directory (overrides the config's out)")->check(kPath);
   lamp->add_option("--threads,-j", lpa.threads, "CPU threads (default: OpenMP's)")->check(CLI::Range(1, 4096));
   lamp->add_flag("--quiet,-q", lpa.quiet, "no progress");
 
@@ -309,7 +338,7 @@ int run(int argc, char** argv) {
 
 int main(int argc, char** argv) {
   try {
-    return run(argc, argv);
+    return check_stdout(run(argc, argv));
   } catch (const mantis::InputError& e) {
     return fail(e.what());
   } catch (const std::bad_alloc&) {

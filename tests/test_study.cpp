@@ -1,0 +1,225 @@
+// test_study — what results are made of: cell keys, result sets, bootstrap intervals, range
+// health of a forward pass, non-finite metrics, and exceptions inside parallel regions.
+#include <catch2/catch.hpp>
+#include <fmt/format.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <stdexcept>
+
+#include "bootstrap.h"
+#include "forward.h"
+#include "io.h"
+#include "metrics.h"
+#include "model.h"
+#include "philox.h"
+#include "policy.h"
+#include "round_array.h"
+#include "study.h"
+#include "tape.h"
+
+using namespace mantis;
+namespace fs = std::filesystem;
+
+namespace {
+fs::path scratch(const std::string& name) {
+  const fs::path d = fs::temp_directory_path() / fmt::format("mantis-test-study-{}-{}", ::getpid(), name);
+  fs::remove_all(d);
+  fs::create_directories(d);
+  return d;
+}
+std::string thrown(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  return "";
+}
+}  // namespace
+
+TEST_CASE("first_difference names the first differing field of two keys") {
+  const ojson a = {{"model", {{"sha256", "ab"}}}, {"data", {{"ctx", 64}, {"window_starts", {0, 100, 200}}}},
+                   {"cell", {{"tau", 0.5}}}};
+  CHECK(first_difference(a, a).empty());
+  ojson b = a;
+  b["data"]["window_starts"][1] = 90;
+  CHECK(first_difference(a, b) == "data.window_starts[1]: 100 in the cell, 90 now");
+  b = a;
+  b["cell"]["tau"] = 1;
+  CHECK(first_difference(a, b) == "cell.tau: 0.5 in the cell, 1 now");
+  b = a;
+  b["cell"]["seed"] = 3;
+  CHECK(first_difference(a, b) == "cell.seed: missing in the cell, 3 now");
+  b = a;
+  b["data"]["window_starts"].push_back(300);
+  CHECK(first_difference(a, b) == "data.window_starts: 3 entries in the cell, 4 now");
+  b = a;
+  b["model"] = "x";
+  CHECK(first_difference(a, b).rfind("model: ", 0) == 0);
+}
+
+TEST_CASE("json numbers keep inf and nan as strings, and read back") {
+  CHECK(json_number(1.5) == ojson(1.5));
+  CHECK(json_number(std::numeric_limits<double>::infinity()) == "inf");
+  CHECK(json_number(-std::numeric_limits<double>::infinity()) == "-inf");
+  CHECK(json_number(std::nan("")) == "nan");
+  CHECK(std::isinf(json_to_double("inf", "x")));
+  CHECK(json_to_double(2, "x") == 2.0);
+  CHECK_THAT(thrown([] { json_to_double("abc", "cells/3.json: kl"); }), Catch::Contains("cells/3.json: kl"));
+  CHECK_THAT(thrown([] { json_to_double(ojson::array(), "kl"); }), Catch::Contains("expected a number"));
+}
+
+TEST_CASE("result sets: the manifest is written last and holds every file's SHA-256") {
+  const fs::path d = scratch("set");
+  write_result_set(d.string(), {{"results.csv", "a,b\n1,2\n"}, {"results.json", "{}\n"}}, ojson{{"generator", "t"}});
+  const auto man = ojson::parse(read_file((d / "manifest.json").string()));
+  CHECK(man["files"]["results.csv"] == sha256_hex("a,b\n1,2\n"));
+  CHECK(man["files"]["results.json"] == sha256_hex("{}\n"));
+  CHECK_NOTHROW(verify_result_set(d.string()));
+  // a file replaced behind the manifest's back: a mixed set
+  std::ofstream(d / "results.csv") << "a,b\n1,3\n";
+  CHECK_THAT(thrown([&] { verify_result_set(d.string()); }), Catch::Contains("results.csv"));
+  // an interrupted write leaves no manifest: refused, never read as complete
+  fs::remove(d / "manifest.json");
+  CHECK_THAT(thrown([&] { verify_result_set(d.string()); }), Catch::Contains("no manifest.json"));
+  // writing a new set first removes the old manifest (so a failure midway leaves no old one)
+  write_result_set(d.string(), {{"results.csv", "x\n"}}, ojson::object());
+  fs::remove(d / "results.csv");
+  fs::create_directory(d / "results.csv");  // the next write of results.csv must fail
+  CHECK_THROWS(write_result_set(d.string(), {{"results.csv", "y\n"}}, ojson::object()));
+  CHECK_FALSE(fs::exists(d / "manifest.json"));
+  fs::remove_all(d);
+}
+
+TEST_CASE("bootstrap: reproducible percentile intervals of window sums, equal to a direct resampling") {
+  std::vector<double> num(37), den(37, 256.0);
+  for (size_t w = 0; w < num.size(); ++w) num[w] = double(random_word(3, 0, w) % 1000) / 10.0;
+  const Bootstrap b(num.size(), 500, 11);
+  const Interval i = b.ratio(num, den);
+  const Interval j = Bootstrap(num.size(), 500, 11).ratio(num, den);
+  CHECK((i.lo == j.lo && i.hi == j.hi));
+  double sn = 0, sd = 0;
+  for (size_t w = 0; w < num.size(); ++w) sn += num[w], sd += den[w];
+  CHECK(i.lo < sn / sd);
+  CHECK(sn / sd < i.hi);
+  // the same resamples, drawn here from the documented rule
+  std::vector<double> stat;
+  for (uint64_t r = 0; r < 500; ++r) {
+    double a = 0, c = 0;
+    for (uint64_t k = 0; k < num.size(); ++k) {
+      const size_t w = size_t(random_word(11, r, k) % num.size());
+      a += num[w], c += den[w];
+    }
+    stat.push_back(a / c);
+  }
+  std::sort(stat.begin(), stat.end());
+  const double pos = 0.025 * 499;
+  CHECK(i.lo == Approx(stat[size_t(pos)] + (pos - std::floor(pos)) * (stat[size_t(pos) + 1] - stat[size_t(pos)])));
+  // constant windows: no spread
+  std::vector<double> same(10, 2.0), one(10, 1.0);
+  const Interval k = Bootstrap(10).ratio(same, one);
+  CHECK((k.lo == 2.0 && k.hi == 2.0));
+  // a window of infinite KL makes the upper end infinite
+  same[3] = std::numeric_limits<double>::infinity();
+  CHECK(std::isinf(Bootstrap(10).ratio(same, one).hi));
+  CHECK_THROWS_AS(Bootstrap(0), InputError);
+  CHECK_THROWS_AS(b.ratio(same, one), InputError);
+}
+
+TEST_CASE("metrics: non-finite logits give inf KL, NLL and error, and are counted") {
+  LogitsF ref(3, 4), test(3, 4);
+  ref << 1, 2, 3, 4, 1, 2, 3, 4, 1, 2, 3, 4;
+  test = ref;
+  test(1, 2) = std::numeric_limits<float>::quiet_NaN();
+  test(2, 0) = std::numeric_limits<float>::infinity();
+  MetricsAccumulator m;
+  std::vector<int32_t> tgt{1, 2, 3};
+  m.add(ref, test, tgt);
+  CHECK(m.nonfinite_positions() == 2);
+  CHECK(std::isinf(m.mean_kl()));
+  CHECK(std::isinf(m.ppl_test()));
+  CHECK(std::isfinite(m.ppl_ref()));
+  CHECK(std::isinf(m.max_abs_error()));
+  CHECK(std::isinf(kl_divergence(std::span<const float>(ref.data(), 4), std::span<const float>(test.data() + 4, 4))));
+  MetricsAccumulator clean;
+  clean.add(ref, ref, tgt);
+  CHECK(clean.nonfinite_positions() == 0);
+  CHECK(clean.mean_kl() == 0.0);
+}
+
+namespace {
+ModelConfig tiny(Arch a) {
+  ModelConfig c;
+  c.arch = a;
+  c.vocab = 64, c.ctx = 32, c.layers = 2, c.heads = 2, c.kv_heads = a == Arch::llama ? 1 : 2, c.dim = 16,
+  c.hidden = 32;
+  return c;
+}
+}  // namespace
+
+TEST_CASE("site health: overflows of a narrow site format are counted where they happen") {
+  for (Arch arch : {Arch::gpt2, Arch::llama}) {
+    Model m = init_model(tiny(arch), 5);
+    for (auto& [k, t] : m.params)
+      if (t.shape.size() == 2)
+        for (float& x : t.data) x *= 40.0f;  // scores far beyond e2m1's largest finite value
+    std::vector<int32_t> tokens(20);
+    for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = int32_t(i * 7 % 64);
+    ForwardStats clean;
+    forward<float>(m, tokens, Policy{}, &clean);
+    for (const SiteHealth& h : clean.health) CHECK(h.clean());
+    Policy p;
+    SitePolicy s;
+    s.output = format_lookup("e2m1");  // IEEE-style: largest finite 3, overflow to inf
+    p.all[int(Site::attn_qk)] = s;
+    ForwardStats st;
+    const auto logits = forward<float>(m, tokens, p, &st);
+    // layer 0's scores do not depend on the site: the count is the number of causal scores
+    // q_i·k_j/√HS beyond e2m1's largest finite (recomputed in binary64 from the FP32 run's q and k; no score of this
+    // model lies within rounding of it, so the two evaluations agree on every comparison)
+    detail::Tape<float> tape;
+    detail::forward_tape<float>(m, tokens, Policy{}, tape);
+    const auto& lt = tape.layers[0];
+    const ModelConfig& c = m.cfg;
+    const int HS = c.dim / c.heads, group = c.heads / c.kv_heads;
+    const double mx = max_finite(*s.output);
+    uint64_t beyond = 0, near = 0;
+    for (int h = 0; h < c.heads; ++h)
+      for (Eigen::Index i = 0; i < lt.q.rows(); ++i)
+        for (Eigen::Index j = 0; j <= i; ++j) {
+          double d = 0;
+          for (int e = 0; e < HS; ++e) d += double(lt.q(i, h * HS + e)) * double(lt.k(j, (h / group) * HS + e));
+          d = std::abs(d / std::sqrt(double(HS)));
+          beyond += d > mx, near += std::abs(d - mx) < 1e-4;
+        }
+    REQUIRE(near == 0);
+    CHECK(beyond > 0);
+    CHECK(st.health_at(Site::attn_qk, 0).overflow == beyond);
+    // the by-row path (stochastic rounding keys rows) counts the same overflows as the blocks
+    Policy pr = p;
+    pr.all[int(Site::attn_qk)].rounding = Rounding::sr;
+    ForwardStats sr;
+    forward<float>(m, tokens, pr, &sr);
+    CHECK(sr.health_at(Site::attn_qk, 0).overflow == beyond);
+    for (int s2 = 0; s2 < kSiteCount; ++s2)
+      if (Site(s2) != Site::attn_qk) CHECK(st.health_at(Site(s2), 0).overflow == 0);
+    CHECK(logits.allFinite() == (st.health_at(Site::lm_head, -1).nan + st.health_at(Site::lm_head, -1).inf == 0));
+  }
+}
+
+TEST_CASE("an exception inside a parallel region is rethrown after it, never std::terminate") {
+  ParallelErrors errors;
+  int ran = 0;
+#pragma omp parallel for reduction(+ : ran)
+  for (int i = 0; i < 64; ++i) errors.run([&] {
+    ++ran;
+    if (i == 17) throw InputError("bad setting at 17");
+  });
+  CHECK(ran == 64);
+  CHECK_THAT(thrown([&] { errors.rethrow(); }), Catch::Contains("bad setting at 17"));
+  ParallelErrors none;
+  CHECK_NOTHROW(none.rethrow());
+}
