@@ -567,6 +567,13 @@ TEST_CASE("lamp sweep and eval: settings that fail inside the parallel passes ar
   const fs::path act = write_config("lampact-fp64.toml", "[lamp_activation]\ntau = 0.1\nrecompute = \"fp64\"\n");
   check_error(run({"eval", "-m", dir, "-p", act.string(), "-d", "austen/validation", "--seqs", "2", "--ctx", "16"}),
               {"fp64", "binary32"});
+  const fs::path train = write_config("train-fp64-lamp.toml", "[model]\narch = \"llama\"\nlayers = 1\nheads = 2\n"
+                                                              "dim = 16\nctx = 24\n[data]\ntokenizer = \"bytes\"\n"
+                                                              "train = \"kjv/test\"\nvalidation = \"kjv/validation\"\n"
+                                                              "[train]\nsteps = 1\nbatch = 2\n[precision]\npolicy = \"" +
+                                                              pol.string() + "\"\n");
+  check_error(run({"train", train.string(), "-o", (scratch_dir() / "train-fp64-lamp").string(), "-q"}),
+              {"fp64", "binary32"});
 }
 
 TEST_CASE("eval: non-finite logits are said in one line, reported as inf, and counted per site", "[cli][eval]") {
