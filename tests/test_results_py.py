@@ -1,0 +1,126 @@
+#!/usr/bin/python3
+"""Reader side of atomic result sets (tools/results.py), and tools/lamp_table.py on a full and a
+partial set. Run by tests/run_notebook.sh: python3 tests/test_results_py.py SRC_ROOT [PARTIAL_OUT]
+(PARTIAL_OUT: where to leave the partial set, a directory that must not exist).
+
+- the committed tests/data/lamp-small loads, and its inf/nan strings would come back as floats;
+- a copy whose results.csv (or results.json) got one more byte after the manifest is refused,
+  naming the file; so is a copy without manifest.json, and one missing a listed file;
+- lamp_table.py prints every section of the full set, and of a partial set (a copy with cells
+  removed from results.json and the manifest rewritten as the merge would: partial, cells_missing,
+  new hashes), saying PARTIAL at the top;
+- loglog_interp and round_to_interval on known values.
+"""
+import contextlib
+import hashlib
+import io
+import json
+import math
+import os
+import shutil
+import sys
+import tempfile
+
+src = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+sys.path.insert(0, os.path.join(src, "tools"))
+import lamp_table  # noqa: E402
+from results import (ResultSetError, fmt_interval, load_result_set, loglog_interp,  # noqa: E402
+                     round_to_interval, sig_figs)
+
+SET = os.path.join(src, "tests", "data", "lamp-small")
+failures = []
+
+
+def check(cond, what):
+    if not cond:
+        failures.append(what)
+        print("FAIL:", what)
+
+
+def refused(d, name):
+    """True when load_result_set(d) raises ResultSetError whose message names `name`."""
+    try:
+        load_result_set(d)
+    except ResultSetError as e:
+        msg = str(e)
+        check("\n" not in msg, f"one-line error, got {msg!r}")
+        return name in msg
+    return False
+
+
+def tables(d):
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        lamp_table.main([d])
+    return out.getvalue()
+
+
+man, cells = load_result_set(SET)
+check(not man["partial"] and len(cells) == man["cells"], "the committed set is complete")
+check(all("kl_interval" in c and "per_layer" in c for c in cells), "cells have kl_interval and per_layer")
+
+with tempfile.TemporaryDirectory() as tmp:
+    for victim in ("results.csv", "results.json"):
+        d = os.path.join(tmp, "append-" + victim)
+        shutil.copytree(SET, d)
+        with open(os.path.join(d, victim), "ab") as f:
+            f.write(b" ")
+        check(refused(d, victim), f"a set whose {victim} was modified after the manifest is refused naming it")
+    d = os.path.join(tmp, "no-manifest")
+    shutil.copytree(SET, d)
+    os.remove(os.path.join(d, "manifest.json"))
+    check(refused(d, "manifest.json"), "a set without manifest.json is refused")
+    d = os.path.join(tmp, "no-csv")
+    shutil.copytree(SET, d)
+    os.remove(os.path.join(d, "results.csv"))
+    check(refused(d, "results.csv"), "a set missing a listed file is refused")
+
+    # a partial set, written as the merge would write one: every cell of mu = 10 gone, and the
+    # strict mu = 4 tau = 1 cell; "inf"/"nan" strings in place of numbers of one cell
+    d = os.path.join(tmp, "partial")
+    shutil.copytree(SET, d)
+    res = json.load(open(os.path.join(d, "results.json")))
+    keep, missing = [], []
+    for c in res["cells"]:
+        if c["mu"] == 10 or (c["mu"] == 4 and c["rule"] == "strict" and c["tau"] == 1):
+            missing.append(c["cell"])
+        else:
+            keep.append(c)
+    bad = next(c for c in keep if c["kind"] == "lamp" and c["rule"] == "relaxed" and not c["random_control"])
+    bad["kl"], bad["kl_interval"], bad["kl_ratio"], bad["kl_ratio_interval"] = "inf", ["nan", "inf"], 0.0, [0, 0]
+    res["cells"] = keep
+    blob = (json.dumps(res, indent=1) + "\n").encode()
+    open(os.path.join(d, "results.json"), "wb").write(blob)
+    m = json.load(open(os.path.join(d, "manifest.json")))
+    m["partial"], m["cells_missing"] = True, missing
+    m["files"]["results.json"] = hashlib.sha256(blob).hexdigest()
+    open(os.path.join(d, "manifest.json"), "w").write(json.dumps(m, indent=1) + "\n")
+    pm, pc = load_result_set(d)
+    pbad = next(c for c in pc if c["cell"] == bad["cell"])
+    check(pm["partial"] and pm["cells_missing"] == missing, "partial manifest read")
+    check(math.isinf(pbad["kl"]) and math.isnan(pbad["kl_interval"][0]), "'inf'/'nan' strings read as floats")
+    check(isinstance(pbad["name"], str) and isinstance(pbad["rule"], str), "text fields stay text")
+    out = tables(d)
+    check(out.splitlines()[2].startswith("**PARTIAL"), "a partial set says so at the top")
+    if len(sys.argv) > 2:  # keep the partial set (run_notebook.sh runs the notebook on it too)
+        shutil.copytree(d, sys.argv[2])
+    if os.environ.get("VERBOSE"):
+        print(out)
+
+full = tables(SET)
+check("PARTIAL" not in full, "a complete set is not called partial")
+for s in ("uniform ps<μ> KL", "best rule cell", "strict rule, μ = 4", "relaxed rule, μ = 4", "paper (strict)",
+          "Per-layer recompute rate", "| 0.300 % | 12× |"):
+    check(s in full, f"lamp_table.py prints '{s}'")
+
+check(abs(loglog_interp([(0.01, 100), (0.1, 10)], 10 ** -1.5) - 10 ** 1.5) < 1e-9, "loglog_interp midpoint")
+check(loglog_interp([(0.01, 100), (0.1, 10)], 0.2) is None, "loglog_interp: no extrapolation")
+check(loglog_interp([(0.01, 100), (0.1, math.inf), (0.0, 5)], 0.05) is None, "loglog_interp drops non-finite/zero")
+check(round_to_interval(20.5155, 15.934, 28.69) == 21, "round_to_interval: 2 figures")
+check(round_to_interval(0.0124139, 0.0086, 0.01682) == 0.012, "round_to_interval: small values")
+check(sig_figs(1234.5678, 1234.5, 1234.6) == 4 and sig_figs(0.3, 0.1, 10) == 1, "sig_figs clamps to 1..4")
+check(fmt_interval(1178.8, 592.6, 2640) == "1000 [600, 3000]", "fmt_interval ends keep a figure of their own")
+
+if failures:
+    sys.exit(f"{len(failures)} check(s) failed")
+print("results.py / lamp_table.py checks passed")
