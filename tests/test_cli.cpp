@@ -428,7 +428,9 @@ TEST_CASE("sweep writes its results atomically", "[cli][sweep]") {
     std::vector<std::string> names;
     for (const auto& e : fs::directory_iterator(out)) names.push_back(e.path().filename().string());
     std::sort(names.begin(), names.end());
-    CHECK(names == std::vector<std::string>{"results.csv", "results.json"});  // no temporary files left
+    // one result set, and no temporary files left
+    CHECK(names == std::vector<std::string>{"manifest.json", "results.csv", "results.json"});
+    CHECK(slurp(out / "manifest.json").find("\"results.csv\": \"") != std::string::npos);  // its SHA-256
     const auto csv = lines(slurp(out / "results.csv"));
     REQUIRE(csv.size() == 1 + 2 * 3);
     CHECK(csv[0] == "mu,kind,M,N,K,trials,median_rel_err,min_rel_err,max_rel_err,gamma");

@@ -26,8 +26,10 @@
 #include "common.h"
 #include "gemm.h"
 #include "mantis_config.h"
+#include "mantis_git.h"
 #include "oracle.h"
 #include "round_array.h"
+#include "study.h"
 
 #if MANTIS_HAVE_OPENMP
 #include <omp.h>
@@ -372,9 +374,13 @@ int run_sweep(const SweepArgs& a) {
     if (c.sr_bits) cfg["sr_bits"] = *c.sr_bits;
     ojson doc{{"mantis_version", MANTIS_VERSION}, {"config", cfg}, {"elapsed_s", elapsed}, {"results", res}};
     const std::string dir = a.out;
-    write_file_atomic((fs::path(dir) / "results.csv").string(), csv);
-    write_file_atomic((fs::path(dir) / "results.json").string(), doc.dump(2) + "\n");
-    out += fmt::format("wrote {}/results.csv and {}/results.json\n", dir, dir);
+    ojson man{{"generator", "mantis sweep"},
+              {"mantis_version", MANTIS_VERSION},
+              {"git_commit", MANTIS_GIT_COMMIT},
+              {"config_file", a.config},
+              {"config_sha256", sha256_file(a.config)}};
+    write_result_set(dir, {{"results.csv", csv}, {"results.json", doc.dump(2) + "\n"}}, man);
+    out += fmt::format("wrote {0}/results.csv, {0}/results.json and {0}/manifest.json\n", dir);
   }
   std::fwrite(out.data(), 1, out.size(), stdout);
   return 0;
