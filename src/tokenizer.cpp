@@ -679,8 +679,8 @@ TokenShard read_shard(const std::string& path) {
                            kShardVersion));
   const auto width = static_cast<uint32_t>(get_le(p + 12, 4));
   const uint64_t count = get_le(p + 16, 8);
-  const std::string_view id_field(data.data() + 24, kIdField);
-  const std::string_view id = id_field.substr(0, std::min(id_field.find('\0'), kIdField));
+  const std::string id_field(data.data() + 24, kIdField);  // a copy: `data` grows (reallocates) below
+  const std::string_view id = std::string_view(id_field).substr(0, std::min(id_field.find('\0'), kIdField));
   const auto vocab = static_cast<uint32_t>(get_le(p + 40, 4));
   const auto reserved = static_cast<uint32_t>(get_le(p + 44, 4));
   if (!valid_id(id) || id_field.find_first_not_of('\0', id.size()) != std::string_view::npos)

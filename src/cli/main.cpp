@@ -210,7 +210,7 @@ int run(int argc, char** argv) {
       "mantissa-width sweep: relative error of strictly accumulated dot products and GEMMs in ps<μ> "
       "against exact / binary64 references (see experiments/mu-sweep.toml)");
   sweep->add_option("config", sa.config, "TOML configuration")->required()->check(kPath);
-  sweep->add_option("--out,-o", sa.out, "write DIR/results.csv and DIR/results.json (atomically)")->check(kPath);
+  sweep->add_option("--out,-o", sa.out, "write DIR/results.csv, results.json and manifest.json (one result set)")->check(kPath);
   sweep->add_option("--threads,-j", sa.threads, "CPU threads (default: OpenMP's)")->check(CLI::Range(1, 4096));
 
   // tokenize / detokenize
