@@ -31,6 +31,16 @@ double json_to_double(const ojson& v, const std::string& where) {
   throw InputError(fmt::format("{}: expected a number, found {}", where, v.dump().substr(0, 40)));
 }
 
+ojson format_json(const Format& f) {
+  return {{"name", f.name},
+          {"mu", f.mu},
+          {"emin", f.emin},
+          {"emax", f.emax},
+          {"subnormals", f.subnormals},
+          {"overflow", to_string(f.overflow)},
+          {"specials", to_string(f.specials)}};
+}
+
 ojson model_files_json(const std::string& path, bool basenames) {
   ojson files = ojson::array();
   std::error_code ec;

@@ -35,6 +35,10 @@ ojson json_number(double x);
 // `where` otherwise.
 double json_to_double(const ojson& v, const std::string& where);
 
+// A format's full definition (for keys: a format read from a TOML file is keyed by what it
+// defines, not by its path).
+ojson format_json(const Format& f);
+
 // The files a checkpoint path stands for (a directory: config.json, model.safetensors; else the
 // file), each {"file": name, "sha256": …}. With `basenames`, file names without their directory
 // (for keys: moving a checkpoint does not change what it computes).

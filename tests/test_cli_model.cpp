@@ -460,6 +460,16 @@ TEST_CASE("lamp sweep: a stored cell is reused only under the same key; --overwr
                                                             "\"\ndata = \"austen/validation\"\nseqs = 2\nctx = 40\n"
                                                             "mu = [4]\nstrict_tau = [0.05]\nrelaxed_tau = [0.3]\n");
   check_error(run({"lamp", "sweep", moved.string(), "-q"}), {"another configuration", "model[1].sha256"});
+  // a recompute format read from a file is keyed by what it defines, not by its path
+  {
+    const fs::path fmt_file = scratch_dir() / "recompute-fmt.toml";
+    spit(fmt_file, "name = \"mine\"\nmantissa_bits = 10\nexponent_bits = 8\n");
+    const fs::path fout = scratch_dir() / "lamp-keys-fmt";
+    const fs::path fcfg = small_sweep("keys-fmt.toml", fout, "recompute = \"" + fmt_file.string() + "\"\n");
+    REQUIRE(run({"lamp", "sweep", fcfg.string(), "-q", "--cell", "2"}).status == 0);
+    spit(fmt_file, "name = \"mine\"\nmantissa_bits = 12\nexponent_bits = 8\n");
+    check_error(run({"lamp", "sweep", fcfg.string(), "-q", "--cell", "2"}), {"cell.recompute_format.mu", "10", "12"});
+  }
   // --overwrite recomputes the cells of the new configuration
   const fs::path cfg3 = write_config("keys-3.toml", base + changes[0].toml + "mu = [4]\nstrict_tau = [0.05]\nrelaxed_tau = [0.3]\n");
   REQUIRE(run({"lamp", "sweep", cfg3.string(), "-q", "--overwrite"}).status == 0);

@@ -175,7 +175,7 @@ Policy policy_of(const SweepConfig& c, const Cell& cell) {
 constexpr int kLampSemantics = 2;
 
 // Everything a cell's numbers depend on (study.h): the model's files, the data and its windows,
-// the cell's rule settings and the full policy they make (formats written out), seeds.
+// the cell's rule settings and the policy they make, the recompute format's definition, seeds.
 ojson cell_key(const SweepConfig& c, const Cell& cell, const ojson& model, const ojson& data) {
   const Policy pol = policy_of(c, cell);
   ojson k;
@@ -191,6 +191,9 @@ ojson cell_key(const SweepConfig& c, const Cell& cell, const ojson& model, const
                {"length_scaling", cell.kind == "lamp" && c.length_scaling},
                {"recompute", cell.kind == "lamp" ? c.recompute : ""},
                {"seed", cell.kind == "lamp" ? c.seed : 0}};
+  // the recompute format in full (it may come from a TOML file whose content changes); the
+  // score formats are the built-in ps<μ>, fixed by μ
+  if (cell.kind == "lamp" && pol.lamp->recompute) k["cell"]["recompute_format"] = format_json(*pol.lamp->recompute);
   std::string d = describe(pol);
   while (!d.empty() && d.back() == '\n') d.pop_back();
   k["policy"] = d;
