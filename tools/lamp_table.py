@@ -166,8 +166,8 @@ def section_curve(s, mu):
 
 def section_paper(s, mu):
     print(f"\nKL reduction at μ = {mu} read at the paper's recompute rates (log–log interpolation between our "
-          "cells; the interval ends interpolated the same way); paper: GPT-2 XL, μ = 4, strict rule.\n")
-    print("| recompute | paper (strict) | ours, strict [95 %] | ours, relaxed [95 %] |")
+          "cells; the interval ends interpolated the same way); paper: GPT-2 XL, μ = 4, the rule not stated in our source.\n")
+    print("| recompute | paper | ours, strict [95 %] | ours, relaxed [95 %] |")
     print("|---|---|---|---|")
     curves = {rule: [s.curve(mu, rule, k) for k in ("kl_ratio", "kl_ratio_lo", "kl_ratio_hi")]
               for rule in ("strict", "relaxed")}
