@@ -292,6 +292,12 @@ void attention_forward(const Policy& pol, int l, const Eigen::Ref<const Matrix<T
     recompute.accumulation = Accumulation::strict;
     recompute.accumulator = recompute.output = lamp->recompute;
   }
+  // Block path with health counts: overflow is counted before the output rounding, so the scores
+  // are multiplied unrounded and rounded here (the same call site_gemm makes: deterministic, so
+  // the same values).
+  const bool count_qk_overflow = !by_row && hqk && qk.output;
+  SitePolicy qk_unrounded = qk;
+  qk_unrounded.output.reset();
   std::vector<uint64_t> selected(size_t(NH), 0);
   ParallelErrors errors;
 #pragma omp parallel for schedule(static)
@@ -304,15 +310,10 @@ void attention_forward(const Policy& pol, int l, const Eigen::Ref<const Matrix<T
       const Index r0 = b * kQueryBlock, nr = std::min(kQueryBlock, T_ - r0), r1 = r0 + nr;
       auto S = s.topLeftCorner(nr, r1);  // [nr, r1]: queries r0..r1−1 against keys 0..r1−1
       if (!by_row) {
-        // Health counts only the causal part, which is all that is used (row r: keys 0..r0 + r);
-        // overflow is counted before the output rounding, so that rounding is done here then
-        // (the same call site_gemm makes: deterministic, so the same values).
-        const SitePolicy* pq = &qk;
-        SitePolicy unrounded;
-        if (hqk && qk.output) unrounded = qk, unrounded.output.reset(), pq = &unrounded;
-        site_gemm<T>(*pq, q.block(r0, h * HS, nr, HS), k.block(0, g * HS, r1, HS), true, S,
-                     stream_of(Site::attn_qk, l, h), divisor);
-        if (pq != &qk) {
+        // Health counts only the causal part, which is all that is used (row r: keys 0..r0 + r).
+        site_gemm<T>(count_qk_overflow ? qk_unrounded : qk, q.block(r0, h * HS, nr, HS), k.block(0, g * HS, r1, HS),
+                     true, S, stream_of(Site::attn_qk, l, h), divisor);
+        if (count_qk_overflow) {
           for (Index r = 0; r < nr; ++r) count_overflow(hqk, S.row(r).data(), size_t(r0 + r + 1), *qk.output);
           round_matrix<T>(S, *qk.output, qk, stream_of(Site::attn_qk, l, h) + 3);
         }

@@ -247,11 +247,10 @@ CellData check_cell(const std::string& f, ojson r, size_t windows, int layers, b
     d.pos_w.push_back(double(count(w["positions"][i], fmt::format("windows.positions[{}]", i))));
   }
   if (!r.contains("per_layer") || !r["per_layer"].is_object()) throw bad("no 'per_layer' object");
-  for (const char* k : {"recomputed", "causal_scores"}) {
+  for (auto [k, dst] : {std::pair{"recomputed", &d.rec_l}, {"causal_scores", &d.ent_l}}) {
     const ojson& a = r["per_layer"].value(k, ojson());
     if (!a.is_array() || a.size() != size_t(layers)) throw bad(fmt::format("per_layer.{} does not hold {} counts", k, layers));
-    for (size_t l = 0; l < a.size(); ++l)
-      (k[0] == 'r' ? d.rec_l : d.ent_l).push_back(count(a[l], fmt::format("per_layer.{}[{}]", k, l)));
+    for (size_t l = 0; l < a.size(); ++l) dst->push_back(count(a[l], fmt::format("per_layer.{}[{}]", k, l)));
   }
   for (size_t l = 0; lamp && l < d.rec_l.size(); ++l)
     if (d.rec_l[l] > d.ent_l[l]) throw bad(fmt::format("layer {} recomputed more scores than it has", l));
