@@ -8,14 +8,14 @@
 #include <map>
 #include <nlohmann/json.hpp>
 
-#include "backward.h"
-#include "checkpoint.h"
+#include "nn/backward.h"
+#include "io/checkpoint.h"
 #include "mantis_config.h"
 #include "testutil.h"
-#include "metrics.h"
-#include "philox.h"
-#include "round_array.h"
-#include "tape.h"
+#include "nn/metrics.h"
+#include "core/philox.h"
+#include "core/round_array.h"
+#include "nn/tape.h"
 
 using namespace mantis;
 using mantis::test::read_raw;

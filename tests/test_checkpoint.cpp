@@ -18,9 +18,9 @@
 #include <string>
 #include <vector>
 
-#include "checkpoint.h"
-#include "format.h"
-#include "model.h"
+#include "io/checkpoint.h"
+#include "core/format.h"
+#include "nn/model.h"
 
 using namespace mantis;
 namespace fs = std::filesystem;

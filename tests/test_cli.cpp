@@ -1,7 +1,7 @@
 // test_cli — the `mantis` binary end to end: stdin in, stdout / stderr / exit status out.
 //
 // The binary's path comes from the environment variable MANTIS_BIN (set by Meson). Expected values
-// are derived from the semantics documented in src/format.h and src/gemm.h, not from running the
+// are derived from the semantics documented in src/core/format.h and src/core/gemm.h, not from running the
 // code. Error paths: exit status 2 and exactly one line "mantis: error: …" on stderr.
 #define CATCH_CONFIG_MAIN
 #include <fcntl.h>

@@ -10,15 +10,15 @@
 #include <cstring>
 #include <nlohmann/json.hpp>
 
-#include "checkpoint.h"
+#include "io/checkpoint.h"
 #include "cliutil.h"
-#include "dataset.h"
-#include "forward.h"
-#include "io.h"
+#include "io/dataset.h"
+#include "nn/forward.h"
+#include "core/file.h"
 #include "mantis_config.h"
-#include "metrics.h"
-#include "model.h"
-#include "tokenizer.h"
+#include "nn/metrics.h"
+#include "nn/model.h"
+#include "io/tokenizer.h"
 
 namespace {
 

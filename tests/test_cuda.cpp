@@ -15,9 +15,9 @@
 #include <vector>
 
 #include "cuda/cuda.h"
-#include "gemm.h"
-#include "philox.h"
-#include "round_array.h"
+#include "core/gemm.h"
+#include "core/philox.h"
+#include "core/round_array.h"
 #include "testutil.h"
 
 using namespace mantis;

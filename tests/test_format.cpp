@@ -3,7 +3,7 @@
 
 #include <cmath>
 
-#include "format.h"
+#include "core/format.h"
 
 using namespace mantis;
 

@@ -21,14 +21,14 @@
 #include <string>
 #include <vector>
 
-#include "checkpoint.h"
-#include "forward.h"
+#include "io/checkpoint.h"
+#include "nn/forward.h"
 #include "mantis_config.h"
 #include "testutil.h"
-#include "metrics.h"
-#include "philox.h"
-#include "policy.h"
-#include "round_array.h"
+#include "nn/metrics.h"
+#include "core/philox.h"
+#include "nn/policy.h"
+#include "core/round_array.h"
 
 using namespace mantis;
 using mantis::test::read_raw;

@@ -5,10 +5,10 @@
 #include <cmath>
 #include <cstring>
 
-#include "gemm.h"
-#include "oracle.h"
-#include "philox.h"
-#include "round_array.h"
+#include "core/gemm.h"
+#include "core/oracle.h"
+#include "core/philox.h"
+#include "core/round_array.h"
 #include "testutil.h"
 
 using namespace mantis;

@@ -7,12 +7,12 @@
 #include <numeric>
 #include <vector>
 
-#include "checkpoint.h"
-#include "forward.h"
-#include "lamp.h"
+#include "io/checkpoint.h"
+#include "nn/forward.h"
+#include "nn/lamp.h"
 #include "mantis_config.h"
-#include "philox.h"
-#include "policy.h"
+#include "core/philox.h"
+#include "nn/policy.h"
 
 using namespace mantis;
 

@@ -6,9 +6,9 @@
 #include <cmath>
 #include <cstring>
 
-#include "oracle.h"
-#include "philox.h"
-#include "round_array.h"
+#include "core/oracle.h"
+#include "core/philox.h"
+#include "core/round_array.h"
 #include "testutil.h"
 
 using namespace mantis;

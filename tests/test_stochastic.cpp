@@ -4,8 +4,8 @@
 #include <cmath>
 #include <cstring>
 
-#include "philox.h"
-#include "round_array.h"
+#include "core/philox.h"
+#include "core/round_array.h"
 #include "testutil.h"
 
 using namespace mantis;

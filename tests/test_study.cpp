@@ -9,16 +9,16 @@
 #include <limits>
 #include <stdexcept>
 
-#include "bootstrap.h"
-#include "forward.h"
-#include "io.h"
-#include "metrics.h"
-#include "model.h"
-#include "philox.h"
-#include "policy.h"
-#include "round_array.h"
-#include "study.h"
-#include "tape.h"
+#include "exp/bootstrap.h"
+#include "nn/forward.h"
+#include "core/file.h"
+#include "nn/metrics.h"
+#include "nn/model.h"
+#include "core/philox.h"
+#include "nn/policy.h"
+#include "core/round_array.h"
+#include "exp/study.h"
+#include "nn/tape.h"
 
 using namespace mantis;
 namespace fs = std::filesystem;

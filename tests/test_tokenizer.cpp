@@ -16,9 +16,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "format.h"
+#include "core/format.h"
 #include "mantis_config.h"
-#include "tokenizer.h"
+#include "io/tokenizer.h"
 
 using namespace mantis;
 namespace fs = std::filesystem;

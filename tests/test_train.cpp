@@ -14,13 +14,13 @@
 #include <sstream>
 #include <nlohmann/json.hpp>
 
-#include "checkpoint.h"
-#include "io.h"
+#include "io/checkpoint.h"
+#include "core/file.h"
 #include "mantis_config.h"
 #include "testutil.h"
-#include "optim.h"
-#include "round_array.h"
-#include "train.h"
+#include "optim/optimizer.h"
+#include "core/round_array.h"
+#include "train/train.h"
 
 using namespace mantis;
 using mantis::test::read_raw;

@@ -6,7 +6,7 @@
 #include <fmt/format.h>
 #include <limits>
 
-#include "philox.h"
+#include "core/philox.h"
 
 namespace mantis::test {
 

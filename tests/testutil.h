@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "format.h"
+#include "core/format.h"
 
 namespace mantis::test {
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Generate src/unicode_tables.inc: the code-point classes of the GPT-2 pre-tokenizer.
+"""Generate src/io/unicode_tables.inc: the code-point classes of the GPT-2 pre-tokenizer.
 
 The GPT-2 pre-tokenizer regex
     's|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+

@@ -1,7 +1,7 @@
 """Verified reader of mantis result sets, and the number helpers its readers share.
 
 A command's results (results.csv, results.json, ...) and DIR/manifest.json form one result set
-(src/study.h): manifest.json is written last and lists the SHA-256 of every file of the set under
+(src/exp/study.h): manifest.json is written last and lists the SHA-256 of every file of the set under
 "files". A directory without a manifest, or with a listed file that is missing or whose SHA-256
 differs, holds an interrupted or mixed set; `load_result_set` refuses it with a one-line error
 naming the file (ResultSetError, a SystemExit: a script that does not catch it exits with the

@@ -18,15 +18,15 @@
 #include <vector>
 
 #include "common.h"
-#include "checkpoint.h"
-#include "forward.h"
-#include "gemm.h"
-#include "model.h"
-#include "philox.h"
-#include "policy.h"
-#include "train.h"
+#include "io/checkpoint.h"
+#include "nn/forward.h"
+#include "core/gemm.h"
+#include "nn/model.h"
+#include "core/philox.h"
+#include "nn/policy.h"
+#include "train/train.h"
 #include "mantis_config.h"
-#include "round_array.h"
+#include "core/round_array.h"
 
 #if MANTIS_HAVE_OPENMP
 #include <omp.h>

@@ -25,17 +25,17 @@
 #include <optional>
 #include <toml++/toml.h>
 
-#include "checkpoint.h"
+#include "io/checkpoint.h"
 #include "common.h"
-#include "dataset.h"
-#include "forward.h"
+#include "io/dataset.h"
+#include "nn/forward.h"
 #include "mantis_git.h"
-#include "metrics.h"
-#include "policy.h"
-#include "bootstrap.h"
-#include "round_array.h"
-#include "study.h"
-#include "tokenizer.h"
+#include "nn/metrics.h"
+#include "nn/policy.h"
+#include "exp/bootstrap.h"
+#include "core/round_array.h"
+#include "exp/study.h"
+#include "io/tokenizer.h"
 
 namespace mantis::cli {
 

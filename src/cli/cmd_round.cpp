@@ -6,10 +6,10 @@
 #include <vector>
 
 #include "common.h"
-#include "gemm.h"
-#include "oracle.h"
-#include "philox.h"
-#include "round_array.h"
+#include "core/gemm.h"
+#include "core/oracle.h"
+#include "core/philox.h"
+#include "core/round_array.h"
 
 namespace mantis::cli {
 

@@ -24,12 +24,12 @@
 #include <vector>
 
 #include "common.h"
-#include "gemm.h"
+#include "core/gemm.h"
 #include "mantis_config.h"
 #include "mantis_git.h"
-#include "oracle.h"
-#include "round_array.h"
-#include "study.h"
+#include "core/oracle.h"
+#include "core/round_array.h"
+#include "exp/study.h"
 
 #if MANTIS_HAVE_OPENMP
 #include <omp.h>

@@ -9,8 +9,8 @@
 #include <vector>
 
 #include "common.h"
-#include "dataset.h"
-#include "tokenizer.h"
+#include "io/dataset.h"
+#include "io/tokenizer.h"
 
 namespace mantis::cli {
 

@@ -6,7 +6,7 @@
 #include <string>
 
 #include "common.h"
-#include "train.h"
+#include "train/train.h"
 
 namespace mantis::cli {
 

@@ -15,10 +15,10 @@
 #include <vector>
 
 #include "common.h"
-#include "oracle.h"
-#include "philox.h"
-#include "round.h"
-#include "round_array.h"
+#include "core/oracle.h"
+#include "core/philox.h"
+#include "core/round.h"
+#include "core/round_array.h"
 
 namespace mantis::cli {
 

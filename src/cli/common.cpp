@@ -13,8 +13,8 @@
 #include <climits>
 #include <numbers>
 
-#include "philox.h"
-#include "round_array.h"
+#include "core/philox.h"
+#include "core/round_array.h"
 
 namespace mantis::cli {
 

@@ -9,8 +9,8 @@
 #include <string_view>
 #include <vector>
 
-#include "format.h"
-#include "io.h"
+#include "core/format.h"
+#include "core/file.h"
 #include "mantis_config.h"
 
 namespace mantis::cli {

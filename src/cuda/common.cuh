@@ -8,7 +8,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "round.h"
+#include "core/round.h"
 
 namespace mantis::cuda_detail {
 

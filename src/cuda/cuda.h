@@ -11,9 +11,9 @@
 
 #include <cstddef>
 
-#include "format.h"
-#include "gemm.h"
-#include "round_array.h"
+#include "core/format.h"
+#include "core/gemm.h"
+#include "core/round_array.h"
 
 namespace mantis {
 

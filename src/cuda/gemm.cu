@@ -9,9 +9,9 @@
 
 #include "common.cuh"
 #include "cuda/cuda.h"  // not "cuda.h": that name is also the CUDA driver API header
-#include "gemm.h"
-#include "philox.h"
-#include "round.h"
+#include "core/gemm.h"
+#include "core/philox.h"
+#include "core/round.h"
 
 namespace mantis {
 namespace cuda_detail {

@@ -4,9 +4,9 @@
 
 #include "common.cuh"
 #include "cuda/cuda.h"  // not "cuda.h": that name is also the CUDA driver API header
-#include "philox.h"
-#include "round.h"
-#include "round_array.h"
+#include "core/philox.h"
+#include "core/round.h"
+#include "core/round_array.h"
 
 namespace mantis {
 namespace cuda_detail {

@@ -9,7 +9,7 @@ Writes, for each model NAME in MODELS, the project's own checkpoint directory (c
     NAME/model.safetensors   written by hand: u64 LE header length, JSON header
                              {tensor: {"dtype": "F32", "shape": [...], "data_offsets": [begin, end]}}
                              (padded with spaces to a multiple of 8), then the raw LE float32 data;
-                             names and layouts of src/model.h (Linear weights [out, in])
+                             names and layouts of src/nn/model.h (Linear weights [out, in])
     NAME/config.json         {"mantis_format": 1, "arch": ..., every ModelConfig field}
 and the reference run on fixed tokens:
     NAME/tokens.i32          int32 LE [T]
@@ -49,7 +49,7 @@ the first equals loss_f32 / loss_f64), "params_f32", "params_f64"}. Everything i
 (numpy PCG64 seeds, one torch thread); re-running rewrites identical weights, tokens and targets (the
 logits, losses, gradients and AdamW parameters can move by rounding across torch/BLAS builds).
 
-The models are written by hand (no transformers package) and follow src/forward.h exactly:
+The models are written by hand (no transformers package) and follow src/nn/forward.h exactly:
   gpt2 : wte + wpe, pre-LN LayerNorm, causal MHA with scores / sqrt(HS), GELU (erf or tanh),
          final LayerNorm, logits = x @ wte.T (tied).
   llama: RMSNorm, RoPE in the llama2.c / Meta convention — consecutive pairs (x[2i], x[2i+1]) of a
@@ -83,7 +83,7 @@ CONFIG_FIELDS = ["vocab", "ctx", "layers", "heads", "kv_heads", "dim", "hidden",
 
 # ------------------------------------------------------------------------------------------ weights
 def parameter_shapes(c):
-    """Every parameter name and shape, in src/model.h's order."""
+    """Every parameter name and shape, in src/nn/model.h's order."""
     V, T, C, H, L = c["vocab"], c["ctx"], c["dim"], c["hidden"], c["layers"]
     HS = C // c["heads"]
     out = []

@@ -1,0 +1,199 @@
+#include "core/format.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <filesystem>
+#include <regex>
+#include <toml++/toml.h>
+
+#include "core/file.h"
+
+namespace mantis {
+
+const std::vector<std::pair<std::string_view, std::string_view>>& embedded_formats();
+
+namespace {
+
+// Exponent range of an E-bit exponent field under each special-encoding policy.
+void set_exponent_bits(Format& f, int E, const std::string& where) {
+  if (E < 2 || E > 11) throw InputError(fmt::format("{}: exponent_bits {} out of range 2..11", where, E));
+  const int bias = (1 << (E - 1)) - 1;
+  switch (f.specials) {
+    case Specials::ieee: f.emax = bias; f.emin = 1 - bias; break;
+    case Specials::fn: f.emax = bias + 1; f.emin = 1 - bias; break;   // top binade finite
+    case Specials::fnuz: f.emax = bias; f.emin = -bias; break;        // bias 2^(E−1)
+  }
+}
+
+Format family(const std::string& name) {
+  std::smatch m;
+  static const std::regex ps(R"(ps(\d+))"), em(R"(e(\d+)m(\d+))");
+  Format f;
+  f.name = name;
+  // Valid parameters are below 100: more than 4 digits (leading zeros allowed) is out of range, and could overflow int.
+  auto number = [&](const std::ssub_match& digits, const char* what, const char* range) {
+    if (digits.length() > 4)
+      throw InputError(fmt::format("format {}: {} = {} out of range {}", name, what, digits.str(), range));
+    return std::stoi(digits.str());
+  };
+  if (std::regex_match(name, m, ps)) {
+    const int mu = number(m[1], "μ", "1..23 for ps<μ>");
+    if (mu < 1 || mu > 23) throw InputError(fmt::format("format {}: μ = {} out of range 1..23 for ps<μ>", name, mu));
+    f.mu = mu;  // binary32 exponent range, subnormals, IEEE specials
+    return f;
+  }
+  if (std::regex_match(name, m, em)) {
+    const int E = number(m[1], "exponent_bits", "2..11"), M = number(m[2], "μ", "0..52 for e<E>m<M>");
+    if (M > 52) throw InputError(fmt::format("format {}: μ = {} out of range 0..52 for e<E>m<M>", name, M));
+    f.mu = M;
+    set_exponent_bits(f, E, "format " + name);
+    return f;
+  }
+  return Format{.name = ""};
+}
+
+}  // namespace
+
+void validate(const Format& f) {
+  const std::string n = f.name.empty() ? "format" : "format " + f.name;
+  if (f.mu < 0 || f.mu > 52) throw InputError(fmt::format("{}: μ = {} out of range 0..52", n, f.mu));
+  if (f.emin > f.emax) throw InputError(fmt::format("{}: emin {} > emax {}", n, f.emin, f.emax));
+  if (f.emin < -1022 || f.emax > 1023)
+    throw InputError(fmt::format("{}: exponent range [{}, {}] exceeds binary64's [-1022, 1023]", n, f.emin, f.emax));
+  if (f.subnormals && f.emin - f.mu < -1074)
+    throw InputError(fmt::format("{}: smallest subnormal 2^{} is below binary64's 2^-1074", n, f.emin - f.mu));
+  if (f.specials != Specials::ieee && f.overflow == Overflow::inf)
+    throw InputError(fmt::format("{}: specials = \"{}\" has no infinities; overflow must be \"saturate\" or \"nan\"",
+                                 n, to_string(f.specials)));
+  if (f.specials == Specials::fn && f.mu == 0 && f.emin == f.emax)
+    throw InputError(fmt::format("{}: fn with μ = 0 and a single binade has no finite values", n));
+}
+
+bool fits_double(const Format& f) {
+  return f.mu <= 52 && f.emin >= -1022 && f.emax <= 1023 && (f.subnormals ? f.emin - f.mu : f.emin) >= -1074;
+}
+bool fits_float(const Format& f) {
+  return f.mu <= 23 && f.emin >= -126 && f.emax <= 127 && (f.subnormals ? f.emin - f.mu : f.emin) >= -149;
+}
+
+double max_finite(const Format& f) {
+  if (f.specials != Specials::fn) return std::ldexp(2.0 - std::ldexp(1.0, -f.mu), f.emax);
+  // fn: the all-ones code of the top binade is NaN; with μ = 0 that is the whole binade.
+  return f.mu == 0 ? std::ldexp(1.0, f.emax - 1) : std::ldexp(2.0 - std::ldexp(1.0, 1 - f.mu), f.emax);
+}
+double min_normal(const Format& f) { return std::ldexp(1.0, f.emin); }
+double min_subnormal(const Format& f) { return f.subnormals ? std::ldexp(1.0, f.emin - f.mu) : min_normal(f); }
+double unit_roundoff(const Format& f) { return std::ldexp(1.0, -(f.mu + 1)); }
+
+Format format_from_toml(const std::string& text, const std::string& source) {
+  toml::table t;
+  try {
+    t = toml::parse(text, source);
+  } catch (const toml::parse_error& e) {
+    throw InputError(fmt::format("{}:{}: malformed TOML: {}", source, e.source().begin.line, e.description()));
+  }
+  Format f;
+  auto line = [&](const toml::node& n) { return fmt::format("{}:{}", source, n.source().begin.line); };
+  for (auto&& [k, v] : t) {
+    static const char* known[] = {"name", "mantissa_bits", "exponent_bits", "emin", "emax",
+                                  "subnormals", "overflow", "specials"};
+    if (std::find_if(std::begin(known), std::end(known), [&](const char* s) { return k.str() == s; }) == std::end(known))
+      throw InputError(fmt::format("{}: unknown key '{}' (known: name, mantissa_bits, exponent_bits, emin, emax, "
+                                   "subnormals, overflow, specials)", line(v), k.str()));
+  }
+  auto get_int = [&](const char* key) -> std::optional<int> {
+    const toml::node* n = t.get(key);
+    if (!n) return std::nullopt;
+    if (!n->is_integer()) throw InputError(fmt::format("{}: '{}' must be an integer", line(*n), key));
+    const int64_t v = n->as_integer()->get();
+    if (v < -100000 || v > 100000) throw InputError(fmt::format("{}: '{}' = {} out of range", line(*n), key, v));
+    return int(v);
+  };
+  auto get_str = [&](const char* key) -> std::optional<std::string> {
+    const toml::node* n = t.get(key);
+    if (!n) return std::nullopt;
+    if (!n->is_string()) throw InputError(fmt::format("{}: '{}' must be a string", line(*n), key));
+    return n->as_string()->get();
+  };
+  f.name = get_str("name").value_or(std::filesystem::path(source).stem().string());
+  const auto mu = get_int("mantissa_bits");
+  if (!mu) throw InputError(fmt::format("{}: missing 'mantissa_bits' (μ, stored fraction bits)", source));
+  f.mu = *mu;
+  if (f.mu < 0 || f.mu > 52) throw InputError(fmt::format("{}: mantissa_bits (μ) = {} out of range 0..52", source, f.mu));
+  if (const toml::node* n = t.get("subnormals")) {
+    if (!n->is_boolean()) throw InputError(fmt::format("{}: 'subnormals' must be true or false", line(*n)));
+    f.subnormals = n->as_boolean()->get();
+  }
+  if (auto s = get_str("specials")) {
+    if (*s == "ieee") f.specials = Specials::ieee;
+    else if (*s == "fn") f.specials = Specials::fn;
+    else if (*s == "fnuz") f.specials = Specials::fnuz;
+    else throw InputError(fmt::format("{}: specials = '{}' (expected ieee, fn or fnuz)", line(*t.get("specials")), *s));
+  }
+  f.overflow = f.specials == Specials::ieee ? Overflow::inf : Overflow::nan;
+  if (auto s = get_str("overflow")) {
+    if (*s == "inf") f.overflow = Overflow::inf;
+    else if (*s == "saturate") f.overflow = Overflow::saturate;
+    else if (*s == "nan") f.overflow = Overflow::nan;
+    else throw InputError(fmt::format("{}: overflow = '{}' (expected inf, saturate or nan)", line(*t.get("overflow")), *s));
+  }
+  const auto E = get_int("exponent_bits");
+  const auto emin = get_int("emin"), emax = get_int("emax");
+  if (E && (emin || emax)) throw InputError(fmt::format("{}: give either exponent_bits or emin/emax, not both", source));
+  if (E) set_exponent_bits(f, *E, source);
+  else if (emin && emax) { f.emin = *emin; f.emax = *emax; }
+  else throw InputError(fmt::format("{}: missing 'exponent_bits' (or both 'emin' and 'emax')", source));
+  validate(f);
+  return f;
+}
+
+std::vector<std::string> named_formats() {
+  std::vector<std::string> v;
+  for (auto& [name, text] : embedded_formats()) v.emplace_back(name);
+  return v;
+}
+
+std::string family_help() { return "ps<μ> (μ = 1..23, binary32 exponent range), e<E>m<M> (IEEE-style, E = 2..11, M = 0..52)"; }
+
+Format format_lookup(const std::string& s) {
+  for (auto& [name, text] : embedded_formats())
+    if (name == s) return format_from_toml(std::string(text), "formats/" + std::string(name) + ".toml");
+  Format f = family(s);
+  if (!f.name.empty()) { validate(f); return f; }
+  if (s.find('/') != std::string::npos || s.ends_with(".toml")) {
+    return format_from_toml(read_text_file(s, "format file"), s);
+  }
+  std::string names;
+  for (auto& n : named_formats()) names += (names.empty() ? "" : ", ") + n;
+  throw InputError(fmt::format("unknown format '{}' (known: {}; families {}; or a path to a .toml file)", s, names,
+                               family_help()));
+}
+
+Rounding rounding_from_string(const std::string& s) {
+  for (int i = 0; i < kRoundingCount; ++i)
+    if (s == to_string(Rounding(i))) return Rounding(i);
+  std::string names;
+  for (auto& n : rounding_names()) names += (names.empty() ? "" : ", ") + n;
+  throw InputError(fmt::format("unknown rounding mode '{}' (known: {})", s, names));
+}
+
+const char* to_string(Rounding r) {
+  static const char* n[] = {"rne", "rna", "rz", "ru", "rd", "ro", "sr", "sre"};
+  return n[int(r)];
+}
+const char* to_string(Overflow o) {
+  static const char* n[] = {"inf", "saturate", "nan"};
+  return n[int(o)];
+}
+const char* to_string(Specials s) {
+  static const char* n[] = {"ieee", "fn", "fnuz"};
+  return n[int(s)];
+}
+std::vector<std::string> rounding_names() {
+  std::vector<std::string> v;
+  for (int i = 0; i < kRoundingCount; ++i) v.emplace_back(to_string(Rounding(i)));
+  return v;
+}
+
+}  // namespace mantis

@@ -1,0 +1,168 @@
+#include "core/gemm.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <vector>
+
+#include "mantis_config.h"
+#include "core/round.h"
+#include "core/round_array.h"
+
+namespace mantis {
+
+void validate(const GemmSpec& s) {
+  validate(s.acc);
+  validate_sr_bits(s.sr_bits);
+  const int p = s.acc.precision();
+  // Exact accumulation goes through binary64 round-to-odd: it needs two spare bits.
+  if (p > 51)
+    throw InputError(fmt::format("accumulator format {}: μ = {} > 50 cannot be emulated exactly "
+                                 "(binary64 round-to-odd needs μ+3 ≤ 53 bits)", s.acc.name, s.acc.mu));
+  if ((s.acc.subnormals ? s.acc.emin - s.acc.mu : s.acc.emin) < -1072)
+    throw InputError(fmt::format("accumulator format {}: quantum below 2^-1072 cannot be emulated exactly",
+                                 s.acc.name));
+  if (s.acc_mode == Rounding::sr && s.sr_bits > 52 - p)
+    throw InputError(fmt::format("sr accumulation in {} (μ = {}) is exact only with sr_bits ≤ {}; got {}",
+                                 s.acc.name, s.acc.mu, 52 - p, s.sr_bits));
+  if (s.accumulation == Accumulation::blocked && s.block < 1)
+    throw InputError(fmt::format("blocked accumulation needs a block size ≥ 1, got {}", s.block));
+  if (s.input) {
+    validate(*s.input);
+    if (!fits_float(*s.input))
+      throw InputError(fmt::format("input format {} does not fit binary32 operands", s.input->name));
+  }
+}
+
+Accumulation accumulation_from_string(const std::string& s) {
+  if (s == "strict") return Accumulation::strict;
+  if (s == "unfused") return Accumulation::unfused;
+  if (s == "blocked") return Accumulation::blocked;
+  throw InputError(fmt::format("unknown accumulation '{}' (known: strict, unfused, blocked)", s));
+}
+
+const char* to_string(Accumulation a) {
+  static const char* n[] = {"strict", "unfused", "blocked"};
+  return n[int(a)];
+}
+
+namespace {
+
+// One k step of a row: dst[j] ← round(value(j)), with word(j) the random word of output j.
+// One vectorised pass rounds with the normal-range shortcut and records whether every value was
+// zero or normal; if not, the step is redone from v[] with the general rounding.
+template <Rounding M, class Value, class Word>
+void round_step(double* dst, double* v, size_t N, const Target<double>& t, Value value, Word word) {
+  uint64_t outside = 0;
+  for (size_t j = 0; j < N; ++j) {
+    const double x = value(j);
+    v[j] = x;
+    outside |= outside_normal_range(x, t);
+    dst[j] = round_normal<M>(x, t, word(j));
+  }
+  if (outside != 0)
+    for (size_t j = 0; j < N; ++j) dst[j] = round_value<M>(v[j], t, word(j));
+}
+
+constexpr bool random_mode(Rounding m) { return m == Rounding::sr || m == Rounding::sre; }
+
+// One row i of C: acc[N] (the accumulators: binary64 values of the accumulator format); v[N],
+// prod[N] and chunk[N] are scratch. The j-loops vectorise; k stays sequential per output.
+template <Rounding M>
+void gemm_row(const float* a, const float* B, double* acc, double* v, double* prod, float* chunk, size_t i,
+              size_t N, size_t K, const Target<double>& t, const GemmSpec& s) {
+  constexpr bool kRandom = random_mode(M);
+  for (size_t j = 0; j < N; ++j) acc[j] = 0.0;
+  switch (s.accumulation) {
+    case Accumulation::strict:
+      for (size_t k = 0; k < K; ++k) {
+        const double ak = a[k];
+        const float* b = B + k * N;
+        round_step<M>(acc, v, N, t, [&](size_t j) { return add_round_odd(ak * double(b[j]), acc[j]); },
+                      [&](size_t j) { return kRandom ? random_word(s.seed, s.stream, (i * N + j) * K + k) : 0u; });
+      }
+      break;
+    case Accumulation::unfused:
+      for (size_t k = 0; k < K; ++k) {
+        const double ak = a[k];
+        const float* b = B + k * N;
+        const uint64_t idx = 2 * (i * N * K + k);  // 2·((i·N + j)·K + k) = idx + 2·j·K
+        round_step<M>(prod, v, N, t, [&](size_t j) { return ak * double(b[j]); },  // exact product
+                      [&](size_t j) { return kRandom ? random_word(s.seed, s.stream, idx + 2 * j * K) : 0u; });
+        round_step<M>(acc, v, N, t, [&](size_t j) { return add_round_odd(acc[j], prod[j]); },
+                      [&](size_t j) { return kRandom ? random_word(s.seed, s.stream, idx + 2 * j * K + 1) : 0u; });
+      }
+      break;
+    case Accumulation::blocked: {
+      const size_t kb = size_t(s.block), nchunks = (K + kb - 1) / kb;
+      for (size_t c = 0; c < nchunks; ++c) {
+        for (size_t j = 0; j < N; ++j) chunk[j] = 0.0f;
+        for (size_t k = c * kb; k < std::min(K, (c + 1) * kb); ++k) {
+          const float ak = a[k];
+          const float* b = B + k * N;
+          for (size_t j = 0; j < N; ++j) chunk[j] = std::fma(ak, b[j], chunk[j]);  // binary32 RNE
+        }
+        round_step<M>(acc, v, N, t, [&](size_t j) { return add_round_odd(acc[j], double(chunk[j])); },
+                      [&](size_t j) { return kRandom ? random_word(s.seed, s.stream, (i * N + j) * nchunks + c) : 0u; });
+      }
+      break;
+    }
+  }
+}
+
+template <Rounding M>
+void gemm_mode(const float* A, const float* B, double* C, size_t M_, size_t N, size_t K, const GemmSpec& s) {
+  const Target<double> t = make_target<double>(s.acc, s.sr_bits);
+  const bool parallel = M_ > 1 && double(M_) * double(N) * double(K) >= 1 << 16;
+#pragma omp parallel if (parallel)
+  {
+    std::vector<double> v(N), prod(N);
+    std::vector<float> chunk(N);
+#pragma omp for schedule(static)
+    for (size_t i = 0; i < M_; ++i)
+      gemm_row<M>(A + i * K, B, C + i * N, v.data(), prod.data(), chunk.data(), i, N, K, t, s);
+  }
+}
+
+}  // namespace
+
+void gemm(const float* A, const float* B, double* C, size_t M, size_t N, size_t K, const GemmSpec& s) {
+  validate(s);
+  std::vector<float> Ar, Br;
+  if (s.input) {  // operands rounded once to the input format, each on its own stream
+    Ar.resize(M * K);
+    Br.resize(K * N);
+    RoundOptions o{.mode = s.input_mode, .sr_bits = s.sr_bits, .seed = s.seed, .stream = s.stream + 1};
+    round_array(A, Ar.data(), M * K, *s.input, o);
+    o.stream = s.stream + 2;
+    round_array(B, Br.data(), K * N, *s.input, o);
+    A = Ar.data();
+    B = Br.data();
+  }
+  switch (s.acc_mode) {
+    case Rounding::rne: return gemm_mode<Rounding::rne>(A, B, C, M, N, K, s);
+    case Rounding::rna: return gemm_mode<Rounding::rna>(A, B, C, M, N, K, s);
+    case Rounding::rz: return gemm_mode<Rounding::rz>(A, B, C, M, N, K, s);
+    case Rounding::ru: return gemm_mode<Rounding::ru>(A, B, C, M, N, K, s);
+    case Rounding::rd: return gemm_mode<Rounding::rd>(A, B, C, M, N, K, s);
+    case Rounding::ro: return gemm_mode<Rounding::ro>(A, B, C, M, N, K, s);
+    case Rounding::sr: return gemm_mode<Rounding::sr>(A, B, C, M, N, K, s);
+    case Rounding::sre: return gemm_mode<Rounding::sre>(A, B, C, M, N, K, s);
+  }
+}
+
+void gemm(const float* A, const float* B, float* C, size_t M, size_t N, size_t K, const GemmSpec& s) {
+  if (!fits_float(s.acc))
+    throw InputError(fmt::format("accumulator format {} does not fit binary32 output; use a double C", s.acc.name));
+  std::vector<double> Cd(M * N);
+  gemm(A, B, Cd.data(), M, N, K, s);
+  for (size_t i = 0; i < M * N; ++i) C[i] = float(Cd[i]);  // exact: the values are in the format
+}
+
+double dot(const float* x, const float* y, size_t K, const GemmSpec& s) {
+  double c = 0;
+  gemm(x, y, &c, 1, 1, K, s);
+  return c;
+}
+
+}  // namespace mantis

@@ -1,0 +1,54 @@
+// gemm — emulated dot products and GEMM with a rounded accumulator.
+//
+// C[M×N] = A[M×K] · B[K×N], row-major binary32 operands. Semantics, per output element, with
+// `round` = rounding to the accumulator format in the accumulator mode:
+//   strict  (fused):  acc ← round(a_k·b_k + acc)            for k = 0..K−1 in order, acc₀ = 0
+//   unfused:          acc ← round(acc + round(a_k·b_k))      for k = 0..K−1 in order
+//   blocked(k_b):     c ← binary32 RNE fused sum of the chunk's products, in order (c₀ = 0),
+//                     then acc ← round(acc + c), chunk by chunk
+// Each rounding is of the exact value (products of binary32 are exact in binary64; sums are made
+// exact by round-to-odd, round.h add_round_odd). Optionally A and B are first rounded to an input
+// format. The k-loop of every output is sequential, so results are bit-identical to the scalar
+// MPFR reference (oracle.h) and independent of the thread count.
+//
+// Random words (sr/sre): accumulation step k of output (i,j) uses index (i·N + j)·K + k of
+// (seed, stream); unfused uses 2·that (product) and 2·that + 1 (sum); blocked uses
+// (i·N + j)·nchunks + chunk. Input rounding of A[i,k] uses index i·K + k of (seed, stream + 1),
+// of B[k,j] index k·N + j of (seed, stream + 2).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+
+#include "core/format.h"
+
+namespace mantis {
+
+enum class Accumulation : uint8_t { strict, unfused, blocked };
+
+struct GemmSpec {
+  Format acc;                        // accumulator format (μ ≤ 50)
+  Rounding acc_mode = Rounding::rne;
+  Accumulation accumulation = Accumulation::strict;
+  int block = 32;                    // k_b for blocked
+  std::optional<Format> input;       // round A and B to this format first (must fit binary32)
+  Rounding input_mode = Rounding::rne;
+  int sr_bits = 32;                  // for sr; strict needs sr_bits ≤ 52 − (μ+1)
+  uint64_t seed = 0, stream = 0;
+};
+
+// Throws InputError naming the problem.
+void validate(const GemmSpec& s);
+Accumulation accumulation_from_string(const std::string& s);  // strict | unfused | blocked
+const char* to_string(Accumulation a);
+
+// C is M×N. The double overload holds the exact accumulator values; the float one requires an
+// accumulator format that fits binary32.
+void gemm(const float* A, const float* B, double* C, size_t M, size_t N, size_t K,
+          const GemmSpec& s);
+void gemm(const float* A, const float* B, float* C, size_t M, size_t N, size_t K,
+          const GemmSpec& s);
+double dot(const float* x, const float* y, size_t K, const GemmSpec& s);
+
+}  // namespace mantis

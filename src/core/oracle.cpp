@@ -1,0 +1,246 @@
+#include "core/oracle.h"
+
+#include <gmp.h>
+#include <mpfr.h>
+
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "core/philox.h"
+
+namespace mantis {
+
+namespace {
+
+// Exact working precision: enough for any sum of a binary32 product and a binary64 value.
+constexpr mpfr_prec_t kExact = 2300;
+
+// MPFR's exponent range is global (per thread in TLS builds): save, set, restore.
+struct ExpRange {
+  mpfr_exp_t emin = mpfr_get_emin(), emax = mpfr_get_emax();
+  ~ExpRange() {
+    mpfr_set_emin(emin);
+    mpfr_set_emax(emax);
+  }
+};
+
+struct Scratch {
+  mpfr_t lo, hi, mid, t, x;
+  Scratch() {
+    mpfr_inits2(64, lo, hi, mid, (mpfr_ptr)0);
+    mpfr_init2(t, kExact);
+    mpfr_init2(x, 53);  // a binary64 input, exactly
+  }
+  ~Scratch() { mpfr_clears(lo, hi, mid, t, x, (mpfr_ptr)0); }
+};
+Scratch& scratch() {
+  thread_local Scratch s;
+  return s;
+}
+
+// y ← x rounded to y's precision μ+1 in the format's exponent range with gradual underflow.
+// Rounded first in MPFR's wide default range, then brought into range by mpfr_check_range and
+// mpfr_subnormalize, which use the ternary value to avoid double rounding. MPFR significands lie
+// in [1/2, 1): the smallest subnormal 2^(emin−μ) has MPFR exponent emin − μ + 1. Above, room is
+// left past emax: overflow is resolved afterwards by the format's policy (resolve_overflow).
+void round_p(mpfr_ptr y, mpfr_srcptr x, mpfr_rnd_t rnd, const Format& f) {
+  int t = mpfr_set(y, x, rnd);
+  ExpRange saved;
+  mpfr_set_emin(f.emin - f.mu + 1);
+  mpfr_set_emax(f.emax + 3);
+  t = mpfr_check_range(y, t, rnd);
+  if (f.subnormals) mpfr_subnormalize(y, t, rnd);
+}
+
+bool toward_zero(Rounding m, bool neg) {
+  return m == Rounding::rz || m == Rounding::ro || (m == Rounding::rd && !neg) || (m == Rounding::ru && neg);
+}
+
+// floor(|x − lo| / gap · 2^R) for a power-of-two gap: exact.
+uint64_t scaled_fraction(mpfr_srcptr x, mpfr_srcptr lo, mpfr_srcptr gap, int R) {
+  Scratch& s = scratch();
+  mpfr_sub(s.t, x, lo, MPFR_RNDN);  // exact at kExact bits
+  mpfr_abs(s.t, s.t, MPFR_RNDN);
+  mpfr_div(s.t, s.t, gap, MPFR_RNDN);  // exact: gap is a power of two
+  mpfr_mul_2si(s.t, s.t, R, MPFR_RNDN);
+  mpfr_floor(s.t, s.t);
+  return mpfr_get_uj(s.t, MPFR_RNDN);
+}
+
+double finish(double r, const Format& f) {
+  if (std::isnan(r)) return std::numeric_limits<double>::quiet_NaN();
+  if (r == 0 && f.specials == Specials::fnuz) return 0.0;
+  return r;
+}
+
+// The value of the format nearest-overflow policy applied to a (possibly too large) result.
+double resolve_overflow(double r, Rounding m, const Format& f) {
+  const double mx = max_finite(f);
+  if (!(std::fabs(r) > mx)) return r;
+  const bool neg = std::signbit(r);
+  if (toward_zero(m, neg)) return neg ? -mx : mx;
+  switch (f.overflow) {
+    case Overflow::inf: return neg ? -INFINITY : INFINITY;
+    case Overflow::saturate: return neg ? -mx : mx;
+    case Overflow::nan: return NAN;
+  }
+  return r;
+}
+
+double round_exact(mpfr_srcptr x, const Format& f, Rounding m, uint32_t rnd, int sr_bits) {
+  if (mpfr_nan_p(x)) return NAN;
+  const bool neg = mpfr_signbit(x);
+  if (mpfr_inf_p(x)) {
+    if (f.specials == Specials::ieee) return neg ? -INFINITY : INFINITY;
+    if (f.overflow == Overflow::saturate) return neg ? -max_finite(f) : max_finite(f);
+    return NAN;
+  }
+  if (mpfr_zero_p(x)) return finish(neg ? -0.0 : 0.0, f);
+
+  Scratch& s = scratch();
+  const int p = f.precision();
+  // (mpfr_set_prec reallocates: only when the precision changes.)
+  if (mpfr_get_prec(s.lo) != p) mpfr_set_prec(s.lo, p);
+  if (mpfr_get_prec(s.hi) != p) mpfr_set_prec(s.hi, p);
+
+  // Without subnormals, below 2^emin the only candidates are 0 and q = 2^emin.
+  const double q_min = std::ldexp(1.0, f.emin);
+  if (!f.subnormals) {
+    mpfr_set_d(s.t, q_min, MPFR_RNDN);
+    if (mpfr_cmpabs(x, s.t) < 0) {
+      mpfr_set_d(s.t, q_min / 2, MPFR_RNDN);
+      const int c = mpfr_cmpabs(x, s.t);  // vs the midpoint
+      bool up = false;
+      switch (m) {
+        case Rounding::rne: up = c > 0; break;
+        case Rounding::rna: up = c >= 0; break;
+        case Rounding::rz: up = false; break;
+        case Rounding::ru: up = !neg; break;
+        case Rounding::rd: up = neg; break;
+        case Rounding::ro: up = true; break;  // 0 is even, q is odd
+        case Rounding::sre: up = rnd >> 31; break;
+        case Rounding::sr: {
+          mpfr_set_zero(s.lo, 1);
+          mpfr_set_d(s.mid, q_min, MPFR_RNDN);
+          up = (rnd >> (32 - sr_bits)) < scaled_fraction(x, s.lo, s.mid, sr_bits);
+          break;
+        }
+      }
+      const double r = up ? q_min : 0.0;
+      return finish(neg ? -r : r, f);
+    }
+  }
+
+  double r;
+  if (m == Rounding::rne || m == Rounding::rz || m == Rounding::ru || m == Rounding::rd) {
+    const mpfr_rnd_t mr = m == Rounding::rne ? MPFR_RNDN
+                        : m == Rounding::rz ? MPFR_RNDZ
+                        : m == Rounding::ru ? MPFR_RNDU : MPFR_RNDD;
+    round_p(s.lo, x, mr, f);
+    r = mpfr_get_d(s.lo, MPFR_RNDN);  // exact: the format fits binary64
+  } else {
+    round_p(s.lo, x, MPFR_RNDZ, f);
+    round_p(s.hi, x, MPFR_RNDA, f);
+    if (mpfr_equal_p(s.lo, s.hi)) {
+      r = mpfr_get_d(s.lo, MPFR_RNDN);
+    } else {
+      bool up = false;
+      // gap = |hi| − |lo|, a power of two (one quantum at lo).
+      if (mpfr_get_prec(s.mid) != kExact) mpfr_set_prec(s.mid, kExact);
+      mpfr_sub(s.mid, s.hi, s.lo, MPFR_RNDN);
+      mpfr_abs(s.mid, s.mid, MPFR_RNDN);
+      switch (m) {
+        case Rounding::rna: {
+          mpfr_add(s.t, s.lo, s.hi, MPFR_RNDN);          // exact at kExact bits
+          mpfr_div_2ui(s.t, s.t, 1, MPFR_RNDN);           // the midpoint
+          up = mpfr_cmpabs(x, s.t) >= 0;
+          break;
+        }
+        case Rounding::ro: {
+          // lo is odd iff lo / gap is an odd integer.
+          mpfr_div(s.t, s.lo, s.mid, MPFR_RNDN);
+          mpz_t z;
+          mpz_init(z);
+          mpfr_get_z(z, s.t, MPFR_RNDN);
+          up = !mpz_odd_p(z);
+          mpz_clear(z);
+          break;
+        }
+        case Rounding::sr:
+          up = (rnd >> (32 - sr_bits)) < scaled_fraction(x, s.lo, s.mid, sr_bits);
+          break;
+        case Rounding::sre: up = rnd >> 31; break;
+        default: break;
+      }
+      r = mpfr_get_d(up ? s.hi : s.lo, MPFR_RNDN);
+    }
+  }
+  return finish(resolve_overflow(r, m, f), f);
+}
+
+}  // namespace
+
+bool oracle_thread_safe() { return mpfr_buildopt_tls_p() != 0; }
+
+double oracle_round(double x, const Format& f, Rounding m, uint32_t rnd, int sr_bits) {
+  validate(f);
+  Scratch& s = scratch();
+  mpfr_set_d(s.x, x, MPFR_RNDN);  // exact
+  return round_exact(s.x, f, m, rnd, sr_bits);
+}
+
+void oracle_gemm(const float* A, const float* B, double* C, size_t M, size_t N, size_t K, const GemmSpec& spec) {
+  validate(spec);
+  std::vector<double> a(A, A + M * K), b(B, B + K * N);
+  if (spec.input) {
+    for (size_t i = 0; i < M * K; ++i)
+      a[i] = oracle_round(a[i], *spec.input, spec.input_mode, random_word(spec.seed, spec.stream + 1, i), spec.sr_bits);
+    for (size_t i = 0; i < K * N; ++i)
+      b[i] = oracle_round(b[i], *spec.input, spec.input_mode, random_word(spec.seed, spec.stream + 2, i), spec.sr_bits);
+  }
+  Format fp32 = format_lookup("fp32");
+  mpfr_t acc, prod, v;
+  mpfr_inits2(kExact, acc, prod, v, (mpfr_ptr)0);
+  auto rw = [&](uint64_t idx) { return random_word(spec.seed, spec.stream, idx); };
+  for (size_t i = 0; i < M; ++i)
+    for (size_t j = 0; j < N; ++j) {
+      const uint64_t o = i * N + j;
+      mpfr_set_zero(acc, 1);
+      auto set_rounded = [&](mpfr_ptr dst, mpfr_srcptr val, uint64_t idx) {
+        const double r = round_exact(val, spec.acc, spec.acc_mode, rw(idx), spec.sr_bits);
+        mpfr_set_d(dst, r, MPFR_RNDN);
+      };
+      if (spec.accumulation == Accumulation::blocked) {
+        const size_t kb = size_t(spec.block), nchunks = (K + kb - 1) / kb;
+        for (size_t c = 0; c < nchunks; ++c) {
+          double cs = 0.0;  // binary32 RNE fused chunk sum, via the fp32 oracle
+          for (size_t k = c * kb; k < std::min(K, (c + 1) * kb); ++k) {
+            mpfr_set_d(prod, a[i * K + k], MPFR_RNDN);
+            mpfr_mul_d(prod, prod, b[k * N + j], MPFR_RNDN);  // exact
+            mpfr_add_d(v, prod, cs, MPFR_RNDN);                // exact
+            cs = round_exact(v, fp32, Rounding::rne, 0, 32);
+          }
+          mpfr_add_d(v, acc, cs, MPFR_RNDN);
+          set_rounded(acc, v, o * nchunks + c);
+        }
+      } else {
+        for (size_t k = 0; k < K; ++k) {
+          mpfr_set_d(prod, a[i * K + k], MPFR_RNDN);
+          mpfr_mul_d(prod, prod, b[k * N + j], MPFR_RNDN);  // exact
+          if (spec.accumulation == Accumulation::strict) {
+            mpfr_add(v, acc, prod, MPFR_RNDN);  // exact
+            set_rounded(acc, v, o * K + k);
+          } else {
+            set_rounded(prod, prod, 2 * (o * K + k));
+            mpfr_add(v, acc, prod, MPFR_RNDN);
+            set_rounded(acc, v, 2 * (o * K + k) + 1);
+          }
+        }
+      }
+      C[o] = mpfr_nan_p(acc) ? std::numeric_limits<double>::quiet_NaN() : mpfr_get_d(acc, MPFR_RNDN);
+    }
+  mpfr_clears(acc, prod, v, (mpfr_ptr)0);
+}
+
+}  // namespace mantis

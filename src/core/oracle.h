@@ -1,0 +1,27 @@
+// oracle — the MPFR reference path: every fast path is tested against it bit for bit.
+//
+// Rounding uses precision μ+1, mpfr_set_emin(emin − μ + 1) and mpfr_subnormalize for gradual
+// underflow, on an exponent range extended above emax so that overflow is resolved afterwards by
+// the format's policy (format.h). rne, rz, ru, rd are MPFR's own modes; rna, ro, sr and sre are
+// derived exactly from the two neighbours RZ(x) and RA(x) and exact comparisons. MPFR's global
+// exponent range is saved and restored around every call. About 100–300 ns per value.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "core/format.h"
+#include "core/gemm.h"
+
+namespace mantis {
+
+double oracle_round(double x, const Format& f, Rounding m, uint32_t rnd = 0, int sr_bits = 32);
+
+// Reference GEMM (small shapes): same semantics and random-word indexing as gemm.h.
+void oracle_gemm(const float* A, const float* B, double* C, size_t M, size_t N, size_t K,
+                 const GemmSpec& s);
+
+// Whether MPFR was built thread-safe (then the oracle may run on several threads at once).
+bool oracle_thread_safe();
+
+}  // namespace mantis

@@ -1,0 +1,145 @@
+#include "core/round_array.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "mantis_config.h"
+#include "core/round.h"
+#if MANTIS_HAVE_OPENMP
+#include <omp.h>
+#endif
+
+namespace mantis {
+
+namespace {
+
+constexpr size_t kChunk = 1024;  // elements per inner pass (random words stay in L1)
+
+// Random words for global indices g0 .. g0+len−1, one Philox call per aligned block of four.
+// Blocks are computed lane-parallel (structure of arrays), then interleaved.
+void fill_random(uint32_t* buf, uint64_t seed, uint64_t stream, uint64_t g0, size_t len) {
+  const uint64_t b0 = g0 >> 2;
+  const size_t nb = size_t(((g0 + len + 3) >> 2) - b0);
+  alignas(64) uint32_t w[4][kChunk / 4 + 2];
+  for (size_t j = 0; j < nb; ++j) {
+    const Philox4 r = random_block(seed, stream, b0 + j);
+    w[0][j] = r.v[0];
+    w[1][j] = r.v[1];
+    w[2][j] = r.v[2];
+    w[3][j] = r.v[3];
+  }
+  for (size_t j = 0; j < nb; ++j)
+    for (int k = 0; k < 4; ++k) buf[j * 4 + k] = w[k][j];
+}
+
+template <Rounding M, class T, class Tout>
+void kernel(const T* in, Tout* out, size_t begin, size_t end, const Target<T>& target, const RoundOptions& o) {
+  const Target<T> t = target;  // a local copy: its fields stay in registers across stores to out
+  constexpr bool kRandom = M == Rounding::sr || M == Rounding::sre;
+  alignas(64) uint32_t rnd[kChunk + 8];
+  for (size_t c = begin; c < end; c += kChunk) {
+    const size_t len = std::min(kChunk, end - c);
+    const T* x = in + c;
+    Tout* y = out + c;
+    // Chunks made only of zeros and normal-range values take the shortcut (round.h).
+    typename Target<T>::U outside = 0;
+    for (size_t i = 0; i < len; ++i) outside |= outside_normal_range(x[i], t);
+    const bool normal = outside == 0;
+    if constexpr (kRandom) {
+      const uint64_t g0 = o.index0 + c;
+      fill_random(rnd, o.seed, o.stream, g0, len);
+      const uint32_t* r = rnd + (g0 & 3);
+      if (normal)
+        for (size_t i = 0; i < len; ++i) y[i] = Tout(round_normal<M>(x[i], t, r[i]));
+      else
+        for (size_t i = 0; i < len; ++i) y[i] = Tout(round_value<M>(x[i], t, r[i]));
+    } else {
+      if (normal)
+        for (size_t i = 0; i < len; ++i) y[i] = Tout(round_normal<M>(x[i], t, 0u));
+      else
+        for (size_t i = 0; i < len; ++i) y[i] = Tout(round_value<M>(x[i], t, 0u));
+    }
+  }
+}
+
+template <Rounding M, class T, class Tout>
+void run(const T* in, Tout* out, size_t n, const Target<T>& t, const RoundOptions& o) {
+#if MANTIS_HAVE_OPENMP
+  if (n >= kParallelThreshold && omp_get_max_threads() > 1) {
+#pragma omp parallel
+    {
+      // Static split in multiples of four elements; results do not depend on it.
+      const size_t nt = size_t(omp_get_num_threads()), id = size_t(omp_get_thread_num());
+      const size_t per = ((n + nt - 1) / nt + 3) & ~size_t(3);
+      const size_t b = std::min(n, id * per), e = std::min(n, b + per);
+      kernel<M>(in, out, b, e, t, o);
+    }
+    return;
+  }
+#endif
+  kernel<M>(in, out, 0, n, t, o);
+}
+
+template <class T, class Tout>
+void dispatch(const T* in, Tout* out, size_t n, const Format& f, const RoundOptions& o) {
+  validate(f);
+  validate_sr_bits(o.sr_bits);
+  const Target<T> t = make_target<T>(f, o.sr_bits);
+  switch (o.mode) {
+    case Rounding::rne: return run<Rounding::rne>(in, out, n, t, o);
+    case Rounding::rna: return run<Rounding::rna>(in, out, n, t, o);
+    case Rounding::rz: return run<Rounding::rz>(in, out, n, t, o);
+    case Rounding::ru: return run<Rounding::ru>(in, out, n, t, o);
+    case Rounding::rd: return run<Rounding::rd>(in, out, n, t, o);
+    case Rounding::ro: return run<Rounding::ro>(in, out, n, t, o);
+    case Rounding::sr: return run<Rounding::sr>(in, out, n, t, o);
+    case Rounding::sre: return run<Rounding::sre>(in, out, n, t, o);
+  }
+}
+
+void require_float(const Format& f) {
+  if (!fits_float(f))
+    throw InputError(fmt::format("format {} does not fit a binary32 container (μ ≤ 23, exponents within "
+                                 "[-126, 127], nothing below 2^-149); use double arrays",
+                                 f.name));
+}
+
+}  // namespace
+
+void validate_sr_bits(int sr_bits) {
+  if (sr_bits < 1 || sr_bits > 32) throw InputError(fmt::format("sr_bits = {} out of range 1..32", sr_bits));
+}
+
+void round_array(const float* in, float* out, size_t n, const Format& f, const RoundOptions& o) {
+  require_float(f);
+  dispatch(in, out, n, f, o);
+}
+void round_array(const double* in, double* out, size_t n, const Format& f, const RoundOptions& o) {
+  dispatch(in, out, n, f, o);
+}
+void round_array(const double* in, float* out, size_t n, const Format& f, const RoundOptions& o) {
+  require_float(f);
+  dispatch(in, out, n, f, o);
+}
+void round_array(const float* in, double* out, size_t n, const Format& f, const RoundOptions& o) {
+  // Widen exactly in chunks, then round in the double container (one rounding).
+  double buf[kChunk];
+  for (size_t c = 0; c < n; c += kChunk) {
+    const size_t len = std::min(kChunk, n - c);
+    for (size_t i = 0; i < len; ++i) buf[i] = in[c + i];
+    RoundOptions oc = o;
+    oc.index0 = o.index0 + c;
+    dispatch(buf, out + c, len, f, oc);
+  }
+}
+
+double round_scalar(double x, const Format& f, const RoundOptions& o, uint64_t index) {
+  validate(f);
+  validate_sr_bits(o.sr_bits);
+  const Target<double> t = make_target<double>(f, o.sr_bits);
+  return round_value(x, t, o.mode, random_word(o.seed, o.stream, o.index0 + index));
+}
+
+}  // namespace mantis

@@ -1,0 +1,191 @@
+#include "exp/study.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <limits>
+
+#include "core/format.h"  // defines: InputError
+#include "core/file.h"
+
+namespace mantis {
+
+namespace fs = std::filesystem;
+
+ojson json_number(double x) {
+  if (std::isnan(x)) return "nan";
+  if (std::isinf(x)) return x > 0 ? "inf" : "-inf";
+  return x;
+}
+
+double json_to_double(const ojson& v, const std::string& where) {
+  if (v.is_number()) return v.get<double>();
+  if (v.is_string()) {
+    const std::string& s = v.get_ref<const std::string&>();
+    if (s == "inf") return std::numeric_limits<double>::infinity();
+    if (s == "-inf") return -std::numeric_limits<double>::infinity();
+    if (s == "nan") return std::numeric_limits<double>::quiet_NaN();
+  }
+  throw InputError(fmt::format("{}: expected a number, found {}", where, v.dump().substr(0, 40)));
+}
+
+ojson format_json(const Format& f) {
+  return {{"name", f.name},
+          {"mu", f.mu},
+          {"emin", f.emin},
+          {"emax", f.emax},
+          {"subnormals", f.subnormals},
+          {"overflow", to_string(f.overflow)},
+          {"specials", to_string(f.specials)}};
+}
+
+ojson model_files_json(const std::string& path, bool basenames) {
+  ojson files = ojson::array();
+  std::error_code ec;
+  std::vector<fs::path> list;
+  if (fs::is_directory(path, ec)) {
+    for (const char* f : {"config.json", "model.safetensors"})
+      if (fs::is_regular_file(fs::path(path) / f, ec)) list.push_back(fs::path(path) / f);
+  } else {
+    list.push_back(path);
+  }
+  for (auto& f : list)
+    files.push_back({{"file", basenames ? f.filename().string() : f.string()}, {"sha256", sha256_file(f.string())}});
+  return files;
+}
+
+namespace {
+std::string shorten(const ojson& v) {
+  std::string s = v.dump();
+  return s.size() > 48 ? s.substr(0, 45) + "..." : s;
+}
+
+std::string diff_at(const ojson& a, const ojson& b, const std::string& path) {
+  auto here = [&] { return path.empty() ? std::string("(the key)") : path; };
+  if (a.type() != b.type() && !(a.is_number() && b.is_number()))
+    return fmt::format("{}: {} in the cell, {} now", here(), shorten(a), shorten(b));
+  if (a.is_object()) {
+    for (auto it = b.begin(); it != b.end(); ++it) {
+      const std::string p = path.empty() ? it.key() : path + "." + it.key();
+      if (!a.contains(it.key())) return fmt::format("{}: missing in the cell, {} now", p, shorten(it.value()));
+      if (std::string d = diff_at(a.at(it.key()), it.value(), p); !d.empty()) return d;
+    }
+    for (auto it = a.begin(); it != a.end(); ++it)
+      if (!b.contains(it.key()))
+        return fmt::format("{}: {} in the cell, not a key field now", path.empty() ? it.key() : path + "." + it.key(),
+                           shorten(it.value()));
+    return "";
+  }
+  if (a.is_array()) {
+    for (size_t i = 0; i < std::min(a.size(), b.size()); ++i)
+      if (std::string d = diff_at(a[i], b[i], fmt::format("{}[{}]", path, i)); !d.empty()) return d;
+    if (a.size() != b.size()) return fmt::format("{}: {} entries in the cell, {} now", here(), a.size(), b.size());
+    return "";
+  }
+  return a == b ? "" : fmt::format("{}: {} in the cell, {} now", here(), shorten(a), shorten(b));
+}
+}  // namespace
+
+void HealthTable::add(const ForwardStats& st, int layers) {
+  for (int s = 0; s < kSiteCount; ++s)
+    for (int l = -1; l < layers; ++l) {
+      const SiteHealth& h = st.health_at(Site(s), l);
+      if (h.clean()) continue;
+      SiteHealth& t = at[{s, l}];
+      t.overflow += h.overflow, t.nan += h.nan, t.inf += h.inf;
+    }
+}
+
+SiteHealth HealthTable::total() const {
+  SiteHealth t;
+  for (auto& [k, h] : at) t.overflow += h.overflow, t.nan += h.nan, t.inf += h.inf;
+  return t;
+}
+
+namespace {
+// Entries in the order the forward pass meets them: by layer (model-level calls last), then in
+// the order of the sites within a layer; so the first entry is where trouble began. A layer's
+// "ln" sums both of its norms and stands between attention and the MLP (before the MLP's norm).
+std::vector<std::pair<std::pair<int, int>, SiteHealth>> forward_order(const std::map<std::pair<int, int>, SiteHealth>& at) {
+  static const Site order[] = {Site::attn_qkv, Site::attn_qk, Site::softmax, Site::attn_pv, Site::attn_proj, Site::ln,
+                               Site::mlp_fc,   Site::gelu,    Site::silu,    Site::mlp_proj, Site::lm_head};
+  auto rank = [](const std::pair<int, int>& k) {
+    const int pos = int(std::find(std::begin(order), std::end(order), Site(k.first)) - std::begin(order));
+    return std::pair{k.second < 0 ? INT32_MAX : k.second, pos};
+  };
+  std::vector<std::pair<std::pair<int, int>, SiteHealth>> v(at.begin(), at.end());
+  std::stable_sort(v.begin(), v.end(), [&](auto& a, auto& b) { return rank(a.first) < rank(b.first); });
+  return v;
+}
+}  // namespace
+
+ojson HealthTable::json() const {
+  ojson a = ojson::array();
+  for (auto& [k, h] : forward_order(at))
+    a.push_back({{"site", to_string(Site(k.first))}, {"layer", k.second}, {"overflow", h.overflow}, {"nan", h.nan},
+                 {"inf", h.inf}});
+  return a;
+}
+
+std::string HealthTable::table() const {
+  std::string t;
+  for (auto& [k, h] : forward_order(at))
+    t += fmt::format("  {:<10} {:<7} overflow {:>10}  nan {:>10}  inf {:>10}\n", to_string(Site(k.first)),
+                     k.second < 0 ? std::string("model") : fmt::format("layer {}", k.second), h.overflow, h.nan, h.inf);
+  return t;
+}
+
+std::string first_difference(const ojson& stored, const ojson& want) { return diff_at(stored, want, ""); }
+
+ojson read_cell(const std::string& path) {
+  ojson r;
+  try {
+    r = ojson::parse(read_file(path));
+  } catch (const ojson::exception& e) {
+    throw InputError(fmt::format("{}: malformed cell result ({}): delete it or run with --overwrite", path, e.what()));
+  }
+  if (!r.is_object() || !r.contains("key") || !r["key"].is_object())
+    throw InputError(fmt::format("{}: not a cell result (no key object): delete it or run with --overwrite", path));
+  return r;
+}
+
+void write_result_set(const std::string& dir, const std::vector<std::pair<std::string, std::string>>& files,
+                      ojson manifest) {
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec || !fs::is_directory(dir, ec)) throw InputError(fmt::format("cannot create directory {}", dir));
+  // First invalidate the old set: from here until the new manifest exists, readers refuse it.
+  fs::remove(fs::path(dir) / "manifest.json", ec);
+  if (ec) throw InputError(fmt::format("{}/manifest.json: cannot remove the old manifest: {}", dir, ec.message()));
+  ojson hashes = ojson::object();
+  for (auto& [name, content] : files) {
+    write_file_atomic((fs::path(dir) / name).string(), content);
+    hashes[name] = sha256_hex(content);
+  }
+  manifest["files"] = hashes;
+  write_file_atomic((fs::path(dir) / "manifest.json").string(), manifest.dump(1) + "\n");
+}
+
+void verify_result_set(const std::string& dir) {
+  const std::string mpath = (fs::path(dir) / "manifest.json").string();
+  std::error_code ec;
+  if (!fs::is_regular_file(mpath, ec))
+    throw InputError(fmt::format("{}: no manifest.json (an interrupted or partial result set)", dir));
+  ojson m;
+  try {
+    m = ojson::parse(read_file(mpath));
+  } catch (const ojson::exception& e) {
+    throw InputError(fmt::format("{}: malformed manifest ({})", mpath, e.what()));
+  }
+  if (!m.is_object() || !m.contains("files") || !m["files"].is_object())
+    throw InputError(fmt::format("{}: no \"files\" hashes (written before result sets carried them)", mpath));
+  for (auto it = m["files"].begin(); it != m["files"].end(); ++it) {
+    const std::string f = (fs::path(dir) / it.key()).string();
+    if (!it.value().is_string() || !fs::is_regular_file(f, ec) || sha256_file(f) != it.value().get<std::string>())
+      throw InputError(fmt::format("{}: missing, or its SHA-256 differs from {} (a mixed result set)", f, mpath));
+  }
+}
+
+}  // namespace mantis

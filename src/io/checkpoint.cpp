@@ -1,0 +1,739 @@
+#include "io/checkpoint.h"
+
+#include "core/file.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <bit>
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "core/format.h"
+
+static_assert(std::endian::native == std::endian::little, "checkpoint I/O assumes a little-endian host");
+static_assert(sizeof(float) == 4);
+
+namespace mantis {
+
+namespace {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+constexpr int32_t kLlmcMagic = 20240326;
+constexpr const char* kWeightsName = "model.safetensors";
+constexpr const char* kConfigName = "config.json";
+
+std::string shape_str(const std::vector<int64_t>& s) { return fmt::format("[{}]", fmt::join(s, ",")); }
+const char* arch_name(Arch a) { return a == Arch::gpt2 ? "gpt2" : "llama"; }
+
+// Re-throws an InputError with "PREFIX: " in front of its message.
+template <class F>
+auto prefixed(const std::string& prefix, F&& f) {
+  try {
+    return f();
+  } catch (const InputError& e) {
+    throw InputError(prefix + ": " + e.what());
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Bytes: a read-only mapping of a whole file, little-endian reads, element conversion.
+
+class MappedFile {
+ public:
+  explicit MappedFile(const std::string& path) : path_(path) {
+    fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd_ < 0) throw InputError(fmt::format("{}: cannot open: {}", path, std::strerror(errno)));
+    struct stat st {};
+    if (::fstat(fd_, &st) != 0 || !S_ISREG(st.st_mode)) {
+      ::close(fd_);
+      throw InputError(fmt::format("{}: not a regular file", path));
+    }
+    size_ = size_t(st.st_size);
+    if (size_ > 0) {
+      void* p = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd_, 0);
+      if (p == MAP_FAILED) {
+        const int err = errno;
+        ::close(fd_);
+        throw InputError(fmt::format("{}: cannot map {} bytes: {}", path, size_, std::strerror(err)));
+      }
+      data_ = static_cast<const uint8_t*>(p);
+    }
+  }
+  ~MappedFile() {
+    if (data_) ::munmap(const_cast<uint8_t*>(data_), size_);
+    if (fd_ >= 0) ::close(fd_);
+  }
+  MappedFile(const MappedFile&) = delete;
+  MappedFile& operator=(const MappedFile&) = delete;
+
+  const uint8_t* data() const { return data_; }
+  size_t size() const { return size_; }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+  int fd_ = -1;
+  const uint8_t* data_ = nullptr;
+  size_t size_ = 0;
+};
+
+uint32_t rd_u32(const uint8_t* p) { return uint32_t(p[0]) | uint32_t(p[1]) << 8 | uint32_t(p[2]) << 16 | uint32_t(p[3]) << 24; }
+int32_t rd_i32(const uint8_t* p) { return int32_t(rd_u32(p)); }
+uint64_t rd_u64(const uint8_t* p) { return uint64_t(rd_u32(p)) | uint64_t(rd_u32(p + 4)) << 32; }
+
+// binary16 → binary32, exact (every half value is a float; subnormal halves become normal floats).
+float f16_to_float(uint16_t h) {
+  const uint32_t sign = uint32_t(h & 0x8000u) << 16;
+  const uint32_t e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
+  if (e == 0) {
+    const float v = std::ldexp(float(m), -24);
+    return sign ? -v : v;
+  }
+  const uint32_t bits = e == 31 ? sign | 0x7f800000u | m << 13 : sign | (e + 112) << 23 | m << 13;
+  return std::bit_cast<float>(bits);
+}
+float bf16_to_float(uint16_t h) { return std::bit_cast<float>(uint32_t(h) << 16); }
+
+enum class DType : uint8_t { f32, f16, bf16, other };
+
+struct DTypeInfo {
+  const char* name;
+  int size;
+  DType kind;
+};
+// Every dtype the safetensors spec names, so sizes can be checked even for tensors not read.
+constexpr DTypeInfo kDTypes[] = {
+    {"F32", 4, DType::f32},       {"F16", 2, DType::f16},       {"BF16", 2, DType::bf16},
+    {"F64", 8, DType::other},     {"I64", 8, DType::other},     {"U64", 8, DType::other},
+    {"I32", 4, DType::other},     {"U32", 4, DType::other},     {"I16", 2, DType::other},
+    {"U16", 2, DType::other},     {"I8", 1, DType::other},      {"U8", 1, DType::other},
+    {"BOOL", 1, DType::other},    {"F8_E4M3", 1, DType::other}, {"F8_E5M2", 1, DType::other},
+    {"C64", 8, DType::other},     {"F8_E8M0", 1, DType::other}};
+
+int dtype_size(DType d) { return d == DType::f32 ? 4 : 2; }
+
+// Converts n elements at p (little-endian, any alignment) to floats.
+void convert(const uint8_t* p, size_t n, DType d, float* out) {
+  switch (d) {
+    case DType::f32: std::memcpy(out, p, n * 4); break;
+    case DType::f16:
+      for (size_t i = 0; i < n; ++i) out[i] = f16_to_float(uint16_t(p[2 * i] | p[2 * i + 1] << 8));
+      break;
+    case DType::bf16:
+      for (size_t i = 0; i < n; ++i) out[i] = bf16_to_float(uint16_t(p[2 * i] | p[2 * i + 1] << 8));
+      break;
+    case DType::other: break;
+  }
+}
+
+// Product of dimensions, or -1 when it (or a byte count derived from it) would not fit in 2^62.
+int64_t checked_numel(const std::vector<int64_t>& shape) {
+  __int128 n = 1;
+  for (int64_t d : shape) {
+    if (d < 0) return -1;
+    n *= d;
+    if (n > (__int128(1) << 59)) return -1;
+  }
+  return int64_t(n);
+}
+
+// Sequential reader of a raw tensor stream (llm.c, llama2.c); the caller has checked the size.
+struct Stream {
+  const uint8_t* p;
+  DType dtype;
+  Tensor take(std::vector<int64_t> shape) {
+    Tensor t;
+    t.shape = std::move(shape);
+    t.data.resize(size_t(t.numel()));
+    convert(p, t.data.size(), dtype, t.data.data());
+    p += t.data.size() * size_t(dtype_size(dtype));
+    return t;
+  }
+  void skip(int64_t n) { p += size_t(n) * size_t(dtype_size(dtype)); }
+};
+
+// ---------------------------------------------------------------------------------------------
+// safetensors
+
+struct StEntry {
+  std::string dtype_name;
+  DType dtype = DType::other;
+  std::vector<int64_t> shape;
+  const uint8_t* ptr = nullptr;
+  size_t nbytes = 0;
+};
+
+std::map<std::string, StEntry> parse_safetensors(const MappedFile& f) {
+  const std::string& file = f.path();
+  const size_t size = f.size();
+  if (size < 8) throw InputError(fmt::format("{}: truncated: {} bytes, a safetensors file needs at least 8", file, size));
+  const uint64_t n = rd_u64(f.data());
+  if (n > size - 8)
+    throw InputError(fmt::format("{}: safetensors header length {} exceeds the {} bytes after the 8-byte prefix "
+                                 "(truncated or not a safetensors file)", file, n, size - 8));
+  if (n > 100'000'000)  // the safetensors limit; keeps JSON parsing bounded
+    throw InputError(fmt::format("{}: safetensors header length {} exceeds the 100 MB limit", file, n));
+  const char* hb = reinterpret_cast<const char*>(f.data() + 8);
+  json h;
+  try {
+    h = json::parse(hb, hb + n);
+  } catch (const json::exception& e) {  // parse_error, or out_of_range for a number such as 1e999
+    throw InputError(fmt::format("{}: safetensors header is not valid JSON: {}", file, e.what()));
+  }
+  if (!h.is_object()) throw InputError(fmt::format("{}: safetensors header is not a JSON object", file));
+  const uint8_t* base = f.data() + 8 + n;
+  const uint64_t avail = size - 8 - n;
+
+  std::map<std::string, StEntry> out;
+  std::vector<std::pair<uint64_t, uint64_t>> ranges;
+  std::vector<std::string> range_names;
+  for (auto& [name, v] : h.items()) {
+    if (name == "__metadata__") continue;
+    const std::string where = fmt::format("{}: tensor {}", file, name);
+    if (!v.is_object() || !v.contains("dtype") || !v.contains("shape") || !v.contains("data_offsets"))
+      throw InputError(where + ": header entry needs dtype, shape and data_offsets");
+    const json &jd = v["dtype"], &js = v["shape"], &jo = v["data_offsets"];
+    if (!jd.is_string()) throw InputError(where + ": dtype is not a string");
+    StEntry e;
+    e.dtype_name = jd.get<std::string>();
+    const DTypeInfo* info = nullptr;
+    for (auto& d : kDTypes)
+      if (e.dtype_name == d.name) info = &d;
+    if (!info)
+      throw InputError(fmt::format("{}: unknown dtype \"{}\" (supported: F32, F16, BF16)", where, e.dtype_name));
+    e.dtype = info->kind;
+    if (!js.is_array()) throw InputError(where + ": shape is not an array");
+    for (auto& d : js) {
+      if (!d.is_number_unsigned()) throw InputError(fmt::format("{}: shape {} has a non-integer or negative entry", where, js.dump()));
+      const uint64_t u = d.get<uint64_t>();
+      if (u > (uint64_t(1) << 40)) throw InputError(fmt::format("{}: shape {} has an absurd dimension", where, js.dump()));
+      e.shape.push_back(int64_t(u));
+    }
+    const int64_t numel = checked_numel(e.shape);
+    if (numel < 0) throw InputError(fmt::format("{}: shape {} is too large", where, shape_str(e.shape)));
+    if (!jo.is_array() || jo.size() != 2 || !jo[0].is_number_unsigned() || !jo[1].is_number_unsigned())
+      throw InputError(fmt::format("{}: data_offsets {} is not [begin, end]", where, jo.dump()));
+    const uint64_t b = jo[0].get<uint64_t>(), en = jo[1].get<uint64_t>();
+    if (b > en || en > avail)
+      throw InputError(fmt::format("{}: data_offsets [{}, {}] outside the {} data bytes (truncated file?)", where, b,
+                                   en, avail));
+    const uint64_t want = uint64_t(numel) * uint64_t(info->size);
+    if (en - b != want)
+      throw InputError(fmt::format("{}: data_offsets [{}, {}] span {} bytes, but {} shape {} needs {}", where, b, en,
+                                   en - b, e.dtype_name, shape_str(e.shape), want));
+    e.ptr = base + b;
+    e.nbytes = size_t(want);
+    if (en > b) {
+      ranges.push_back({b, en});
+      range_names.push_back(name);
+    }
+    out.emplace(name, std::move(e));
+  }
+  std::vector<size_t> order(ranges.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return ranges[a] < ranges[b]; });
+  for (size_t i = 1; i < order.size(); ++i) {
+    const auto& prev = ranges[order[i - 1]];
+    const auto& cur = ranges[order[i]];
+    if (cur.first < prev.second)
+      throw InputError(fmt::format("{}: tensors {} and {} overlap (data_offsets [{}, {}] and [{}, {}])", file,
+                                   range_names[order[i - 1]], range_names[order[i]], prev.first, prev.second,
+                                   cur.first, cur.second));
+  }
+  return out;
+}
+
+Tensor to_tensor(const StEntry& e, const std::string& file, const std::string& name) {
+  if (e.dtype == DType::other)
+    throw InputError(fmt::format("{}: tensor {}: dtype {} not supported (F32, F16, BF16)", file, name, e.dtype_name));
+  Tensor t;
+  t.shape = e.shape;
+  t.data.resize(size_t(t.numel()));
+  convert(e.ptr, t.data.size(), e.dtype, t.data.data());
+  return t;
+}
+
+// ---------------------------------------------------------------------------------------------
+// JSON configs
+
+json read_json(const fs::path& p) {
+  std::error_code ec;
+  if (!fs::is_regular_file(p, ec)) throw InputError(fmt::format("{}: no such file", p.string()));
+  const auto size = fs::file_size(p, ec);
+  if (ec || size > (64u << 20)) throw InputError(fmt::format("{}: unreadable or too large for a config", p.string()));
+  std::ifstream in(p, std::ios::binary);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (!in.good() && !in.eof()) throw InputError(fmt::format("{}: read error", p.string()));
+  json j;
+  try {
+    j = json::parse(text);
+  } catch (const json::exception& e) {  // parse_error, or out_of_range for a number such as 1e999
+    throw InputError(fmt::format("{}: not valid JSON: {}", p.string(), e.what()));
+  }
+  if (!j.is_object()) throw InputError(fmt::format("{}: not a JSON object", p.string()));
+  return j;
+}
+
+int get_int(const json& j, const std::string& key) {
+  if (!j.contains(key)) throw InputError(fmt::format("key \"{}\" missing", key));
+  const json& v = j.at(key);
+  if (!v.is_number_integer()) throw InputError(fmt::format("key \"{}\" must be an integer, got {}", key, v.dump()));
+  const int64_t x = v.get<int64_t>();
+  if (x < INT32_MIN || x > INT32_MAX) throw InputError(fmt::format("key \"{}\" = {} out of range", key, x));
+  return int(x);
+}
+double get_number(const json& j, const std::string& key) {
+  if (!j.contains(key)) throw InputError(fmt::format("key \"{}\" missing", key));
+  const json& v = j.at(key);
+  if (!v.is_number()) throw InputError(fmt::format("key \"{}\" must be a number, got {}", key, v.dump()));
+  return v.get<double>();
+}
+bool get_bool(const json& j, const std::string& key) {
+  if (!j.contains(key)) throw InputError(fmt::format("key \"{}\" missing", key));
+  const json& v = j.at(key);
+  if (!v.is_boolean()) throw InputError(fmt::format("key \"{}\" must be true or false, got {}", key, v.dump()));
+  return v.get<bool>();
+}
+std::string get_string(const json& j, const std::string& key) {
+  if (!j.contains(key)) throw InputError(fmt::format("key \"{}\" missing", key));
+  const json& v = j.at(key);
+  if (!v.is_string()) throw InputError(fmt::format("key \"{}\" must be a string, got {}", key, v.dump()));
+  return v.get<std::string>();
+}
+
+// GPT-2's default MLP width, saturated so that absurd headers reach validate() without overflow.
+int four_times(int dim) { return int(std::clamp<int64_t>(4 * int64_t(dim), INT32_MIN, INT32_MAX)); }
+
+// A float as the shortest decimal that reads back to the same float (else its exact double).
+json float_json(float x) {
+  const double d = std::stod(fmt::format("{}", x));
+  return float(d) == x ? d : double(x);
+}
+
+const char* const kOwnKeys[] = {"mantis_format", "arch",      "vocab",     "ctx",  "layers",   "heads",     "kv_heads",
+                                "dim",           "hidden",    "gelu_tanh", "tied", "norm_eps", "rope_theta"};
+
+ModelConfig own_config(const json& j) {
+  for (auto it = j.begin(); it != j.end(); ++it) {
+    const std::string& k = it.key();
+    if (std::none_of(std::begin(kOwnKeys), std::end(kOwnKeys), [&](const char* s) { return k == s; }))
+      throw InputError(fmt::format("unknown key \"{}\"", k));
+  }
+  const int version = get_int(j, "mantis_format");
+  if (version != 1) throw InputError(fmt::format("mantis_format {} not supported (this build reads 1)", version));
+  ModelConfig c;
+  const std::string arch = get_string(j, "arch");
+  if (arch == "gpt2") c.arch = Arch::gpt2;
+  else if (arch == "llama") c.arch = Arch::llama;
+  else throw InputError(fmt::format("arch \"{}\" unknown (gpt2, llama)", arch));
+  c.vocab = get_int(j, "vocab");
+  c.ctx = get_int(j, "ctx");
+  c.layers = get_int(j, "layers");
+  c.heads = get_int(j, "heads");
+  c.kv_heads = get_int(j, "kv_heads");
+  c.dim = get_int(j, "dim");
+  c.hidden = get_int(j, "hidden");
+  c.gelu_tanh = get_bool(j, "gelu_tanh");
+  c.tied = get_bool(j, "tied");
+  c.norm_eps = float(get_number(j, "norm_eps"));
+  c.rope_theta = float(get_number(j, "rope_theta"));
+  validate(c);
+  return c;
+}
+
+// In the documented key order (kOwnKeys).
+nlohmann::ordered_json own_config_json(const ModelConfig& c) {
+  nlohmann::ordered_json j;
+  j["mantis_format"] = 1;
+  j["arch"] = arch_name(c.arch);
+  j["vocab"] = c.vocab;
+  j["ctx"] = c.ctx;
+  j["layers"] = c.layers;
+  j["heads"] = c.heads;
+  j["kv_heads"] = c.kv_heads;
+  j["dim"] = c.dim;
+  j["hidden"] = c.hidden;
+  j["gelu_tanh"] = c.gelu_tanh;
+  j["tied"] = c.tied;
+  j["norm_eps"] = float_json(c.norm_eps);
+  j["rope_theta"] = float_json(c.rope_theta);
+  return j;
+}
+
+ModelConfig hf_gpt2_config(const json& j) {
+  if (j.contains("model_type") && j["model_type"] != "gpt2")
+    throw InputError(fmt::format("model_type {} not supported (Hugging Face: gpt2 only)", j["model_type"].dump()));
+  ModelConfig c;
+  c.arch = Arch::gpt2;
+  c.dim = get_int(j, "n_embd");
+  c.layers = get_int(j, "n_layer");
+  c.heads = c.kv_heads = get_int(j, "n_head");
+  c.vocab = get_int(j, "vocab_size");
+  c.ctx = j.contains("n_positions") ? get_int(j, "n_positions") : get_int(j, "n_ctx");
+  c.hidden = (!j.contains("n_inner") || j["n_inner"].is_null()) ? four_times(c.dim) : get_int(j, "n_inner");
+  const std::string act = j.contains("activation_function") ? get_string(j, "activation_function") : "gelu_new";
+  if (act == "gelu_new" || act == "gelu_pytorch_tanh") c.gelu_tanh = true;
+  else if (act == "gelu") c.gelu_tanh = false;
+  else throw InputError(fmt::format("activation_function \"{}\" not supported (gelu_new, gelu_pytorch_tanh, gelu)", act));
+  c.norm_eps = j.contains("layer_norm_epsilon") ? float(get_number(j, "layer_norm_epsilon")) : 1e-5f;
+  c.tied = true;
+  if (j.contains("tie_word_embeddings")) get_bool(j, "tie_word_embeddings");  // type-checked here, used by the reader
+  // Options that change the computation and that the simulator does not implement.
+  // (a flag given as a string, "true", is an error, not silently the default)
+  auto flag = [&](const char* k, bool dflt) { return j.contains(k) ? get_bool(j, k) : dflt; };
+  if (flag("scale_attn_by_inverse_layer_idx", false))
+    throw InputError("scale_attn_by_inverse_layer_idx = true not supported");
+  if (!flag("scale_attn_weights", true)) throw InputError("scale_attn_weights = false not supported");
+  if (flag("add_cross_attention", false)) throw InputError("add_cross_attention = true not supported");
+  validate(c);
+  return c;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Readers
+
+Model finish(Model m, const std::string& where) {
+  prefixed(where, [&] { validate(m); });
+  return m;
+}
+
+// Refuses a configuration with far more tensors than the file holds before its tensor list
+// (proportional to layers) is built: a 100 KB file whose config.json claims 16777216 layers. A
+// near miss is left to the per-tensor checks, whose messages name the tensor.
+void check_fits(const ModelConfig& c, const std::map<std::string, StEntry>& entries, const std::string& config_file,
+                const std::string& weights_file) {
+  const ParameterCount need = parameter_count(c);
+  if (need.tensors > 2 * int64_t(entries.size()) + 16) {
+    int64_t values = 0;  // no overflow: every tensor's values lie in its own bytes of the file
+    for (auto& [name, e] : entries) values += checked_numel(e.shape);
+    throw InputError(fmt::format("{}: the configuration (layers {}, dim {}, hidden {}, vocab {}, ctx {}) needs {} "
+                                 "tensors of {} values, but {} holds {} tensors of {} values", config_file, c.layers,
+                                 c.dim, c.hidden, c.vocab, c.ctx, need.tensors, need.values, weights_file,
+                                 entries.size(), values));
+  }
+}
+
+Model load_own(const json& j, const std::string& config_file, const std::string& weights_file) {
+  Model m;
+  m.cfg = prefixed(config_file, [&] { return own_config(j); });
+  MappedFile f(weights_file);
+  const auto entries = parse_safetensors(f);
+  check_fits(m.cfg, entries, config_file, weights_file);
+  for (auto& [name, e] : entries) m.params[name] = to_tensor(e, weights_file, name);
+  return finish(std::move(m), weights_file);
+}
+
+Model load_hf_gpt2(const json& j, const std::string& config_file, const std::string& weights_file) {
+  Model m;
+  m.cfg = prefixed(config_file, [&] { return hf_gpt2_config(j); });
+  MappedFile f(weights_file);
+  const auto entries = parse_safetensors(f);
+  check_fits(m.cfg, entries, config_file, weights_file);
+  std::map<std::string, std::vector<int64_t>> expected;
+  for (auto& [name, shape] : parameter_shapes(m.cfg)) expected[name] = shape;
+
+  static const std::set<std::string> conv1d = {"attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight",
+                                               "mlp.c_proj.weight"};
+  std::map<std::string, std::string> source;  // our name → the file's name
+  const StEntry* lm_head = nullptr;
+  for (auto& [file_name, e] : entries) {
+    std::string n = file_name;
+    if (n.starts_with("transformer.")) n = n.substr(12);
+    if (n == "lm_head.weight") {
+      lm_head = &e;
+      continue;
+    }
+    // "h.<layer>.<rest>"
+    std::string rest;
+    bool in_layer = false;
+    if (n.starts_with("h.")) {
+      size_t i = 2;
+      while (i < n.size() && n[i] >= '0' && n[i] <= '9') ++i;
+      in_layer = i > 2 && i + 1 < n.size() && n[i] == '.';
+      if (in_layer) rest = n.substr(i + 1);
+    }
+    if (in_layer && (rest == "attn.bias" || rest == "attn.masked_bias")) continue;  // causal-mask buffers
+    std::string ours = n;
+    if (n == "wte.weight") ours = "wte";
+    else if (n == "wpe.weight") ours = "wpe";
+    auto it = expected.find(ours);
+    if (it == expected.end())
+      throw InputError(fmt::format("{}: tensor {}: unexpected in a GPT-2 checkpoint with n_layer {}", weights_file,
+                                   file_name, m.cfg.layers));
+    if (source.count(ours))
+      throw InputError(fmt::format("{}: tensors {} and {} both give {}", weights_file, source[ours], file_name, ours));
+    source[ours] = file_name;
+    const bool transpose = in_layer && conv1d.count(rest);
+    std::vector<int64_t> want = it->second;
+    if (transpose) std::reverse(want.begin(), want.end());
+    if (e.shape != want)
+      throw InputError(fmt::format("{}: tensor {}: shape {}, expected {}{}", weights_file, file_name,
+                                   shape_str(e.shape), shape_str(want), transpose ? " (Conv1D [in,out])" : ""));
+    Tensor t = to_tensor(e, weights_file, file_name);
+    if (transpose) {
+      const int64_t in = t.shape[0], out = t.shape[1];
+      Tensor u;
+      u.shape = {out, in};
+      u.data.resize(t.data.size());
+      for (int64_t i = 0; i < in; ++i)
+        for (int64_t o = 0; o < out; ++o) u.data[size_t(o * in + i)] = t.data[size_t(i * out + o)];
+      t = std::move(u);
+    }
+    m.params[ours] = std::move(t);
+  }
+  if (lm_head) {
+    auto w = m.params.find("wte");
+    const Tensor head = to_tensor(*lm_head, weights_file, "lm_head.weight");
+    if (w == m.params.end() || head.shape != w->second.shape || head.data != w->second.data)
+      throw InputError(fmt::format("{}: tensor lm_head.weight differs from wte (gpt2 ties the output projection "
+                                   "to the token embedding)", weights_file));
+  } else if (j.contains("tie_word_embeddings") && !j["tie_word_embeddings"].get<bool>()) {
+    throw InputError(fmt::format("{}: tie_word_embeddings = false but no lm_head.weight", config_file));
+  }
+  for (auto& [name, shape] : expected)
+    if (!m.params.count(name))
+      throw InputError(fmt::format("{}: tensor {}: missing (looked for {}{} with or without the transformer. prefix)",
+                                   weights_file, name, name, name == "wte" || name == "wpe" ? ".weight" : ""));
+  return finish(std::move(m), weights_file);
+}
+
+// config.json decides: the project's own format ("mantis_format") or Hugging Face GPT-2.
+Model load_with_config(const fs::path& config, const fs::path& weights) {
+  const json j = read_json(config);
+  const std::string cf = config.string(), wf = weights.string();
+  std::error_code ec;
+  if (!fs::is_regular_file(weights, ec)) {
+    const fs::path dir = weights.parent_path();
+    if (fs::exists(dir / "model.safetensors.index.json", ec))
+      throw InputError(fmt::format("{}: sharded safetensors (model.safetensors.index.json) not supported", dir.string()));
+    if (fs::exists(dir / "pytorch_model.bin", ec))
+      throw InputError(fmt::format("{}: no {}; pytorch_model.bin (pickle) is not read, convert it to safetensors",
+                                   dir.string(), kWeightsName));
+    throw InputError(fmt::format("{}: no such file", wf));
+  }
+  if (j.contains("mantis_format")) return load_own(j, cf, wf);
+  if (j.contains("model_type") || j.contains("n_embd")) return load_hf_gpt2(j, cf, wf);
+  throw InputError(fmt::format("{}: neither a mantis config (\"mantis_format\") nor a Hugging Face GPT-2 config "
+                               "(\"model_type\": \"gpt2\")", cf));
+}
+
+Model load_llmc(const MappedFile& f) {
+  const std::string& file = f.path();
+  if (f.size() < 1024)
+    throw InputError(fmt::format("{}: truncated llm.c checkpoint: {} bytes, the header alone is 1024", file, f.size()));
+  const uint8_t* p = f.data();
+  auto h = [&](int i) { return rd_i32(p + 4 * i); };
+  const int version = h(1);
+  if (version != 3 && version != 5)
+    throw InputError(fmt::format("{}: llm.c checkpoint version {} not supported (3 = fp32, 5 = bf16)", file, version));
+  const DType dt = version == 3 ? DType::f32 : DType::bf16;
+  ModelConfig c;
+  c.arch = Arch::gpt2;
+  c.ctx = h(2);
+  c.vocab = h(3);
+  c.layers = h(4);
+  c.heads = c.kv_heads = h(5);
+  c.dim = h(6);
+  c.hidden = four_times(c.dim);
+  c.gelu_tanh = true;
+  c.tied = true;
+  const int Vp = h(7);
+  prefixed(fmt::format("{}: llm.c header", file), [&] { validate(c); });
+  if (Vp < c.vocab || Vp > (1 << 24))
+    throw InputError(fmt::format("{}: llm.c header: padded vocab {} is below vocab {} or absurd", file, Vp, c.vocab));
+  const int64_t V = c.vocab, T = c.ctx, L = c.layers, C = c.dim, H = c.hidden;
+  const __int128 Vp_ = Vp, T_ = T, L_ = L, C_ = C, H_ = H;  // no overflow for any header values
+  const __int128 count = Vp_ * C_ + T_ * C_ + L_ * (9 * C_ + 4 * C_ * C_ + H_ * C_ + H_ + C_ * H_) + 2 * C_;
+  const __int128 want = 1024 + count * dtype_size(dt);
+  if (__int128(f.size()) != want)
+    throw InputError(fmt::format("{}: {}: {} bytes, expected {} for an llm.c {} checkpoint (vocab {} padded {}, ctx {}, "
+                                 "layers {}, heads {}, dim {})", file,
+                                 __int128(f.size()) < want ? "truncated" : "wrong size", f.size(), int64_t(want),
+                                 version == 3 ? "fp32" : "bf16", V, Vp, T, L, c.heads, C));
+  Model m;
+  m.cfg = c;
+  Stream s{p + 1024, dt};
+  m.params["wte"] = s.take({V, C});
+  s.skip((Vp - V) * C);  // padding rows
+  m.params["wpe"] = s.take({T, C});
+  auto per_layer = [&](const char* name, std::vector<int64_t> shape) {
+    for (int l = 0; l < c.layers; ++l) m.params[fmt::format("h.{}.{}", l, name)] = s.take(shape);
+  };
+  per_layer("ln_1.weight", {C});
+  per_layer("ln_1.bias", {C});
+  per_layer("attn.c_attn.weight", {3 * C, C});
+  per_layer("attn.c_attn.bias", {3 * C});
+  per_layer("attn.c_proj.weight", {C, C});
+  per_layer("attn.c_proj.bias", {C});
+  per_layer("ln_2.weight", {C});
+  per_layer("ln_2.bias", {C});
+  per_layer("mlp.c_fc.weight", {H, C});
+  per_layer("mlp.c_fc.bias", {H});
+  per_layer("mlp.c_proj.weight", {C, H});
+  per_layer("mlp.c_proj.bias", {C});
+  m.params["ln_f.weight"] = s.take({C});
+  m.params["ln_f.bias"] = s.take({C});
+  return finish(std::move(m), file);
+}
+
+Model load_llama2c(const MappedFile& f, int32_t first_word) {
+  const std::string& file = f.path();
+  const std::string not_llmc = fmt::format("no llm.c magic {} (first int32 is {})", kLlmcMagic, first_word);
+  if (f.size() < 28)
+    throw InputError(fmt::format("{}: not a checkpoint: {} bytes, too short for a llama2.c header (28); {}", file,
+                                 f.size(), not_llmc));
+  const uint8_t* p = f.data();
+  const int32_t dim = rd_i32(p), hidden = rd_i32(p + 4), layers = rd_i32(p + 8), heads = rd_i32(p + 12),
+                kv = rd_i32(p + 16), vocab = rd_i32(p + 20), seq = rd_i32(p + 24);
+  const std::string header = fmt::format("dim {}, hidden {}, layers {}, heads {}, kv_heads {}, vocab {}, seq_len {}",
+                                         dim, hidden, layers, heads, kv, vocab, seq);
+  ModelConfig c;
+  c.arch = Arch::llama;
+  c.dim = dim;
+  c.hidden = hidden;
+  c.layers = layers;
+  c.heads = heads;
+  c.kv_heads = kv;
+  c.vocab = vocab == INT32_MIN ? 0 : std::abs(vocab);
+  c.ctx = seq;
+  c.tied = vocab > 0;
+  c.norm_eps = 1e-5f;
+  c.rope_theta = 10000.0f;
+  try {
+    validate(c);
+  } catch (const InputError& e) {
+    throw InputError(fmt::format("{}: not a llama2.c checkpoint: header ({}) is invalid: {}; {}", file, header,
+                                 e.what(), not_llmc));
+  }
+  const int64_t V = c.vocab, T = c.ctx, L = c.layers, C = c.dim, H = c.hidden, HS = c.head_size(),
+                KV = int64_t(c.kv_heads) * HS;
+  const __int128 V_ = V, T_ = T, L_ = L, C_ = C, H_ = H, KV_ = KV;  // no overflow for any header values
+  const __int128 count = V_ * C_ + L_ * (2 * C_ + 2 * C_ * C_ + 2 * KV_ * C_ + 3 * H_ * C_) + C_ + 2 * T_ * (HS / 2) +
+                         (c.tied ? 0 : V_ * C_);
+  const __int128 want = 28 + 4 * count;
+  if (__int128(f.size()) != want)
+    throw InputError(fmt::format("{}: not a llama2.c checkpoint: size {} bytes, expected {} for header ({}); {}", file,
+                                 f.size(), int64_t(std::min<__int128>(want, INT64_MAX)), header, not_llmc));
+  Model m;
+  m.cfg = c;
+  Stream s{p + 28, DType::f32};
+  m.params["tok_embeddings"] = s.take({V, C});
+  auto per_layer = [&](const char* name, std::vector<int64_t> shape) {
+    for (int l = 0; l < c.layers; ++l) m.params[fmt::format("layers.{}.{}", l, name)] = s.take(shape);
+  };
+  per_layer("attention_norm", {C});
+  per_layer("attention.wq", {C, C});
+  per_layer("attention.wk", {KV, C});
+  per_layer("attention.wv", {KV, C});
+  per_layer("attention.wo", {C, C});
+  per_layer("ffn_norm", {C});
+  per_layer("feed_forward.w1", {H, C});
+  per_layer("feed_forward.w2", {C, H});
+  per_layer("feed_forward.w3", {H, C});
+  m.params["norm"] = s.take({C});
+  s.skip(2 * T * (HS / 2));  // freq_cis_real, freq_cis_imag: recomputed from rope_theta
+  if (!c.tied) m.params["output"] = s.take({V, C});
+  return finish(std::move(m), file);
+}
+
+// What a file with an llm.c-family magic holds when it is not a model.
+const char* llmc_other(int32_t magic) {
+  switch (magic) {
+    case 20240327: return "an llm.c debug state";
+    case 20240328: return "an llm.c tokenizer";
+    case 20240520: return "an llm.c token shard";
+    case 20240522: return "an llm.c eval file";
+    case 20240527: return "an llm.c training state";
+    case 20240801: return "an llm.c LLaMA-3 token shard";
+    default: return nullptr;
+  }
+}
+
+Model load_file(const fs::path& path) {
+  const std::string file = path.string();
+  if (path.extension() == ".safetensors") return load_with_config(path.parent_path() / kConfigName, path);
+  if (path.filename() == kConfigName) return load_with_config(path, path.parent_path() / kWeightsName);
+  MappedFile f(file);
+  if (f.size() == 0) throw InputError(fmt::format("{}: empty file, not a checkpoint", file));
+  const int32_t magic = f.size() >= 4 ? rd_i32(f.data()) : 0;
+  if (magic == kLlmcMagic) return load_llmc(f);
+  if (const char* what = llmc_other(magic))
+    throw InputError(fmt::format("{}: {} (magic {}), not a model checkpoint (magic {})", file, what, magic, kLlmcMagic));
+  if (f.size() >= 4 && std::memcmp(f.data(), "ak42", 4) == 0)
+    throw InputError(fmt::format("{}: llama2.c export version 1/2 (magic \"ak42\") not supported; export with "
+                                 "--version 0 (legacy)", file));
+  // safetensors without the extension: a plausible header length followed by '{'.
+  if (f.size() >= 10 && rd_u64(f.data()) <= f.size() - 8 && f.data()[8] == '{')
+    return load_with_config(path.parent_path() / kConfigName, path);
+  return load_llama2c(f, magic);
+}
+
+}  // namespace
+
+Model load_model(const std::string& path) {
+  const fs::path p(path);
+  std::error_code ec;
+  const auto st = fs::status(p, ec);
+  if (!fs::exists(st)) throw InputError(fmt::format("{}: no such file or directory", path));
+  if (fs::is_directory(st)) {
+    if (!fs::exists(p / kConfigName, ec))
+      throw InputError(fmt::format("{}: no {} (a checkpoint directory holds {} + {})", path, kConfigName, kConfigName,
+                                   kWeightsName));
+    return load_with_config(p / kConfigName, p / kWeightsName);
+  }
+  return load_file(p);
+}
+
+void save_model(const Model& m, const std::string& dir) {
+  validate(m);
+  const fs::path d(dir);
+  std::error_code ec;
+  fs::create_directories(d, ec);
+  if (ec || !fs::is_directory(d, ec)) throw InputError(fmt::format("cannot create directory {}: {}", dir, ec.message()));
+
+  // safetensors header: tensors in parameter_shapes order, contiguous F32 data; padded to 8 bytes.
+  const auto shapes = parameter_shapes(m.cfg);
+  nlohmann::ordered_json h;
+  h["__metadata__"] = {{"format", "mantis"}, {"mantis_format", "1"}};
+  uint64_t off = 0;
+  std::vector<std::pair<const void*, size_t>> pieces;
+  for (auto& [name, shape] : shapes) {
+    const Tensor& t = m.params.at(name);
+    const uint64_t n = uint64_t(t.data.size()) * 4;
+    h[name] = {{"dtype", "F32"}, {"shape", shape}, {"data_offsets", {off, off + n}}};
+    off += n;
+  }
+  std::string header = h.dump();
+  header.append((8 - header.size() % 8) % 8, ' ');
+  uint8_t len[8];
+  for (int i = 0; i < 8; ++i) len[i] = uint8_t(uint64_t(header.size()) >> (8 * i));
+  pieces.push_back({len, 8});
+  pieces.push_back({header.data(), header.size()});
+  for (auto& [name, shape] : shapes) {
+    const Tensor& t = m.params.at(name);
+    pieces.push_back({t.data.data(), t.data.size() * 4});
+  }
+
+  const std::string config = own_config_json(m.cfg).dump(2) + "\n";
+
+  std::vector<std::string_view> views;
+  for (auto& [ptr, n] : pieces) views.emplace_back(static_cast<const char*>(ptr), n);
+  write_file_atomic((d / kWeightsName).string(), views);  // weights first: config.json marks a complete pair
+  write_file_atomic((d / kConfigName).string(), config);
+}
+
+}  // namespace mantis

@@ -1,0 +1,24 @@
+// checkpoint — reading and writing model parameters.
+//
+// Readers (every one validates header, sizes and dtypes and names the offending tensor):
+//   * Hugging Face GPT-2: a directory with model.safetensors + config.json (keys with or without
+//     the `transformer.` prefix; Conv1D weights stored [in, out] are transposed; activation
+//     "gelu_new" = tanh GELU; lm_head tied);
+//   * llm.c's gpt2_124M.bin layout (fp32, version 3; padded vocabulary rows dropped);
+//   * llama2.c's checkpoint layout (7 int32 header, fp32 tensors; negative vocab = untied);
+//   * the project's own: model.safetensors + config.json written by save_model.
+// Writer: the project's own format, atomically (temp files + rename).
+#pragma once
+
+#include <string>
+
+#include "nn/model.h"
+
+namespace mantis {
+
+// PATH is a checkpoint file or a directory holding model.safetensors + config.json.
+Model load_model(const std::string& path);
+// Writes DIR/model.safetensors and DIR/config.json (creating DIR), atomically.
+void save_model(const Model& m, const std::string& dir);
+
+}  // namespace mantis

@@ -1,0 +1,107 @@
+// backward — gradients of the next-token cross-entropy through the forward pass of forward.h.
+//
+// sequence_backward<T>(model, tokens, targets, policy, scale, grads, quant):
+//   runs the forward pass of forward.h on one sequence (bit-identical logits, the same policy and
+//   random words), the loss Σ_t −log softmax(logits_t)[target_t] over positions with a target
+//   (targets[t] = −1: none), and ADDS scale · ∂loss/∂θ to grads for every parameter θ (one
+//   gradient buffer per parameter, the parameter's layout). A batch is a sum over its sequences
+//   in order (scale = 1 / targets in the batch gives the gradient of the batch mean).
+//
+// The backward pass, per layer in reverse (llm.c's order), in T:
+//   lm_head      dX = dlogits·W (site lm_head, Pass::dx), dW += dlogitsᵀ·X (Pass::dw)
+//   Linear y = x·Wᵀ + b at a GEMM site: dx = dy·W (Pass::dx), dW += dyᵀ·x_saved (Pass::dw),
+//                db += Σ_rows dy (rows in order). x_saved is the operand the forward consumed, or
+//                its k-bit quantisation when the unit's saved activation is quantised (below).
+//   attention    per head: dP = dO·Vᵀ (attn.pv dx), dV = Pᵀ·dO (attn.pv dw),
+//                dS = P ⊙ (dP − rowsum(dP ⊙ P)), dQ = dS·K/√HS (attn.qk dx),
+//                dK = dSᵀ·Q/√HS (attn.qk dw); over full [T,T] matrices whose masked entries are 0.
+//                Grouped-query heads add into their key/value head in head order.
+//   RoPE         the inverse rotation of the gradient pairs.
+//   LayerNorm    dx = rstd·(g − mean(g) − x̂·mean(g ⊙ x̂)), g = dy ⊙ γ; dγ += Σ dy ⊙ x̂, dβ += Σ dy.
+//   RMSNorm      dx = r·(g − x·r²·mean(g ⊙ x)), r = 1/√(mean(x²)+eps); dγ += Σ dy ⊙ x·r.
+//   GELU         exact: Φ(x) + x·φ(x); tanh: ½(1+tanh u) + ½x(1−tanh²u)·√(2/π)(1 + 3·0.044715x²).
+//   SwiGLU       d gate = dh ⊙ up ⊙ σ(g)(1 + g(1 − σ(g))), d up = dh ⊙ silu(g).
+//   embeddings   dwte[token_t] += dx_t, dwpe[t] += dx_t, t in order (tied: plus lm_head's dW).
+// Rounding steps of nonlinearity sites are straight-through; the backward GEMMs follow the
+// policy's dx / dw entries (policy.h), with Philox streams of slot + 1024·pass (tape.h).
+// Threads: heads over OpenMP, native GEMMs in fixed tiles: bit-identical for any thread count.
+//
+// Activation quantisation of saved activations (the "units", one projection operator per layer):
+//   attn.qkv (saves ln_1's output), attn.proj (the attention output), mlp.fc (ln_2's output;
+//   llama: shared by w1 and w3), mlp.proj (GELU / SwiGLU output). The forward pass uses the exact
+//   values; the unit's dW uses the saved activation quantised to k bits (SavedQuant), symmetric
+//   absmax: per row (a token) or per block of `block` consecutive elements of a row,
+//   q = clamp(round(x / s), −Q, Q), x̃ = q·s, s = absmax / Q, Q = 2^(k−1) − 1 (all-zero groups stay
+//   0). round: rne (nearbyint, ties to even), or sr: floor(x/s + u), u = word/2^32 from Philox
+//   (seed, stream = unit id, index = row·cols + col). dx still uses the exact weight path.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "nn/forward.h"
+
+namespace mantis {
+
+enum class Unit : uint8_t { qkv, proj, fc, down };
+constexpr int kUnitCount = 4;
+const char* to_string(Unit u);  // "attn.qkv", "attn.proj", "mlp.fc", "mlp.proj"
+// The parameters whose gradient is the unit's (weights and biases of the projection).
+std::vector<std::string> unit_parameters(const ModelConfig& c, int layer, Unit u);
+
+struct SavedQuant {
+  int bits = 0;       // 0: keep the exact activation; 2..8: quantise to k bits
+  int block = 0;      // 0: one scale per row (token); else per `block` consecutive elements of a row
+  Rounding rounding = Rounding::rne;  // rne or sr
+  uint64_t seed = 0;
+};
+// InputError unless bits ∈ {0, 2..8}, block ≥ 0, rounding rne or sr.
+void validate(const SavedQuant& q);
+
+// Quantise x [rows, cols] row-major into out (may alias x) per SavedQuant (header comment).
+template <class T>
+void quantize_saved(const T* x, T* out, size_t rows, size_t cols, const SavedQuant& q, uint64_t stream);
+
+// What one backward pass saw of each unit's saved activation (layer-major: layer·kUnitCount + unit).
+struct UnitActivation {
+  double absmax = 0;       // max |x| of the exact activation
+  double sum_sq = 0;       // Σ x² (with count: the RMS)
+  double err_sq = 0;       // Σ (x̃ − x)² of the quantisation (0 when exact)
+  uint64_t count = 0;
+};
+
+struct BackwardOptions {
+  // The saved-activation path of each unit for this pass (empty: all exact).
+  std::function<SavedQuant(int layer, Unit u)> saved;
+  uint64_t step = 0;                          // mixed into the sr streams of quantisation
+  std::vector<UnitActivation>* activations = nullptr;  // accumulated into when set (size L·4)
+};
+
+template <class T>
+using GradMap = std::map<std::string, std::vector<T>>;
+
+// Zero gradients for every parameter of m (the parameters' shapes).
+template <class T>
+GradMap<T> zero_grads(const Model& m);
+
+struct LossSum {
+  double sum = 0;      // Σ −log p(target) over positions with a target
+  int64_t count = 0;   // how many
+};
+
+template <class T>
+LossSum sequence_backward(const Model& m, std::span<const int32_t> tokens, std::span<const int32_t> targets,
+                          const Policy& policy, double scale, GradMap<T>& grads, const BackwardOptions& opt = {});
+
+extern template GradMap<float> zero_grads<float>(const Model&);
+extern template GradMap<double> zero_grads<double>(const Model&);
+extern template LossSum sequence_backward<float>(const Model&, std::span<const int32_t>, std::span<const int32_t>,
+                                                 const Policy&, double, GradMap<float>&, const BackwardOptions&);
+extern template LossSum sequence_backward<double>(const Model&, std::span<const int32_t>, std::span<const int32_t>,
+                                                  const Policy&, double, GradMap<double>&, const BackwardOptions&);
+
+}  // namespace mantis

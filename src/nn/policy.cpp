@@ -1,0 +1,426 @@
+#include "nn/policy.h"
+
+#include <algorithm>
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <charconv>
+#include <fstream>
+#include <sstream>
+#include <vector>
+#include <toml++/toml.h>
+
+#include "core/file.h"
+#include "core/philox.h"
+#include "core/round_array.h"
+
+namespace mantis {
+
+namespace {
+
+constexpr const char* kSiteNames[kSiteCount] = {"attn.qkv", "attn.qk", "attn.pv", "attn.proj", "mlp.fc",
+                                                "mlp.proj", "lm_head", "ln", "softmax", "gelu", "silu"};
+
+const char* kGemmKeys = "accumulation, accumulator, block, input, output, rounding, seed, sr_bits; sub-tables dx, dw";
+const char* kNonlinearKeys = "input, output, rounding, seed, sr_bits";
+
+// "layer.<n>.<site>" → (n, site); "<site>" → (−1, site); nullopt otherwise.
+std::optional<std::pair<int, Site>> parse_site_name(std::string_view name) {
+  int layer = -1;
+  if (name.starts_with("layer.")) {
+    name.remove_prefix(6);
+    const size_t dot = name.find('.');
+    if (dot == 0 || dot == std::string_view::npos) return std::nullopt;
+    const auto [p, ec] = std::from_chars(name.data(), name.data() + dot, layer);
+    if (ec != std::errc() || p != name.data() + dot || layer < 0) return std::nullopt;
+    name.remove_prefix(dot + 1);
+  }
+  const auto s = site_from_string(name);
+  if (!s) return std::nullopt;
+  return std::pair{layer, *s};
+}
+
+SitePolicy parse_site(Site site, const toml::table& t, const std::string& source, const std::string& where) {
+  auto line = [&](const toml::node& n) { return fmt::format("{}:{}", source, n.source().begin.line); };
+  const bool gemm_site = is_gemm(site);
+  for (auto&& [k, v] : t) {
+    static const char* gemm_keys[] = {"accumulation", "accumulator", "block", "input", "output", "rounding", "seed", "sr_bits"};
+    static const char* nl_keys[] = {"input", "output", "rounding", "seed", "sr_bits"};
+    bool known = gemm_site && !where.ends_with(".dx") && !where.ends_with(".dw") && (k.str() == "dx" || k.str() == "dw");
+    if (gemm_site) { for (auto* g : gemm_keys) known |= k.str() == g; }
+    else { for (auto* g : nl_keys) known |= k.str() == g; }
+    if (!known)
+      throw InputError(fmt::format("{}: unknown key '{}' in site {} (known for {} sites: {})", line(v), k.str(), where,
+                                   gemm_site ? "GEMM" : "nonlinearity", gemm_site ? kGemmKeys : kNonlinearKeys));
+  }
+  auto get_str = [&](const char* key) -> std::optional<std::string> {
+    const toml::node* n = t.get(key);
+    if (!n) return std::nullopt;
+    if (!n->is_string()) throw InputError(fmt::format("{}: '{}' in site {} must be a string", line(*n), key, where));
+    return n->as_string()->get();
+  };
+  auto get_int = [&](const char* key, int64_t lo, int64_t hi) -> std::optional<int64_t> {
+    const toml::node* n = t.get(key);
+    if (!n) return std::nullopt;
+    if (!n->is_integer()) throw InputError(fmt::format("{}: '{}' in site {} must be an integer", line(*n), key, where));
+    const int64_t v = n->as_integer()->get();
+    if (v < lo || v > hi)
+      throw InputError(fmt::format("{}: '{}' = {} in site {} out of range {}..{}", line(*n), key, v, where, lo, hi));
+    return v;
+  };
+  // Any InputError from the core (format lookup, GemmSpec validation) gets this entry's file:line.
+  auto at_line = [&](const char* key, auto&& fn) {
+    const toml::node* n = t.get(key);
+    try {
+      return fn();
+    } catch (const InputError& e) {
+      throw InputError(fmt::format("{}: site {}: {}", n ? line(*n) : line(t), where, e.what()));
+    }
+  };
+  auto get_format = [&](const char* key, bool must_fit_float) -> std::optional<Format> {
+    const auto s = get_str(key);
+    if (!s) return std::nullopt;
+    Format f = at_line(key, [&] { return format_lookup(*s); });
+    if (must_fit_float && !fits_float(f))
+      throw InputError(fmt::format("{}: {} format '{}' of site {} does not fit binary32 (the forward pass rounds "
+                                   "binary32 values)", line(*t.get(key)), key, f.name, where));
+    return f;
+  };
+
+  SitePolicy p;
+  if (auto r = get_str("rounding")) p.rounding = at_line("rounding", [&] { return rounding_from_string(*r); });
+  if (auto v = get_int("seed", 0, INT64_MAX)) p.seed = uint64_t(*v);
+  if (auto v = get_int("sr_bits", 1, 32)) p.sr_bits = int(*v);
+  p.input = get_format("input", true);
+  p.output = get_format("output", true);
+  if (!gemm_site) return p;
+
+  if (auto a = get_str("accumulation"); a && *a != "native")
+    p.accumulation = at_line("accumulation", [&] {
+      try {
+        return accumulation_from_string(*a);
+      } catch (const InputError&) {
+        throw InputError(fmt::format("unknown accumulation '{}' (known: native, strict, unfused, blocked)", *a));
+      }
+    });
+  p.accumulator = get_format("accumulator", false);
+  if (p.accumulation && !p.accumulator)
+    throw InputError(fmt::format("{}: site {}: accumulation = '{}' needs an accumulator format", line(t), where,
+                                 to_string(*p.accumulation)));
+  if (!p.accumulation && p.accumulator)
+    throw InputError(fmt::format("{}: site {}: an accumulator needs accumulation = strict, unfused or blocked "
+                                 "(native accumulates in binary32)", line(*t.get("accumulator")), where));
+  if (auto b = get_int("block", 1, 1 << 30)) {
+    if (p.accumulation != Accumulation::blocked)
+      throw InputError(fmt::format("{}: site {}: 'block' needs accumulation = \"blocked\"", line(*t.get("block")), where));
+    p.block = int(*b);
+  }
+  if (p.accumulation) at_line("accumulator", [&] { validate(p.gemm_spec(0)); return 0; });
+  else if (p.input || p.output) at_line("rounding", [&] { validate_sr_bits(p.sr_bits); return 0; });
+  return p;
+}
+
+// The keys [lamp], [lamp_activation] and [lamp_layernorm] share: tau (≥ 0, inf allowed) and
+// recompute ("fp32" or a format that fits binary32). Errors without location (the caller adds it).
+void parse_tau_recompute(const toml::table& t, double& tau, std::optional<Format>& recompute) {
+  if (const toml::node* x = t.get("tau")) {
+    if (x->is_integer()) tau = double(x->as_integer()->get());
+    else if (x->is_floating_point()) tau = x->as_floating_point()->get();
+    else throw InputError("'tau' must be a number");
+    if (!(tau >= 0)) throw InputError(fmt::format("tau = {} must be ≥ 0 (inf allowed)", tau));
+  }
+  if (const toml::node* x = t.get("recompute")) {
+    if (!x->is_string()) throw InputError("'recompute' must be a format name");
+    const std::string f = x->as_string()->get();
+    if (f != "fp32") {
+      recompute = format_lookup(f);
+      if (!fits_float(*recompute)) throw InputError(fmt::format("recompute format {} does not fit binary32", f));
+    }
+  }
+}
+
+LampSpec parse_lamp(const toml::node& n, const std::string& source) {
+  auto line = [&](const toml::node& x) { return fmt::format("{}:{}", source, x.source().begin.line); };
+  if (!n.is_table()) throw InputError(fmt::format("{}: 'lamp' must be a table ([lamp])", line(n)));
+  const toml::table& t = *n.as_table();
+  static const char* keys[] = {"rule", "tau", "length_scaling", "random", "seed", "recompute"};
+  for (auto&& [k, v] : t)
+    if (std::none_of(std::begin(keys), std::end(keys), [&](const char* x) { return k.str() == x; }))
+      throw InputError(fmt::format("{}: unknown key '{}' in [lamp] (known: rule, tau, length_scaling, random, seed, "
+                                   "recompute)", line(v), k.str()));
+  LampSpec s;
+  try {
+    if (const toml::node* r = t.get("rule")) {
+      if (!r->is_string()) throw InputError("'rule' must be a string");
+      s.rule = lamp_rule_from_string(r->as_string()->get());
+    }
+    parse_tau_recompute(t, s.tau, s.recompute);
+    for (auto [key, dst] : {std::pair<const char*, bool*>{"length_scaling", &s.length_scaled}, {"random", &s.random_control}})
+      if (const toml::node* x = t.get(key)) {
+        if (!x->is_boolean()) throw InputError(fmt::format("'{}' must be true or false", key));
+        *dst = x->as_boolean()->get();
+      }
+    if (const toml::node* x = t.get("seed")) {
+      if (!x->is_integer() || x->as_integer()->get() < 0) throw InputError("'seed' must be a non-negative integer");
+      s.seed = uint64_t(x->as_integer()->get());
+    }
+  } catch (const InputError& e) {
+    throw InputError(fmt::format("{}: [lamp]: {}", line(t), e.what()));
+  }
+  return s;
+}
+
+LampSiteSpec parse_lamp_site(const toml::node& n, const std::string& source, const char* name) {
+  auto line = [&](const toml::node& x) { return fmt::format("{}:{}", source, x.source().begin.line); };
+  if (!n.is_table()) throw InputError(fmt::format("{}: '{}' must be a table ([{}])", line(n), name, name));
+  const toml::table& t = *n.as_table();
+  for (auto&& [k, v] : t)
+    if (k.str() != "tau" && k.str() != "recompute")
+      throw InputError(fmt::format("{}: unknown key '{}' in [{}] (known: tau, recompute)", line(v), k.str(), name));
+  LampSiteSpec s;
+  try {
+    parse_tau_recompute(t, s.tau, s.recompute);
+  } catch (const InputError& e) {
+    throw InputError(fmt::format("{}: [{}]: {}", line(t), name, e.what()));
+  }
+  return s;
+}
+
+}  // namespace
+
+const char* to_string(Site s) { return kSiteNames[int(s)]; }
+
+bool is_gemm(Site s) { return int(s) <= int(Site::lm_head); }
+
+std::optional<Site> site_from_string(std::string_view name) {
+  for (int i = 0; i < kSiteCount; ++i)
+    if (name == kSiteNames[i]) return Site(i);
+  return std::nullopt;
+}
+
+std::string site_names() {
+  std::string s;
+  for (auto* n : kSiteNames) s += (s.empty() ? "" : ", ") + std::string(n);
+  return s;
+}
+
+GemmSpec SitePolicy::gemm_spec(uint64_t stream) const {
+  GemmSpec s;
+  s.acc = accumulator.value_or(Format{});
+  s.acc_mode = rounding;
+  s.accumulation = accumulation.value_or(Accumulation::strict);
+  s.block = block;
+  s.input = input;
+  s.input_mode = rounding;
+  s.sr_bits = sr_bits;
+  s.seed = seed;
+  s.stream = stream;
+  return s;
+}
+
+const SitePolicy& Policy::at(Site site, int l, Pass pass) const {
+  const auto& lay = pass == Pass::forward ? layer : grad_layer[int(pass) - 1];
+  const auto& al = pass == Pass::forward ? all : grad_all[int(pass) - 1];
+  if (l >= 0 && !lay.empty())
+    if (auto it = lay.find({l, site}); it != lay.end()) return it->second;
+  return al[int(site)];
+}
+
+bool Policy::forward_is_native() const {
+  if (lamp || lamp_activation || lamp_layernorm) return false;
+  for (auto& p : all)
+    if (!p.is_native()) return false;
+  for (auto& [k, p] : layer)
+    if (!p.is_native()) return false;
+  return true;
+}
+
+bool Policy::is_native() const {
+  if (!forward_is_native()) return false;
+  for (int g = 0; g < 2; ++g) {
+    for (auto& p : grad_all[g])
+      if (!p.is_native()) return false;
+    for (auto& [k, p] : grad_layer[g])
+      if (!p.is_native()) return false;
+  }
+  return true;
+}
+
+void validate(const SitePolicy& p, Site site) {
+  const char* n = to_string(site);
+  if (p.accumulation && !is_gemm(site))
+    throw InputError(fmt::format("policy: site {} is a nonlinearity: it has no accumulation", n));
+  if (p.accumulation.has_value() != p.accumulator.has_value())
+    throw InputError(fmt::format("policy: site {}: an accumulation needs an accumulator format and vice versa", n));
+  for (const auto* f : {&p.input, &p.output})
+    if (*f) {
+      validate(**f);
+      if (!fits_float(**f))
+        throw InputError(fmt::format("policy: site {}: format {} does not fit binary32", n, (*f)->name));
+    }
+  validate_sr_bits(p.sr_bits);
+  try {
+    if (p.accumulation) validate(p.gemm_spec(0));
+  } catch (const InputError& e) {
+    throw InputError(fmt::format("policy: site {}: {}", n, e.what()));
+  }
+}
+
+void Policy::check(const ModelConfig& c) const {
+  for (int pass = 0; pass < kPassCount; ++pass) {
+    const auto& al = pass == 0 ? all : grad_all[pass - 1];
+    const auto& lay = pass == 0 ? layer : grad_layer[pass - 1];
+    for (int i = 0; i < kSiteCount; ++i) validate(al[i], Site(i));
+    for (auto& [k, p] : lay) validate(p, k.second);
+    for (auto& [k, p] : lay)
+      if (k.first >= c.layers)
+        throw InputError(fmt::format("policy: site layer.{}.{}, but the model has {} layers (0..{})", k.first,
+                                     to_string(k.second), c.layers, c.layers - 1));
+  }
+  // LAMP's recomputed products replace binary32 values: their format must fit binary32 (checked
+  // here, before any parallel pass could meet it)
+  auto fits = [](const std::optional<Format>& f, const char* table) {
+    if (f && !fits_float(*f))
+      throw InputError(fmt::format("policy: [{}] recompute = \"{}\" does not fit binary32 (LAMP recomputes binary32 "
+                                   "values: μ ≤ 23 and binary32's exponent range); omit it for the FP32 product",
+                                   table, f->name));
+  };
+  if (lamp) fits(lamp->recompute, "lamp");
+  if (lamp_activation) fits(lamp_activation->recompute, "lamp_activation");
+  if (lamp_layernorm) fits(lamp_layernorm->recompute, "lamp_layernorm");
+  const Site wrong = c.arch == Arch::gpt2 ? Site::silu : Site::gelu;
+  bool set = !all[int(wrong)].is_native();
+  for (auto& [k, p] : layer) set |= k.second == wrong && !p.is_native();
+  if (set)
+    throw InputError(c.arch == Arch::gpt2
+                         ? "policy: site 'silu' is llama's activation; a gpt2 model's is 'gelu'"
+                         : "policy: site 'gelu' is gpt2's activation; a llama model's is 'silu'");
+}
+
+Policy policy_from_toml(const std::string& text, const std::string& source) {
+  toml::table t;
+  try {
+    t = toml::parse(text, source);
+  } catch (const toml::parse_error& e) {
+    throw InputError(fmt::format("{}:{}: malformed TOML: {}", source, e.source().begin.line, e.description()));
+  }
+  auto line = [&](const toml::node& n) { return fmt::format("{}:{}", source, n.source().begin.line); };
+  for (auto&& [k, v] : t)
+    if (k.str() != "site" && k.str() != "lamp" && k.str() != "lamp_activation" && k.str() != "lamp_layernorm")
+      throw InputError(fmt::format("{}: unknown key '{}' (known: site, as [site.\"<name>\"] tables, [lamp], "
+                                   "[lamp_activation], [lamp_layernorm])", line(v), k.str()));
+  Policy pol;
+  if (const toml::node* l = t.get("lamp")) pol.lamp = parse_lamp(*l, source);
+  if (const toml::node* l = t.get("lamp_activation")) pol.lamp_activation = parse_lamp_site(*l, source, "lamp_activation");
+  if (const toml::node* l = t.get("lamp_layernorm")) pol.lamp_layernorm = parse_lamp_site(*l, source, "lamp_layernorm");
+  const toml::node* sites = t.get("site");
+  if (!sites) return pol;
+  if (!sites->is_table())
+    throw InputError(fmt::format("{}: 'site' must hold [site.\"<name>\"] tables", line(*sites)));
+  for (auto&& [k, v] : *sites->as_table()) {
+    const auto ls = parse_site_name(k.str());
+    if (!ls)
+      throw InputError(fmt::format("{}: unknown site '{}' (valid: {}; or layer.<n>.<site> for one layer; quote "
+                                   "dotted names: [site.\"attn.qk\"])", line(v), k.str(), site_names()));
+    const auto [l, site] = *ls;
+    if (l >= 0 && site == Site::lm_head)
+      throw InputError(fmt::format("{}: site '{}': lm_head is not inside a layer; use [site.\"lm_head\"]", line(v), k.str()));
+    if (!v.is_table())
+      throw InputError(fmt::format("{}: site '{}' must be a table ([site.\"{}\"] with keys {})", line(v), k.str(),
+                                   k.str(), is_gemm(site) ? kGemmKeys : kNonlinearKeys));
+    SitePolicy p = parse_site(site, *v.as_table(), source, std::string(k.str()));
+    if (l < 0) pol.all[int(site)] = p;
+    else pol.layer[{l, site}] = p;
+    for (int g = 0; g < 2; ++g) {  // the backward GEMMs: sub-tables dx, dw
+      const char* name = g == 0 ? "dx" : "dw";
+      const toml::node* sub = v.as_table()->get(name);
+      if (!sub) continue;
+      if (!sub->is_table())
+        throw InputError(fmt::format("{}: site '{}': '{}' must be a table ([site.\"{}\".{}] with keys {})", line(*sub),
+                                     k.str(), name, k.str(), name, kGemmKeys));
+      SitePolicy q = parse_site(site, *sub->as_table(), source, std::string(k.str()) + "." + name);
+      if (l < 0) pol.grad_all[g][int(site)] = q;
+      else pol.grad_layer[g][{l, site}] = q;
+    }
+  }
+  return pol;
+}
+
+Policy load_policy(const std::string& path) {
+  return policy_from_toml(read_text_file(path, "policy file"), path);
+}
+
+Policy lamp_policy(int mu) {
+  if (mu < 1 || mu > 23) throw InputError(fmt::format("lamp_policy: μ = {} out of range 1..23", mu));
+  Policy p;
+  SitePolicy& qk = p.all[int(Site::attn_qk)];
+  qk.accumulation = Accumulation::strict;
+  qk.accumulator = format_lookup(fmt::format("ps{}", mu));
+  qk.output = qk.accumulator;
+  return p;
+}
+
+Policy salted(const Policy& p, uint64_t salt) {
+  Policy q = p;
+  auto salt_one = [&](SitePolicy& s) { s.seed = uint64_t(random_word(s.seed, salt, 0)) << 32 | random_word(s.seed, salt, 1); };
+  for (auto& s : q.all) salt_one(s);
+  for (auto& [k, s] : q.layer) salt_one(s);
+  for (int g = 0; g < 2; ++g) {
+    for (auto& s : q.grad_all[g]) salt_one(s);
+    for (auto& [k, s] : q.grad_layer[g]) salt_one(s);
+  }
+  if (q.lamp) q.lamp->seed = uint64_t(random_word(q.lamp->seed, salt, 0)) << 32 | random_word(q.lamp->seed, salt, 1);
+  return q;
+}
+
+Policy policy_from_spec(const std::string& spec) {
+  if (spec == "native") return {};
+  if (spec.starts_with("lamp:")) {
+    const std::string mu = spec.substr(5);
+    if (mu.empty() || mu.size() > 2 || !std::all_of(mu.begin(), mu.end(), [](char c) { return c >= '0' && c <= '9'; }))
+      throw InputError(fmt::format("policy '{}': expected lamp:<μ> with μ = 1..23", spec));
+    return lamp_policy(std::stoi(mu));
+  }
+  return load_policy(spec);
+}
+
+std::string describe(const Policy& pol) {
+  auto one = [](const std::string& name, Site site, const SitePolicy& p) {
+    std::vector<std::string> parts;
+    if (p.accumulation)
+      parts.push_back(fmt::format("{} acc {}{}", to_string(*p.accumulation), p.accumulator->name,
+                                  *p.accumulation == Accumulation::blocked ? fmt::format(" (k_b = {})", p.block) : ""));
+    else if (is_gemm(site))
+      parts.push_back("native acc");
+    if (p.input) parts.push_back("input " + p.input->name);
+    if (p.output) parts.push_back("output " + p.output->name);
+    if (p.is_native()) parts.push_back("binary32");
+    else if (p.rounding == Rounding::sr || p.rounding == Rounding::sre)
+      parts.push_back(fmt::format("{} (seed {}, sr_bits {})", to_string(p.rounding), p.seed, p.sr_bits));
+    else
+      parts.push_back(to_string(p.rounding));
+    return fmt::format("{}: {}\n", name, fmt::join(parts, ", "));
+  };
+  std::string out;
+  for (int i = 0; i < kSiteCount; ++i)
+    if (!pol.all[i].is_native()) out += one(kSiteNames[i], Site(i), pol.all[i]);
+  for (auto& [k, p] : pol.layer) out += one(fmt::format("layer.{}.{}", k.first, to_string(k.second)), k.second, p);
+  for (int g = 0; g < 2; ++g) {
+    const char* pass = g == 0 ? ".dx" : ".dw";
+    for (int i = 0; i < kSiteCount; ++i)
+      if (!pol.grad_all[g][i].is_native()) out += one(kSiteNames[i] + std::string(pass), Site(i), pol.grad_all[g][i]);
+    for (auto& [k, p] : pol.grad_layer[g])
+      out += one(fmt::format("layer.{}.{}{}", k.first, to_string(k.second), pass), k.second, p);
+  }
+  if (pol.lamp)
+    out += fmt::format("lamp: {} tau {}{}{}, recompute in {}\n", to_string(pol.lamp->rule), pol.lamp->tau,
+                       pol.lamp->length_scaled ? ", length-scaled" : "",
+                       pol.lamp->random_control ? fmt::format(", random control (seed {})", pol.lamp->seed) : "",
+                       pol.lamp->recompute ? pol.lamp->recompute->name : "fp32");
+  for (auto [name, spec] : {std::pair{"lamp_activation", &pol.lamp_activation}, {"lamp_layernorm", &pol.lamp_layernorm}})
+    if (*spec) out += fmt::format("{}: tau {}, recompute in {}\n", name, (*spec)->tau,
+                                  (*spec)->recompute ? (*spec)->recompute->name : "fp32");
+  return out.empty() ? "native\n" : out;
+}
+
+}  // namespace mantis
