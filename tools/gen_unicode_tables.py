@@ -110,7 +110,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--source", choices=["node", "unicodedata"], default="node")
     ap.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)),
-                                                  "..", "src", "unicode_tables.inc"))
+                                                  "..", "src", "io", "unicode_tables.inc"))
     ap.add_argument("--check-node", action="store_true",
                     help="compare with node's regex classes; exit 1 on any difference")
     args = ap.parse_args()
