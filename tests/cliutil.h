@@ -18,6 +18,8 @@
 #include <string>
 #include <vector>
 
+#include "testutil.h"
+
 extern char** environ;
 
 namespace mantis_test_cli {
@@ -30,26 +32,9 @@ struct Result {
   std::string out, err;
 };
 
-inline const fs::path& scratch_dir() {
-  static const fs::path dir = [] {
-    std::string tmpl = (fs::temp_directory_path() / "mantis-test-cli-XXXXXX").string();
-    if (!::mkdtemp(tmpl.data())) throw std::runtime_error("mkdtemp failed");
-    return fs::path(tmpl);
-  }();
-  return dir;
-}
-
-inline std::string slurp(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-inline void spit(const fs::path& p, const std::string& s) {
-  std::ofstream out(p, std::ios::binary);
-  out << s;
-}
+using mantis::test::scratch_dir;
+using mantis::test::slurp;
+using mantis::test::spit;
 
 inline std::string mantis_bin() {
   const char* b = std::getenv("MANTIS_BIN");

@@ -21,6 +21,7 @@
 #include "io/checkpoint.h"
 #include "core/format.h"
 #include "nn/model.h"
+#include "testutil.h"
 
 using namespace mantis;
 namespace fs = std::filesystem;
@@ -103,9 +104,6 @@ ModelConfig small_llama(bool tied) {
   return c;
 }
 
-bool bit_equal(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-}
 
 void check_same(const Model& got, const Model& want) {
   CHECK(got.cfg.arch == want.cfg.arch);
@@ -126,7 +124,7 @@ void check_same(const Model& got, const Model& want) {
     auto it = got.params.find(name);
     REQUIRE(it != got.params.end());
     CHECK(it->second.shape == t.shape);
-    CHECK(bit_equal(it->second.data, t.data));
+    CHECK(mantis::test::same_bits(it->second.data, t.data));
   }
 }
 
@@ -362,12 +360,7 @@ std::vector<StTensor> own_tensors(const Model& m) {
 }
 
 std::string error_of(const std::string& path) {
-  try {
-    load_model(path);
-  } catch (const InputError& e) {
-    return e.what();
-  }
-  return "(no error)";
+  return mantis::test::error_of([&] { load_model(path); });
 }
 
 }  // namespace
@@ -412,14 +405,7 @@ TEST_CASE("parameter_shapes: names, order and counts of the reference models") {
 }
 
 TEST_CASE("validate(ModelConfig) names the field") {
-  auto err = [](ModelConfig c) {
-    try {
-      validate(c);
-    } catch (const InputError& e) {
-      return std::string(e.what());
-    }
-    return std::string("(no error)");
-  };
+  auto err = [](ModelConfig c) { return mantis::test::error_of([&] { validate(c); }); };
   CHECK(err(small_gpt2()) == "(no error)");
   CHECK(err(small_llama(false)) == "(no error)");
   ModelConfig c = small_gpt2();
@@ -455,14 +441,7 @@ TEST_CASE("validate(ModelConfig) names the field") {
 }
 
 TEST_CASE("validate(Model) names the offending tensor") {
-  auto err = [](const Model& m) {
-    try {
-      validate(m);
-    } catch (const InputError& e) {
-      return std::string(e.what());
-    }
-    return std::string("(no error)");
-  };
+  auto err = [](const Model& m) { return mantis::test::error_of([&] { validate(m); }); };
   const Model good = random_model(small_gpt2(), 1);
   CHECK(err(good) == "(no error)");
   Model m = good;

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "core/format.h"
+#include "testutil.h"
 
 using namespace mantis;
 
@@ -64,14 +65,7 @@ TEST_CASE("TOML formats: explicit exponent range, fnuz, errors name the problem"
   CHECK(g.name == "g");
   CHECK(min_subnormal(g) == std::ldexp(1, -20));
 
-  auto err = [](const char* text) {
-    try {
-      format_from_toml(text, "bad.toml");
-    } catch (const InputError& e) {
-      return std::string(e.what());
-    }
-    return std::string("no error");
-  };
+  auto err = [](const char* text) { return mantis::test::error_of([&] { format_from_toml(text, "bad.toml"); }); };
   CHECK_THAT(err("mantissa_bits = [1,"), Catch::Contains("bad.toml:1") && Catch::Contains("malformed TOML"));
   CHECK_THAT(err("mantissa_bits=3\nexponent_bits=4\ncolour='red'"), Catch::Contains("bad.toml:3") && Catch::Contains("colour"));
   CHECK_THAT(err("exponent_bits=4"), Catch::Contains("mantissa_bits"));

@@ -1,4 +1,5 @@
-// Forward pass == the PyTorch reference; precision policies; site GEMM semantics; metrics; errors.
+// Forward pass == the PyTorch reference; site GEMM semantics; LAMP on real forwards; errors.
+// (The policy's TOML form: test_policy.cpp; the metrics by hand: test_metrics.cpp.)
 //
 // The reference models and logits in tests/data/reference/ are written by
 // tests/reference/torch_reference.py (Debian's python3-torch); see its header for the layout.
@@ -31,6 +32,8 @@
 #include "core/round_array.h"
 
 using namespace mantis;
+using mantis::test::error_of;
+using mantis::test::kLampToml;
 using mantis::test::read_raw;
 using Catch::Contains;
 
@@ -61,16 +64,6 @@ const Reference& reference(const std::string& name) {
   return cache.emplace(name, std::move(r)).first->second;
 }
 
-template <class F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const InputError& e) {
-    return e.what();
-  }
-  return "(no InputError)";
-}
-
 bool same_bits(const Matrix<float>& a, const Matrix<float>& b) {
   return a.rows() == b.rows() && a.cols() == b.cols() &&
          std::memcmp(a.data(), b.data(), size_t(a.size()) * sizeof(float)) == 0;
@@ -82,13 +75,6 @@ Matrix<float> random_matrix(Eigen::Index rows, Eigen::Index cols, uint64_t seed)
     m.data()[i] = float((double(random_word(seed, 0, uint64_t(i))) / 4294967296.0) * 2 - 1);
   return m;
 }
-
-const char* kLampToml = R"(# LAMP's setup: only the score GEMM in PS(4), strictly accumulated
-[site."attn.qk"]
-accumulation = "strict"
-accumulator = "ps4"
-output = "ps4"
-)";
 
 }  // namespace
 
@@ -231,144 +217,6 @@ seed = 9
     CHECK(same_bits(one, three));
   }
   set_num_threads(saved);
-}
-
-// ------------------------------------------------------------------------------------------------
-// the policy
-
-TEST_CASE("policy: the TOML form, defaults, layer entries and the resolver") {
-  const Policy empty = policy_from_toml("", "empty.toml");
-  CHECK(empty.is_native());
-  CHECK(Policy{}.is_native());
-  CHECK(describe(empty) == "native\n");
-
-  const Policy lamp = policy_from_toml(kLampToml, "lamp.toml");
-  const SitePolicy& qk = lamp.at(Site::attn_qk, 3);
-  REQUIRE(qk.accumulation);
-  CHECK(*qk.accumulation == Accumulation::strict);
-  CHECK(qk.accumulator->name == "ps4");
-  CHECK(qk.accumulator->mu == 4);
-  CHECK(qk.output->name == "ps4");
-  CHECK_FALSE(qk.input);
-  CHECK(qk.rounding == Rounding::rne);
-  CHECK(lamp.at(Site::attn_pv, 3).is_native());
-  CHECK_FALSE(lamp.is_native());
-  CHECK(describe(lamp) == "attn.qk: strict acc ps4, output ps4, rne\n");
-  CHECK(describe(lamp_policy(4)) == describe(lamp));
-
-  const Policy p = policy_from_toml(R"(
-[site."attn.qk"]
-accumulation = "blocked"
-accumulator = "fp16"
-block = 16
-input = "bf16"
-rounding = "rz"
-
-[site."layer.2.attn.qk"]
-accumulation = "unfused"
-accumulator = "ps7"
-
-[site."layer.0.attn.qk"]
-accumulation = "native"
-
-[site.ln]
-input = "bf16"
-output = "e4m3"
-rounding = "sr"
-seed = 42
-sr_bits = 12
-
-[site.lm_head]
-output = "bf16"
-)", "p.toml");
-  const SitePolicy& all = p.at(Site::attn_qk, 1);
-  CHECK(*all.accumulation == Accumulation::blocked);
-  CHECK(all.block == 16);
-  CHECK(all.accumulator->name == "fp16");
-  CHECK(all.input->name == "bf16");
-  CHECK(all.rounding == Rounding::rz);
-  CHECK(&p.at(Site::attn_qk, -1) == &all);      // outside the layers: the all-layers entry
-  const SitePolicy& l2 = p.at(Site::attn_qk, 2);  // replaces the all-layers entry as a whole
-  CHECK(*l2.accumulation == Accumulation::unfused);
-  CHECK(l2.accumulator->name == "ps7");
-  CHECK_FALSE(l2.input);
-  CHECK(l2.rounding == Rounding::rne);
-  CHECK(p.at(Site::attn_qk, 0).is_native());
-  const SitePolicy& ln = p.at(Site::ln, 5);
-  CHECK(ln.output->name == "e4m3");
-  CHECK(ln.seed == 42);
-  CHECK(ln.sr_bits == 12);
-  CHECK(ln.rounding == Rounding::sr);
-  CHECK(p.at(Site::lm_head).output->name == "bf16");
-  CHECK_FALSE(p.at(Site::lm_head).accumulation);
-  const GemmSpec s = all.gemm_spec(77);
-  CHECK(s.stream == 77);
-  CHECK(s.acc_mode == Rounding::rz);
-  CHECK(s.input_mode == Rounding::rz);
-  CHECK(s.block == 16);
-  CHECK(describe(p).find("layer.0.attn.qk: native acc, binary32") != std::string::npos);
-
-  CHECK(site_names() == "attn.qkv, attn.qk, attn.pv, attn.proj, mlp.fc, mlp.proj, lm_head, ln, softmax, gelu, silu");
-  for (int i = 0; i < kSiteCount; ++i) CHECK(site_from_string(to_string(Site(i))) == Site(i));
-  CHECK_FALSE(site_from_string("attn"));
-}
-
-TEST_CASE("policy: every error names the file, the line and the valid choices") {
-  auto parse = [](const std::string& text) { return error_of([&] { policy_from_toml(text, "pol.toml"); }); };
-  std::string e = parse("[site.\"attn.qkk\"]\naccumulation = \"strict\"\n");
-  CHECK_THAT(e, Contains("pol.toml:1") && Contains("unknown site 'attn.qkk'") &&
-                    Contains("attn.qkv, attn.qk, attn.pv, attn.proj, mlp.fc, mlp.proj, lm_head, ln, softmax, gelu, silu") &&
-                    Contains("layer.<n>.<site>"));
-  CHECK_THAT(parse("[site.attn.qk]\naccumulation = \"strict\"\n"), Contains("unknown site 'attn'") && Contains("quote"));
-  CHECK_THAT(parse("[site.\"layer.x.attn.qk\"]\n"), Contains("unknown site 'layer.x.attn.qk'"));
-  CHECK_THAT(parse("[site.\"layer.-1.ln\"]\n"), Contains("unknown site"));
-  CHECK_THAT(parse("\n\n[site.\"attn.qk\"]\naccumulation = \"strict\"\nacumulator = \"ps4\"\n"),
-             Contains("pol.toml:5") && Contains("unknown key 'acumulator'") &&
-                 Contains("accumulation, accumulator, block, input, output, rounding, seed, sr_bits"));
-  CHECK_THAT(parse("[site.softmax]\naccumulation = \"strict\"\n"),
-             Contains("unknown key 'accumulation'") && Contains("nonlinearity sites: input, output, rounding, seed, sr_bits"));
-  CHECK_THAT(parse("[site.\"attn.qk\"]\naccumulation = \"strict\"\naccumulator = \"ps99\"\n"),
-             Contains("pol.toml:3") && Contains("ps99") && Contains("out of range 1..23"));
-  CHECK_THAT(parse("[site.gelu]\noutput = \"posit8\"\n"), Contains("pol.toml:2") && Contains("unknown format 'posit8'"));
-  CHECK_THAT(parse("[site.gelu]\noutput = \"fp64\"\n"), Contains("does not fit binary32"));
-  CHECK_THAT(parse("[site.gelu]\nrounding = \"nearest\"\n"), Contains("pol.toml:2") && Contains("unknown rounding mode 'nearest'"));
-  CHECK_THAT(parse("[site.gelu]\nseed = -1\n"), Contains("out of range"));
-  CHECK_THAT(parse("[site.gelu]\nseed = \"x\"\n"), Contains("must be an integer"));
-  CHECK_THAT(parse("[site.gelu]\noutput = 4\n"), Contains("must be a string"));
-  CHECK_THAT(parse("[site.\"mlp.fc\"]\naccumulation = \"kahan\"\naccumulator = \"ps4\"\n"),
-             Contains("unknown accumulation 'kahan'") && Contains("native, strict, unfused, blocked"));
-  CHECK_THAT(parse("[site.\"mlp.fc\"]\naccumulation = \"strict\"\n"), Contains("needs an accumulator"));
-  CHECK_THAT(parse("[site.\"mlp.fc\"]\naccumulator = \"ps4\"\n"), Contains("an accumulator needs accumulation"));
-  CHECK_THAT(parse("[site.\"mlp.fc\"]\naccumulation = \"strict\"\naccumulator = \"ps4\"\nblock = 8\n"),
-             Contains("pol.toml:4") && Contains("'block' needs accumulation = \"blocked\""));
-  CHECK_THAT(parse("[site.\"mlp.fc\"]\naccumulation = \"blocked\"\naccumulator = \"ps4\"\nblock = 0\n"),
-             Contains("out of range"));
-  // sr on a ps23 accumulator is exact only with sr_bits ≤ 52 − 24 = 28 (gemm.h)
-  CHECK_THAT(parse("[site.\"mlp.fc\"]\naccumulation = \"strict\"\naccumulator = \"ps23\"\nrounding = \"sr\"\n"),
-             Contains("pol.toml:") && Contains("sr_bits"));
-  CHECK_THAT(parse("[site.\"layer.1.lm_head\"]\n"), Contains("lm_head is not inside a layer"));
-  CHECK_THAT(parse("[site]\n\"attn.qk\" = 3\n"), Contains("must be a table"));
-  CHECK_THAT(parse("site = 3\n"), Contains("'site' must hold"));
-  CHECK_THAT(parse("[sites.\"attn.qk\"]\n"), Contains("pol.toml:1") && Contains("unknown key 'sites'") && Contains("known: site"));
-  CHECK_THAT(parse("[site.\"attn.qk\"\n"), Contains("pol.toml:1") && Contains("malformed TOML"));
-  CHECK_THAT(error_of([] { load_policy("/nonexistent/policy.toml"); }), Contains("/nonexistent/policy.toml"));
-  CHECK_THAT(error_of([] { lamp_policy(0); }), Contains("out of range 1..23"));
-  CHECK_THAT(error_of([] { lamp_policy(24); }), Contains("out of range 1..23"));
-}
-
-TEST_CASE("policy: load_policy reads a file and reports its path") {
-  const std::string path = "test_forward_policy.tmp";
-  {
-    std::ofstream out(path);
-    out << kLampToml << "[site.\"layer.9.mlp.fcc\"]\n";
-  }
-  CHECK_THAT(error_of([&] { load_policy(path); }), Contains(path + ":6") && Contains("unknown site 'layer.9.mlp.fcc'"));
-  {
-    std::ofstream out(path);
-    out << kLampToml;
-  }
-  CHECK(describe(load_policy(path)) == describe(lamp_policy(4)));
-  std::remove(path.c_str());
 }
 
 // ------------------------------------------------------------------------------------------------
@@ -575,66 +423,6 @@ TEST_CASE("every site with every accumulation runs on both architectures") {
       CHECK(same_bits(again, rounded));
     }
   }
-}
-
-// ------------------------------------------------------------------------------------------------
-// metrics by hand
-
-TEST_CASE("metrics: hand-computed cases") {
-  // Identical distributions: KL exactly 0.
-  const std::vector<float> a{1.5f, -2.0f, 0.25f, 3.0f};
-  CHECK(kl_divergence(std::span<const float>(a), std::span<const float>(a)) == 0.0);
-  // A shifted copy is the same distribution (log-softmax removes the shift; exact for +1).
-  std::vector<float> shifted = a;
-  for (float& x : shifted) x += 1.0f;
-  CHECK(kl_divergence(std::span<const float>(a), std::span<const float>(shifted)) == Approx(0.0).margin(1e-15));
-
-  // Two tokens: ref logits (0, 0) → p = (1/2, 1/2); test logits (ln 3, 0) → q = (3/4, 1/4).
-  // KL(p‖q) = ½ ln(½ / ¾) + ½ ln(½ / ¼) = ½ ln(4/3) = 0.14384103622589045
-  // KL(q‖p) = ¾ ln(3/2) + ¼ ln(1/2)                 = 0.13081203594113694
-  const std::vector<double> p{0.0, 0.0}, q{std::log(3.0), 0.0};
-  CHECK(kl_divergence(std::span<const double>(p), std::span<const double>(q)) == Approx(0.5 * std::log(4.0 / 3.0)).epsilon(1e-14));
-  CHECK(kl_divergence(std::span<const double>(q), std::span<const double>(p)) == Approx(0.13081203594113694).epsilon(1e-14));
-  CHECK(nll(std::span<const double>(q), 0) == Approx(-std::log(0.75)).epsilon(1e-14));
-  CHECK(nll(std::span<const double>(q), 1) == Approx(std::log(4.0)).epsilon(1e-14));
-  CHECK(argmax(std::span<const double>(p)) == 0);  // ties: the first index
-  CHECK(argmax(std::span<const double>(q)) == 0);
-  CHECK_THAT(error_of([&] { nll(std::span<const double>(q), 2); }), Contains("outside the vocabulary [0, 2)"));
-
-  // Accumulator: two sequences, 3 positions. Sequence 1 = the rows above (targets 0, then none);
-  // sequence 2 = one position where the test flips the top-1 token: ref (0, ln 3), test (ln 3, 0).
-  LogitsD r1(2, 2), t1(2, 2), r2(1, 2), t2(1, 2);
-  r1 << 0, 0, 1, 2;
-  t1 << std::log(3.0), 0, 1, 2;
-  r2 << 0, std::log(3.0);
-  t2 << std::log(3.0), 0;
-  MetricsAccumulator m;
-  m.add(r1, t1, std::vector<int32_t>{0, -1});
-  m.add(r2, t2, std::vector<int32_t>{1});
-  CHECK(m.sequences() == 2);
-  CHECK(m.positions() == 3);
-  CHECK(m.targets() == 2);
-  CHECK(m.flips() == 1);
-  CHECK(m.flip_rate() == Approx(1.0 / 3.0));
-  // KL of (¼, ¾) ‖ (¾, ¼) = ¼ ln(1/3) + ¾ ln 3 = ½ ln 3
-  CHECK(m.mean_kl() == Approx((0.5 * std::log(4.0 / 3.0) + 0.0 + 0.5 * std::log(3.0)) / 3.0).epsilon(1e-14));
-  CHECK(m.max_abs_error() == Approx(std::log(3.0)).epsilon(1e-15));
-  // NLL ref: −ln ½ (position 0, target 0), −ln ¾ (sequence 2, target 1); test: −ln ¾, −ln ¼
-  CHECK(m.ppl_ref() == Approx(std::exp((std::log(2.0) - std::log(0.75)) / 2)).epsilon(1e-14));
-  CHECK(m.ppl_test() == Approx(std::exp((-std::log(0.75) + std::log(4.0)) / 2)).epsilon(1e-14));
-
-  const auto per = kl_per_position(r1, t1);
-  REQUIRE(per.size() == 2);
-  CHECK(per[0] == Approx(0.5 * std::log(4.0 / 3.0)).epsilon(1e-14));
-  CHECK(per[1] == 0.0);
-
-  MetricsAccumulator none;
-  CHECK(std::isnan(none.mean_kl()));
-  CHECK(std::isnan(none.ppl_ref()));
-  CHECK_THAT(error_of([&] { none.add(r1, r2); }), Contains("differ in shape"));
-  CHECK_THAT(error_of([&] { none.add(r1, t1, std::vector<int32_t>{0}); }), Contains("1 targets for 2 positions"));
-  CHECK_THAT(error_of([&] { none.add(r1, t1, std::vector<int32_t>{0, 7}); }), Contains("target token 7"));
-  CHECK(none.positions() == 0);  // a failed add leaves the totals alone
 }
 
 // ------------------------------------------------------------------------------------------------

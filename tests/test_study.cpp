@@ -19,26 +19,13 @@
 #include "core/round_array.h"
 #include "exp/study.h"
 #include "nn/tape.h"
+#include "testutil.h"
 
 using namespace mantis;
 namespace fs = std::filesystem;
 
-namespace {
-fs::path scratch(const std::string& name) {
-  const fs::path d = fs::temp_directory_path() / fmt::format("mantis-test-study-{}-{}", ::getpid(), name);
-  fs::remove_all(d);
-  fs::create_directories(d);
-  return d;
-}
-std::string thrown(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const InputError& e) {
-    return e.what();
-  }
-  return "";
-}
-}  // namespace
+using mantis::test::scratch;
+using mantis::test::error_of;
 
 TEST_CASE("first_difference names the first differing field of two keys") {
   const ojson a = {{"model", {{"sha256", "ab"}}}, {"data", {{"ctx", 64}, {"window_starts", {0, 100, 200}}}},
@@ -68,8 +55,8 @@ TEST_CASE("json numbers keep inf and nan as strings, and read back") {
   CHECK(json_number(std::nan("")) == "nan");
   CHECK(std::isinf(json_to_double("inf", "x")));
   CHECK(json_to_double(2, "x") == 2.0);
-  CHECK_THAT(thrown([] { json_to_double("abc", "cells/3.json: kl"); }), Catch::Contains("cells/3.json: kl"));
-  CHECK_THAT(thrown([] { json_to_double(ojson::array(), "kl"); }), Catch::Contains("expected a number"));
+  CHECK_THAT(error_of([] { json_to_double("abc", "cells/3.json: kl"); }), Catch::Contains("cells/3.json: kl"));
+  CHECK_THAT(error_of([] { json_to_double(ojson::array(), "kl"); }), Catch::Contains("expected a number"));
 }
 
 TEST_CASE("result sets: the manifest is written last and holds every file's SHA-256") {
@@ -81,10 +68,10 @@ TEST_CASE("result sets: the manifest is written last and holds every file's SHA-
   CHECK_NOTHROW(verify_result_set(d.string()));
   // a file replaced behind the manifest's back: a mixed set
   std::ofstream(d / "results.csv") << "a,b\n1,3\n";
-  CHECK_THAT(thrown([&] { verify_result_set(d.string()); }), Catch::Contains("results.csv"));
+  CHECK_THAT(error_of([&] { verify_result_set(d.string()); }), Catch::Contains("results.csv"));
   // an interrupted write leaves no manifest: refused, never read as complete
   fs::remove(d / "manifest.json");
-  CHECK_THAT(thrown([&] { verify_result_set(d.string()); }), Catch::Contains("no manifest.json"));
+  CHECK_THAT(error_of([&] { verify_result_set(d.string()); }), Catch::Contains("no manifest.json"));
   // writing a new set first removes the old manifest (so a failure midway leaves no old one)
   write_result_set(d.string(), {{"results.csv", "x\n"}}, ojson::object());
   fs::remove(d / "results.csv");
@@ -127,27 +114,6 @@ TEST_CASE("bootstrap: reproducible percentile intervals of window sums, equal to
   CHECK(std::isinf(Bootstrap(10).ratio(same, one).hi));
   CHECK_THROWS_AS(Bootstrap(0), InputError);
   CHECK_THROWS_AS(b.ratio(same, one), InputError);
-}
-
-TEST_CASE("metrics: non-finite logits give inf KL, NLL and error, and are counted") {
-  LogitsF ref(3, 4), test(3, 4);
-  ref << 1, 2, 3, 4, 1, 2, 3, 4, 1, 2, 3, 4;
-  test = ref;
-  test(1, 2) = std::numeric_limits<float>::quiet_NaN();
-  test(2, 0) = std::numeric_limits<float>::infinity();
-  MetricsAccumulator m;
-  std::vector<int32_t> tgt{1, 2, 3};
-  m.add(ref, test, tgt);
-  CHECK(m.nonfinite_positions() == 2);
-  CHECK(std::isinf(m.mean_kl()));
-  CHECK(std::isinf(m.ppl_test()));
-  CHECK(std::isfinite(m.ppl_ref()));
-  CHECK(std::isinf(m.max_abs_error()));
-  CHECK(std::isinf(kl_divergence(std::span<const float>(ref.data(), 4), std::span<const float>(test.data() + 4, 4))));
-  MetricsAccumulator clean;
-  clean.add(ref, ref, tgt);
-  CHECK(clean.nonfinite_positions() == 0);
-  CHECK(clean.mean_kl() == 0.0);
 }
 
 namespace {
@@ -219,7 +185,7 @@ TEST_CASE("an exception inside a parallel region is rethrown after it, never std
     if (i == 17) throw InputError("bad setting at 17");
   });
   CHECK(ran == 64);
-  CHECK_THAT(thrown([&] { errors.rethrow(); }), Catch::Contains("bad setting at 17"));
+  CHECK_THAT(error_of([&] { errors.rethrow(); }), Catch::Contains("bad setting at 17"));
   ParallelErrors none;
   CHECK_NOTHROW(none.rethrow());
 }

@@ -19,6 +19,7 @@
 #include "core/format.h"
 #include "mantis_config.h"
 #include "io/tokenizer.h"
+#include "testutil.h"
 
 using namespace mantis;
 namespace fs = std::filesystem;
@@ -67,14 +68,8 @@ struct TempDir {
   std::string file(const std::string& name) const { return (path / name).string(); }
 };
 
-std::string slurp(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-}
-void spit(const std::string& path, const std::string& bytes) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-}
+using mantis::test::slurp;
+using mantis::test::spit;
 void put_u32(std::string& b, size_t off, uint32_t v) {
   for (int i = 0; i < 4; ++i) b[off + i] = static_cast<char>((v >> (8 * i)) & 0xFF);
 }

@@ -30,14 +30,8 @@ namespace {
 
 const std::string kRefDir = std::string(MANTIS_SOURCE_DIR) + "/tests/data/reference/";
 
-fs::path scratch() {
-  static const fs::path dir = [] {
-    std::string tmpl = (fs::temp_directory_path() / "mantis-test-train-XXXXXX").string();
-    if (!::mkdtemp(tmpl.data())) throw std::runtime_error("mkdtemp failed");
-    return fs::path(tmpl);
-  }();
-  return dir;
-}
+using mantis::test::error_of;
+const auto& scratch = mantis::test::scratch_dir;
 
 const char* kTiny = R"(
 [model]
@@ -223,14 +217,7 @@ TEST_CASE("the controller chooses saved-activation paths per step and sees every
 }
 
 TEST_CASE("training: bad configurations, a resume from another run, a diverging run") {
-  auto err = [](const std::string& text) {
-    try {
-      train_config_from_toml(text, "bad.toml");
-    } catch (const InputError& e) {
-      return std::string(e.what());
-    }
-    return std::string("(no error)");
-  };
+  auto err = [](const std::string& text) { return error_of([&] { train_config_from_toml(text, "bad.toml"); }); };
   CHECK_THAT(err("[model]\nlayer = 2\n"), Catch::Contains("bad.toml:2: unknown key 'layer' in [model]"));
   CHECK_THAT(err("[trian]\n"), Catch::Contains("unknown key 'trian'"));
   CHECK_THAT(err("[model]\narch = \"rnn\"\n"), Catch::Contains("arch = 'rnn'"));

@@ -58,6 +58,11 @@ std::string read_gzip(const std::string& path) {
     if (n == 0) break;
     out.append(buf, size_t(n));
   }
+  // A stream cut short ends the reads without a negative count: zlib records it as Z_BUF_ERROR
+  // ("unexpected end of file"), which must not pass as a complete file.
+  int err = Z_OK;
+  const char* msg = gzerror(f, &err);
+  if (err != Z_OK) throw InputError(fmt::format("{}: corrupt gzip data: {}", path, msg ? msg : "unknown error"));
   return out;
 }
 

@@ -1,0 +1,152 @@
+// The precision policy (nn/policy.h): the TOML form, defaults, layer entries, the resolver, errors.
+#include <catch2/catch.hpp>
+
+#include <cstdio>
+#include <fstream>
+#include <string>
+
+#include "nn/policy.h"
+#include "testutil.h"
+
+using namespace mantis;
+using mantis::test::error_of;
+using mantis::test::kLampToml;
+using Catch::Contains;
+
+// ------------------------------------------------------------------------------------------------
+// the policy
+
+TEST_CASE("policy: the TOML form, defaults, layer entries and the resolver") {
+  const Policy empty = policy_from_toml("", "empty.toml");
+  CHECK(empty.is_native());
+  CHECK(Policy{}.is_native());
+  CHECK(describe(empty) == "native\n");
+
+  const Policy lamp = policy_from_toml(kLampToml, "lamp.toml");
+  const SitePolicy& qk = lamp.at(Site::attn_qk, 3);
+  REQUIRE(qk.accumulation);
+  CHECK(*qk.accumulation == Accumulation::strict);
+  CHECK(qk.accumulator->name == "ps4");
+  CHECK(qk.accumulator->mu == 4);
+  CHECK(qk.output->name == "ps4");
+  CHECK_FALSE(qk.input);
+  CHECK(qk.rounding == Rounding::rne);
+  CHECK(lamp.at(Site::attn_pv, 3).is_native());
+  CHECK_FALSE(lamp.is_native());
+  CHECK(describe(lamp) == "attn.qk: strict acc ps4, output ps4, rne\n");
+  CHECK(describe(lamp_policy(4)) == describe(lamp));
+
+  const Policy p = policy_from_toml(R"(
+[site."attn.qk"]
+accumulation = "blocked"
+accumulator = "fp16"
+block = 16
+input = "bf16"
+rounding = "rz"
+
+[site."layer.2.attn.qk"]
+accumulation = "unfused"
+accumulator = "ps7"
+
+[site."layer.0.attn.qk"]
+accumulation = "native"
+
+[site.ln]
+input = "bf16"
+output = "e4m3"
+rounding = "sr"
+seed = 42
+sr_bits = 12
+
+[site.lm_head]
+output = "bf16"
+)", "p.toml");
+  const SitePolicy& all = p.at(Site::attn_qk, 1);
+  CHECK(*all.accumulation == Accumulation::blocked);
+  CHECK(all.block == 16);
+  CHECK(all.accumulator->name == "fp16");
+  CHECK(all.input->name == "bf16");
+  CHECK(all.rounding == Rounding::rz);
+  CHECK(&p.at(Site::attn_qk, -1) == &all);      // outside the layers: the all-layers entry
+  const SitePolicy& l2 = p.at(Site::attn_qk, 2);  // replaces the all-layers entry as a whole
+  CHECK(*l2.accumulation == Accumulation::unfused);
+  CHECK(l2.accumulator->name == "ps7");
+  CHECK_FALSE(l2.input);
+  CHECK(l2.rounding == Rounding::rne);
+  CHECK(p.at(Site::attn_qk, 0).is_native());
+  const SitePolicy& ln = p.at(Site::ln, 5);
+  CHECK(ln.output->name == "e4m3");
+  CHECK(ln.seed == 42);
+  CHECK(ln.sr_bits == 12);
+  CHECK(ln.rounding == Rounding::sr);
+  CHECK(p.at(Site::lm_head).output->name == "bf16");
+  CHECK_FALSE(p.at(Site::lm_head).accumulation);
+  const GemmSpec s = all.gemm_spec(77);
+  CHECK(s.stream == 77);
+  CHECK(s.acc_mode == Rounding::rz);
+  CHECK(s.input_mode == Rounding::rz);
+  CHECK(s.block == 16);
+  CHECK(describe(p).find("layer.0.attn.qk: native acc, binary32") != std::string::npos);
+
+  CHECK(site_names() == "attn.qkv, attn.qk, attn.pv, attn.proj, mlp.fc, mlp.proj, lm_head, ln, softmax, gelu, silu");
+  for (int i = 0; i < kSiteCount; ++i) CHECK(site_from_string(to_string(Site(i))) == Site(i));
+  CHECK_FALSE(site_from_string("attn"));
+}
+
+TEST_CASE("policy: every error names the file, the line and the valid choices") {
+  auto parse = [](const std::string& text) { return error_of([&] { policy_from_toml(text, "pol.toml"); }); };
+  std::string e = parse("[site.\"attn.qkk\"]\naccumulation = \"strict\"\n");
+  CHECK_THAT(e, Contains("pol.toml:1") && Contains("unknown site 'attn.qkk'") &&
+                    Contains("attn.qkv, attn.qk, attn.pv, attn.proj, mlp.fc, mlp.proj, lm_head, ln, softmax, gelu, silu") &&
+                    Contains("layer.<n>.<site>"));
+  CHECK_THAT(parse("[site.attn.qk]\naccumulation = \"strict\"\n"), Contains("unknown site 'attn'") && Contains("quote"));
+  CHECK_THAT(parse("[site.\"layer.x.attn.qk\"]\n"), Contains("unknown site 'layer.x.attn.qk'"));
+  CHECK_THAT(parse("[site.\"layer.-1.ln\"]\n"), Contains("unknown site"));
+  CHECK_THAT(parse("\n\n[site.\"attn.qk\"]\naccumulation = \"strict\"\nacumulator = \"ps4\"\n"),
+             Contains("pol.toml:5") && Contains("unknown key 'acumulator'") &&
+                 Contains("accumulation, accumulator, block, input, output, rounding, seed, sr_bits"));
+  CHECK_THAT(parse("[site.softmax]\naccumulation = \"strict\"\n"),
+             Contains("unknown key 'accumulation'") && Contains("nonlinearity sites: input, output, rounding, seed, sr_bits"));
+  CHECK_THAT(parse("[site.\"attn.qk\"]\naccumulation = \"strict\"\naccumulator = \"ps99\"\n"),
+             Contains("pol.toml:3") && Contains("ps99") && Contains("out of range 1..23"));
+  CHECK_THAT(parse("[site.gelu]\noutput = \"posit8\"\n"), Contains("pol.toml:2") && Contains("unknown format 'posit8'"));
+  CHECK_THAT(parse("[site.gelu]\noutput = \"fp64\"\n"), Contains("does not fit binary32"));
+  CHECK_THAT(parse("[site.gelu]\nrounding = \"nearest\"\n"), Contains("pol.toml:2") && Contains("unknown rounding mode 'nearest'"));
+  CHECK_THAT(parse("[site.gelu]\nseed = -1\n"), Contains("out of range"));
+  CHECK_THAT(parse("[site.gelu]\nseed = \"x\"\n"), Contains("must be an integer"));
+  CHECK_THAT(parse("[site.gelu]\noutput = 4\n"), Contains("must be a string"));
+  CHECK_THAT(parse("[site.\"mlp.fc\"]\naccumulation = \"kahan\"\naccumulator = \"ps4\"\n"),
+             Contains("unknown accumulation 'kahan'") && Contains("native, strict, unfused, blocked"));
+  CHECK_THAT(parse("[site.\"mlp.fc\"]\naccumulation = \"strict\"\n"), Contains("needs an accumulator"));
+  CHECK_THAT(parse("[site.\"mlp.fc\"]\naccumulator = \"ps4\"\n"), Contains("an accumulator needs accumulation"));
+  CHECK_THAT(parse("[site.\"mlp.fc\"]\naccumulation = \"strict\"\naccumulator = \"ps4\"\nblock = 8\n"),
+             Contains("pol.toml:4") && Contains("'block' needs accumulation = \"blocked\""));
+  CHECK_THAT(parse("[site.\"mlp.fc\"]\naccumulation = \"blocked\"\naccumulator = \"ps4\"\nblock = 0\n"),
+             Contains("out of range"));
+  // sr on a ps23 accumulator is exact only with sr_bits ≤ 52 − 24 = 28 (gemm.h)
+  CHECK_THAT(parse("[site.\"mlp.fc\"]\naccumulation = \"strict\"\naccumulator = \"ps23\"\nrounding = \"sr\"\n"),
+             Contains("pol.toml:") && Contains("sr_bits"));
+  CHECK_THAT(parse("[site.\"layer.1.lm_head\"]\n"), Contains("lm_head is not inside a layer"));
+  CHECK_THAT(parse("[site]\n\"attn.qk\" = 3\n"), Contains("must be a table"));
+  CHECK_THAT(parse("site = 3\n"), Contains("'site' must hold"));
+  CHECK_THAT(parse("[sites.\"attn.qk\"]\n"), Contains("pol.toml:1") && Contains("unknown key 'sites'") && Contains("known: site"));
+  CHECK_THAT(parse("[site.\"attn.qk\"\n"), Contains("pol.toml:1") && Contains("malformed TOML"));
+  CHECK_THAT(error_of([] { load_policy("/nonexistent/policy.toml"); }), Contains("/nonexistent/policy.toml"));
+  CHECK_THAT(error_of([] { lamp_policy(0); }), Contains("out of range 1..23"));
+  CHECK_THAT(error_of([] { lamp_policy(24); }), Contains("out of range 1..23"));
+}
+
+TEST_CASE("policy: load_policy reads a file and reports its path") {
+  const std::string path = "test_forward_policy.tmp";
+  {
+    std::ofstream out(path);
+    out << kLampToml << "[site.\"layer.9.mlp.fcc\"]\n";
+  }
+  CHECK_THAT(error_of([&] { load_policy(path); }), Contains(path + ":6") && Contains("unknown site 'layer.9.mlp.fcc'"));
+  {
+    std::ofstream out(path);
+    out << kLampToml;
+  }
+  CHECK(describe(load_policy(path)) == describe(lamp_policy(4)));
+  std::remove(path.c_str());
+}
