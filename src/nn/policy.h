@@ -82,11 +82,9 @@
 #include "core/gemm.h"
 #include "nn/lamp.h"
 #include "nn/model.h"
+#include "nn/site.h"  // defines: Site, Pass
 
 namespace mantis {
-
-enum class Site : uint8_t { attn_qkv, attn_qk, attn_pv, attn_proj, mlp_fc, mlp_proj, lm_head, ln, softmax, gelu, silu };
-constexpr int kSiteCount = 11;
 
 const char* to_string(Site s);                       // "attn.qk", ...
 bool is_gemm(Site s);                                // attn.*, mlp.*, lm_head
@@ -108,10 +106,6 @@ struct SitePolicy {
   // streams `stream` .. `stream` + 2 (gemm.h).
   GemmSpec gemm_spec(uint64_t stream) const;
 };
-
-// Which GEMM of a site: the forward product, or one of its two backward products.
-enum class Pass : uint8_t { forward, dx, dw };
-constexpr int kPassCount = 3;
 
 struct Policy {
   std::array<SitePolicy, kSiteCount> all{};       // every layer (and the non-layer ln_f, lm_head)
