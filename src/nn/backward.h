@@ -37,6 +37,7 @@
 #include <vector>
 
 #include "nn/forward.h"
+#include "nn/grad.h"  // defines: GradMap, zero_grads
 
 namespace mantis {
 
@@ -73,13 +74,6 @@ struct BackwardOptions {
   std::vector<UnitActivation>* activations = nullptr;  // accumulated into when set (size L·4)
 };
 
-template <class T>
-using GradMap = std::map<std::string, std::vector<T>>;
-
-// Zero gradients for every parameter of m (the parameters' shapes).
-template <class T>
-GradMap<T> zero_grads(const Model& m);
-
 struct LossSum {
   double sum = 0;      // Σ −log p(target) over positions with a target
   int64_t count = 0;   // how many
@@ -89,8 +83,6 @@ template <class T>
 LossSum sequence_backward(const Model& m, std::span<const int32_t> tokens, std::span<const int32_t> targets,
                           const Policy& policy, double scale, GradMap<T>& grads, const BackwardOptions& opt = {});
 
-extern template GradMap<float> zero_grads<float>(const Model&);
-extern template GradMap<double> zero_grads<double>(const Model&);
 extern template LossSum sequence_backward<float>(const Model&, std::span<const int32_t>, std::span<const int32_t>,
                                                  const Policy&, double, GradMap<float>&, const BackwardOptions&);
 extern template LossSum sequence_backward<double>(const Model&, std::span<const int32_t>, std::span<const int32_t>,
