@@ -7,12 +7,14 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 #include <type_traits>
 
 #include "core/philox.h"
 #include "nn/activation.h"
 #include "nn/attention.h"
 #include "nn/norm.h"
+#include "nn/params.h"
 #include "nn/streams.h"
 #include "nn/tape.h"
 
@@ -25,19 +27,19 @@ using detail::Tape;
 const char* to_string(Unit u) { return to_string(site_of(u)); }
 
 std::vector<std::string> unit_parameters(const ModelConfig& c, int l, Unit u) {
-  if (c.arch == Arch::gpt2) {
-    const std::string p = fmt::format("h.{}.", l);
-    const char* base[] = {"attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj"};
-    return {p + base[int(u)] + ".weight", p + base[int(u)] + ".bias"};
-  }
-  const std::string p = fmt::format("layers.{}.", l);
-  switch (u) {
-    case Unit::qkv: return {p + "attention.wq", p + "attention.wk", p + "attention.wv"};
-    case Unit::proj: return {p + "attention.wo"};
-    case Unit::fc: return {p + "feed_forward.w1", p + "feed_forward.w3"};
-    case Unit::down: return {p + "feed_forward.w2"};
-  }
-  return {};
+  auto unit_of = [](Role r) -> std::optional<Unit> {
+    switch (r) {
+      case Role::attn_qkv: case Role::wq: case Role::wk: case Role::wv: return Unit::qkv;
+      case Role::attn_proj: return Unit::proj;
+      case Role::mlp_fc: case Role::mlp_gate: case Role::mlp_up: return Unit::fc;
+      case Role::mlp_proj: return Unit::down;
+      default: return std::nullopt;
+    }
+  };
+  std::vector<std::string> names;
+  for (const ParamInfo& p : parameter_infos(c))
+    if (p.layer == l && unit_of(p.role) == u) names.push_back(p.name);
+  return names;
 }
 
 void validate(const SavedQuant& q) {
@@ -98,25 +100,6 @@ template GradMap<double> zero_grads<double>(const Model&);
 namespace {
 
 using namespace detail;
-
-// A parameter as [rows, cols] in T: a view for float, a converted copy for double.
-template <class T>
-using WeightView = std::conditional_t<std::is_same_v<T, float>, Eigen::Map<const Matrix<float>>, Matrix<T>>;
-template <class T>
-WeightView<T> weight(const Model& m, const std::string& name, Index rows, Index cols) {
-  const Tensor& t = m.params.at(name);  // forward_tape has checked names and shapes
-  Eigen::Map<const Matrix<float>> f(t.data.data(), rows, cols);
-  if constexpr (std::is_same_v<T, float>) return f;
-  else return f.template cast<T>();
-}
-
-template <class T>
-Eigen::Map<Matrix<T>> grad(GradMap<T>& g, const std::string& name, Index rows, Index cols) {
-  auto it = g.find(name);
-  if (it == g.end() || Index(it->second.size()) != rows * cols)
-    throw std::logic_error(fmt::format("backward: gradient buffer '{}' missing or mis-sized", name));
-  return Eigen::Map<Matrix<T>>(it->second.data(), rows, cols);
-}
 
 // Cross-entropy: loss over rows with a target; dlogits = scale·(softmax − onehot) (0 elsewhere).
 template <class T>
@@ -183,8 +166,9 @@ class Saved {
   Matrix<T> buf_;
 };
 
+// dtok[token_t] += dx_t, dpos[t] += dx_t (when given), positions in order.
 template <class T>
-void embed_backward(const Matrix<T>& dx, std::span<const int32_t> tokens, Eigen::Map<Matrix<T>> dtok,
+void embed_backward(const Matrix<T>& dx, std::span<const int32_t> tokens, Eigen::Map<Matrix<T>>& dtok,
                     Eigen::Map<Matrix<T>>* dpos) {
   for (Index t = 0; t < dx.rows(); ++t) {  // positions in order
     dtok.row(tokens[size_t(t)]) += dx.row(t);
@@ -194,100 +178,92 @@ void embed_backward(const Matrix<T>& dx, std::span<const int32_t> tokens, Eigen:
 
 template <class T>
 void gpt2_backward(const Model& m, std::span<const int32_t> tokens, const Tape<T>& tape, const Matrix<T>& dlogits,
-                   const Policy& pol, GradMap<T>& g, Saved<T>& saved) {
+                   const Policy& pol, GradMap<T>& grads, Saved<T>& saved) {
   const ModelConfig& c = m.cfg;
-  const Index T_ = Index(tokens.size()), C = c.dim, NH = c.heads, HS = c.head_size(), H = c.hidden, V = c.vocab;
+  const Index T_ = Index(tokens.size()), C = c.dim, NH = c.heads, HS = c.head_size(), H = c.hidden;
   const T eps = T(c.norm_eps);
-  Matrix<T> dxn(T_, C);   // [T,C] gradient of a norm's output
+  const Weights<T> W(m);
+  Grads<T> G(c, grads);
+  Matrix<T> dxn(T_, C);                   // [T,C] gradient of a norm's output
   Matrix<T> dx = Matrix<T>::Zero(T_, C);  // [T,C] gradient of the residual stream
-  const auto wte = weight<T>(m, "wte", V, C);
-  linear_backward<T>(pol, Site::lm_head, -1, 0, dlogits, tape.xnf, wte, &dxn, grad(g, "wte", V, C), nullptr);
-  {
-    const auto w = weight<T>(m, "ln_f.weight", 1, C);
-    norm_backward<T>(tape.x_final, w.data(), eps, true, dxn, dx, grad(g, "ln_f.weight", 1, C).data(),
-                     grad(g, "ln_f.bias", 1, C).data());
-  }
-  Matrix<T> dh(T_, H);                            // [T,H]
-  Matrix<T> datt(T_, C);                          // [T,C]
-  Matrix<T> dq, dk, dv;                           // [T,C] each
+  linear_backward<T>(pol, Site::lm_head, -1, 0, dlogits, tape.xnf, W(Role::tok_emb), &dxn, G(Role::tok_emb), nullptr);
+  norm_backward<T>(tape.x_final, W(Role::norm_f).data(), eps, true, dxn, dx, G(Role::norm_f).data(),
+                   G.bias(Role::norm_f));
+  Matrix<T> dh(T_, H);    // [T,H]
+  Matrix<T> datt(T_, C);  // [T,C]
+  Matrix<T> dq, dk, dv;   // [T,C] each
+  // Linear `role` of layer l at `site` (weight and bias), backward; dy → din.
+  auto linear = [&](Site site, Role role, int l, const Matrix<T>& dy, const Matrix<T>& x, Matrix<T>& din) {
+    linear_backward<T>(pol, site, l, 0, dy, x, W(role, l), &din, G(role, l), G.bias(role, l));
+  };
+  auto norm = [&](Role role, int l, const Matrix<T>& x) {
+    norm_backward<T>(x, W(role, l).data(), eps, true, dxn, dx, G(role, l).data(), G.bias(role, l));
+  };
   for (int l = c.layers - 1; l >= 0; --l) {
     const LayerTape<T>& lt = tape.layers[size_t(l)];
-    const std::string p = fmt::format("h.{}.", l);
     // MLP: x += c_proj(GELU(c_fc(ln_2(x))))
-    linear_backward<T>(pol, Site::mlp_proj, l, 0, dx, saved.get(l, Unit::down, lt.act), weight<T>(m, p + "mlp.c_proj.weight", C, H),
-                       &dh, grad(g, p + "mlp.c_proj.weight", C, H), grad(g, p + "mlp.c_proj.bias", 1, C).data());
+    linear(Site::mlp_proj, Role::mlp_proj, l, dx, saved.get(l, Unit::down, lt.act), dh);
     gelu_backward<T>(lt.pre, c.gelu_tanh, dh);
-    linear_backward<T>(pol, Site::mlp_fc, l, 0, dh, saved.get(l, Unit::fc, lt.xn2), weight<T>(m, p + "mlp.c_fc.weight", H, C),
-                       &dxn, grad(g, p + "mlp.c_fc.weight", H, C), grad(g, p + "mlp.c_fc.bias", 1, H).data());
-    norm_backward<T>(lt.x_mid, weight<T>(m, p + "ln_2.weight", 1, C).data(), eps, true, dxn, dx,
-                     grad(g, p + "ln_2.weight", 1, C).data(), grad(g, p + "ln_2.bias", 1, C).data());
+    linear(Site::mlp_fc, Role::mlp_fc, l, dh, saved.get(l, Unit::fc, lt.xn2), dxn);
+    norm(Role::norm2, l, lt.x_mid);
     // attention: x += c_proj(attn(ln_1(x)))
-    linear_backward<T>(pol, Site::attn_proj, l, 0, dx, saved.get(l, Unit::proj, lt.att), weight<T>(m, p + "attn.c_proj.weight", C, C),
-                       &datt, grad(g, p + "attn.c_proj.weight", C, C), grad(g, p + "attn.c_proj.bias", 1, C).data());
+    linear(Site::attn_proj, Role::attn_proj, l, dx, saved.get(l, Unit::proj, lt.att), datt);
     attention_backward<T>(pol, l, lt.probs, lt.q, lt.k, lt.v, datt, NH, NH, HS, dq, dk, dv);
     Matrix<T> dqkv(T_, 3 * C);  // [T,3C]
     dqkv << dq, dk, dv;
-    linear_backward<T>(pol, Site::attn_qkv, l, 0, dqkv, saved.get(l, Unit::qkv, lt.xn1),
-                       weight<T>(m, p + "attn.c_attn.weight", 3 * C, C), &dxn, grad(g, p + "attn.c_attn.weight", 3 * C, C),
-                       grad(g, p + "attn.c_attn.bias", 1, 3 * C).data());
-    norm_backward<T>(lt.x_in, weight<T>(m, p + "ln_1.weight", 1, C).data(), eps, true, dxn, dx,
-                     grad(g, p + "ln_1.weight", 1, C).data(), grad(g, p + "ln_1.bias", 1, C).data());
+    linear(Site::attn_qkv, Role::attn_qkv, l, dqkv, saved.get(l, Unit::qkv, lt.xn1), dxn);
+    norm(Role::norm1, l, lt.x_in);
   }
-  auto dpos = grad(g, "wpe", c.ctx, C);
-  embed_backward<T>(dx, tokens, grad(g, "wte", V, C), &dpos);
+  embed_backward<T>(dx, tokens, G(Role::tok_emb), &G(Role::pos_emb));
 }
 
 template <class T>
 void llama_backward(const Model& m, std::span<const int32_t> tokens, const Tape<T>& tape, const Matrix<T>& dlogits,
-                    const Policy& pol, GradMap<T>& g, Saved<T>& saved) {
+                    const Policy& pol, GradMap<T>& grads, Saved<T>& saved) {
   const ModelConfig& c = m.cfg;
-  const Index T_ = Index(tokens.size()), C = c.dim, NH = c.heads, NKV = c.kv_heads, HS = c.head_size(),
-              KVC = NKV * HS, H = c.hidden, V = c.vocab;
+  const Index T_ = Index(tokens.size()), C = c.dim, NH = c.heads, NKV = c.kv_heads, HS = c.head_size(), H = c.hidden;
   const T eps = T(c.norm_eps);
+  const Weights<T> W(m);
+  Grads<T> G(c, grads);
   Matrix<T> dxn(T_, C), tmp(T_, C);       // [T,C]
   Matrix<T> dx = Matrix<T>::Zero(T_, C);  // [T,C] gradient of the residual stream
-  const std::string out_name = c.tied ? "tok_embeddings" : "output";
-  linear_backward<T>(pol, Site::lm_head, -1, 0, dlogits, tape.xnf, weight<T>(m, out_name, V, C), &dxn, grad(g, out_name, V, C),
-                     nullptr);
-  norm_backward<T>(tape.x_final, weight<T>(m, "norm", 1, C).data(), eps, false, dxn, dx, grad(g, "norm", 1, C).data(),
-                   nullptr);
+  const Role out = c.tied ? Role::tok_emb : Role::lm_head;
+  linear_backward<T>(pol, Site::lm_head, -1, 0, dlogits, tape.xnf, W(out), &dxn, G(out), nullptr);
+  norm_backward<T>(tape.x_final, W(Role::norm_f).data(), eps, false, dxn, dx, G(Role::norm_f).data(), nullptr);
   Matrix<T> dh(T_, H), dup(T_, H);  // [T,H]
   Matrix<T> datt(T_, C);            // [T,C]
   Matrix<T> dq, dk, dv;             // [T,C], [T,KVC], [T,KVC]
+  // Linear `role` of layer l at `site` (no bias), backward; slot: its key among the site's GEMMs.
+  auto linear = [&](Site site, Role role, int l, Index slot, const Matrix<T>& dy, const Matrix<T>& x, Matrix<T>& din) {
+    linear_backward<T>(pol, site, l, slot, dy, x, W(role, l), &din, G(role, l), nullptr);
+  };
+  auto norm = [&](Role role, int l, const Matrix<T>& x) {
+    norm_backward<T>(x, W(role, l).data(), eps, false, dxn, dx, G(role, l).data(), nullptr);
+  };
   for (int l = c.layers - 1; l >= 0; --l) {
     const LayerTape<T>& lt = tape.layers[size_t(l)];
-    const std::string p = fmt::format("layers.{}.", l);
     // MLP: x += w2(silu(w1·x) ⊙ w3·x), x = ffn_norm(x)
-    linear_backward<T>(pol, Site::mlp_proj, l, 0, dx, saved.get(l, Unit::down, lt.act), weight<T>(m, p + "feed_forward.w2", C, H),
-                       &dh, grad(g, p + "feed_forward.w2", C, H), nullptr);
+    linear(Site::mlp_proj, Role::mlp_proj, l, 0, dx, saved.get(l, Unit::down, lt.act), dh);
     swiglu_backward<T>(lt.pre, lt.up, dh, dup);
     const Matrix<T>& xn2 = saved.get(l, Unit::fc, lt.xn2);
-    linear_backward<T>(pol, Site::mlp_fc, l, 0, dh, xn2, weight<T>(m, p + "feed_forward.w1", H, C), &dxn,
-                       grad(g, p + "feed_forward.w1", H, C), nullptr);
-    linear_backward<T>(pol, Site::mlp_fc, l, 1, dup, xn2, weight<T>(m, p + "feed_forward.w3", H, C), &tmp,
-                       grad(g, p + "feed_forward.w3", H, C), nullptr);
+    linear(Site::mlp_fc, Role::mlp_gate, l, 0, dh, xn2, dxn);
+    linear(Site::mlp_fc, Role::mlp_up, l, 1, dup, xn2, tmp);
     dxn += tmp;
-    norm_backward<T>(lt.x_mid, weight<T>(m, p + "ffn_norm", 1, C).data(), eps, false, dxn, dx,
-                     grad(g, p + "ffn_norm", 1, C).data(), nullptr);
+    norm(Role::norm2, l, lt.x_mid);
     // attention
-    linear_backward<T>(pol, Site::attn_proj, l, 0, dx, saved.get(l, Unit::proj, lt.att), weight<T>(m, p + "attention.wo", C, C),
-                       &datt, grad(g, p + "attention.wo", C, C), nullptr);
+    linear(Site::attn_proj, Role::attn_proj, l, 0, dx, saved.get(l, Unit::proj, lt.att), datt);
     attention_backward<T>(pol, l, lt.probs, lt.q, lt.k, lt.v, datt, NH, NKV, HS, dq, dk, dv);
     rope_backward<T>(dq, NH, HS, tape.rcos, tape.rsin);
     rope_backward<T>(dk, NKV, HS, tape.rcos, tape.rsin);
     const Matrix<T>& xn1 = saved.get(l, Unit::qkv, lt.xn1);
-    linear_backward<T>(pol, Site::attn_qkv, l, 0, dq, xn1, weight<T>(m, p + "attention.wq", C, C), &dxn,
-                       grad(g, p + "attention.wq", C, C), nullptr);
-    linear_backward<T>(pol, Site::attn_qkv, l, 1, dk, xn1, weight<T>(m, p + "attention.wk", KVC, C), &tmp,
-                       grad(g, p + "attention.wk", KVC, C), nullptr);
+    linear(Site::attn_qkv, Role::wq, l, 0, dq, xn1, dxn);
+    linear(Site::attn_qkv, Role::wk, l, 1, dk, xn1, tmp);
     dxn += tmp;
-    linear_backward<T>(pol, Site::attn_qkv, l, 2, dv, xn1, weight<T>(m, p + "attention.wv", KVC, C), &tmp,
-                       grad(g, p + "attention.wv", KVC, C), nullptr);
+    linear(Site::attn_qkv, Role::wv, l, 2, dv, xn1, tmp);
     dxn += tmp;
-    norm_backward<T>(lt.x_in, weight<T>(m, p + "attention_norm", 1, C).data(), eps, false, dxn, dx,
-                     grad(g, p + "attention_norm", 1, C).data(), nullptr);
+    norm(Role::norm1, l, lt.x_in);
   }
-  embed_backward<T>(dx, tokens, grad(g, "tok_embeddings", V, C), nullptr);
+  embed_backward<T>(dx, tokens, G(Role::tok_emb), nullptr);
 }
 
 }  // namespace

@@ -14,6 +14,7 @@
 #include "nn/activation.h"
 #include "nn/attention.h"
 #include "nn/norm.h"
+#include "nn/params.h"
 #include "nn/streams.h"
 #include "nn/tape.h"
 
@@ -24,29 +25,6 @@ using Eigen::Index;
 namespace {
 
 using namespace detail;
-
-// A parameter as a row-major binary32 matrix [shape[0], rest] (1-D: [1, n]); InputError if it
-// is missing or has another shape.
-Eigen::Map<const Matrix<float>> param(const Model& m, const std::string& name, std::vector<int64_t> shape) {
-  const auto it = m.params.find(name);
-  if (it == m.params.end())
-    throw InputError(fmt::format("model: missing parameter '{}' [{}]", name, fmt::join(shape, ",")));
-  const Tensor& t = it->second;
-  if (t.shape != shape || int64_t(t.data.size()) != t.numel())
-    throw InputError(fmt::format("model: parameter '{}' has shape [{}] ({} values), expected [{}]", name,
-                                 fmt::join(t.shape, ","), t.data.size(), fmt::join(shape, ",")));
-  const Index rows = shape.size() == 1 ? 1 : shape[0];
-  return Eigen::Map<const Matrix<float>>(t.data.data(), rows, Index(t.numel()) / rows);
-}
-
-// The same in T: a view for float, a converted copy for double.
-template <class T>
-using Param = std::conditional_t<std::is_same_v<T, float>, Eigen::Map<const Matrix<float>>, Matrix<T>>;
-template <class T>
-Param<T> weight(const Model& m, const std::string& name, std::vector<int64_t> shape) {
-  if constexpr (std::is_same_v<T, float>) return param(m, name, std::move(shape));
-  else return param(m, name, std::move(shape)).template cast<T>();
-}
 
 // The model functions' two LAMP hooks: activation_fix(l, A, W, bias, y) after the mlp.fc GEMM
 // (σ: `activation`) and norm_fix(l, A, W, bias, γ) after a projection whose output y is added to
@@ -73,18 +51,31 @@ auto lamp_hooks(const Policy& pol, ForwardStats* stats, Site activation, bool ge
   return std::pair{activation_fix, norm_fix};
 }
 
+// attention_forward at layer l, reporting its health and LAMP's counts into stats (if given).
+template <class T>
+void attention(const Policy& pol, ForwardStats* stats, int l, const Eigen::Ref<const Matrix<T>>& q,
+               const Eigen::Ref<const Matrix<T>>& k, const Eigen::Ref<const Matrix<T>>& v, Index NH, Index NKV,
+               Index HS, Matrix<T>& out, std::vector<Matrix<T>>* probs) {
+  AttentionHealth h;
+  if (stats) h = {&stats->health_at(Site::attn_qk, l), &stats->health_at(Site::softmax, l), &stats->health_at(Site::attn_pv, l)};
+  const uint64_t n = attention_forward<T>(pol, l, q, k, v, NH, NKV, HS, out, probs, h);
+  const uint64_t T_ = uint64_t(q.rows());
+  if (stats && pol.lamp) stats->lamp_selected[size_t(l)] += n, stats->lamp_entries[size_t(l)] += uint64_t(NH) * T_ * (T_ + 1) / 2;
+}
+
 // ---------------------------------------------------------------------------------------------
 // the two models
 
 template <class T>
-Matrix<T> gpt2_forward(const Model& m, std::span<const int32_t> tokens, const Policy& pol, detail::Tape<T>* tape,
+Matrix<T> gpt2_forward(const Model& m, std::span<const int32_t> tokens, const Policy& pol, Tape<T>* tape,
                        ForwardStats* stats) {
   const ModelConfig& cfg = m.cfg;
   const Index T_ = Index(tokens.size()), C = cfg.dim, NH = cfg.heads, HS = cfg.head_size(), H = cfg.hidden,
-              V = cfg.vocab, maxT = cfg.ctx;
+              V = cfg.vocab;
   const T eps = T(cfg.norm_eps);
-  const auto wte = weight<T>(m, "wte", {V, C});     // [V,C]
-  const auto wpe = weight<T>(m, "wpe", {maxT, C});  // [maxT,C]
+  const Weights<T> W(m);
+  const auto& wte = W(Role::tok_emb);  // [V,C]
+  const auto& wpe = W(Role::pos_emb);  // [maxT,C]
 
   Matrix<T> x(T_, C);       // [T,C] the residual stream
   Matrix<T> xn(T_, C);      // [T,C] normalised x
@@ -96,34 +87,22 @@ Matrix<T> gpt2_forward(const Model& m, std::span<const int32_t> tokens, const Po
   if (tape) tape->layers.assign(size_t(cfg.layers), {});
   auto [act_lamp, ln_lamp] = lamp_hooks<T>(pol, stats, Site::gelu, cfg.gelu_tanh, eps, x, y);
   auto health = [stats](Site s, int l) { return stats ? &stats->health_at(s, l) : nullptr; };
-  auto attention = [&](int l, const auto& q_, const auto& k_, const auto& v_, Index nkv, Matrix<T>& out,
-                       std::vector<Matrix<T>>* probs) {
-    const uint64_t n = attention_forward<T>(pol, l, q_, k_, v_, NH, nkv, HS, out, probs,
-                                            {health(Site::attn_qk, l), health(Site::softmax, l), health(Site::attn_pv, l)});
-    if (stats && pol.lamp)
-      stats->lamp_selected[size_t(l)] += n, stats->lamp_entries[size_t(l)] += uint64_t(NH) * uint64_t(T_) * uint64_t(T_ + 1) / 2;
-  };
 
   for (int l = 0; l < cfg.layers; ++l) {
-    detail::LayerTape<T>* lt = tape ? &tape->layers[size_t(l)] : nullptr;
-    const std::string p = fmt::format("h.{}.", l);
-    const auto ln1w = weight<T>(m, p + "ln_1.weight", {C}), ln1b = weight<T>(m, p + "ln_1.bias", {C});  // [C]
-    const auto wqkv = weight<T>(m, p + "attn.c_attn.weight", {3 * C, C});                               // [3C,C]
-    const auto bqkv = weight<T>(m, p + "attn.c_attn.bias", {3 * C});                                    // [3C]
-    const auto wo = weight<T>(m, p + "attn.c_proj.weight", {C, C});                                     // [C,C]
-    const auto bo = weight<T>(m, p + "attn.c_proj.bias", {C});                                          // [C]
-    const auto ln2w = weight<T>(m, p + "ln_2.weight", {C}), ln2b = weight<T>(m, p + "ln_2.bias", {C});  // [C]
-    const auto wfc = weight<T>(m, p + "mlp.c_fc.weight", {H, C});                                       // [H,C]
-    const auto bfc = weight<T>(m, p + "mlp.c_fc.bias", {H});                                            // [H]
-    const auto wpr = weight<T>(m, p + "mlp.c_proj.weight", {C, H});                                     // [C,H]
-    const auto bpr = weight<T>(m, p + "mlp.c_proj.bias", {C});                                          // [C]
+    LayerTape<T>* lt = tape ? &tape->layers[size_t(l)] : nullptr;
+    const auto &ln1w = W(Role::norm1, l), &ln1b = W.bias(Role::norm1, l);  // [C]
+    const auto &wqkv = W(Role::attn_qkv, l), &bqkv = W.bias(Role::attn_qkv, l);  // [3C,C], [3C]
+    const auto &wo = W(Role::attn_proj, l), &bo = W.bias(Role::attn_proj, l);  // [C,C], [C]
+    const auto &ln2w = W(Role::norm2, l), &ln2b = W.bias(Role::norm2, l);  // [C]
+    const auto &wfc = W(Role::mlp_fc, l), &bfc = W.bias(Role::mlp_fc, l);  // [H,C], [H]
+    const auto &wpr = W(Role::mlp_proj, l), &bpr = W.bias(Role::mlp_proj, l);  // [C,H], [C]
 
     if (lt) lt->x_in = x;
-    norm_forward<T>(pol.at(Site::ln, l), norm_stream(l, 0), x, ln1w.data(), ln1b.data(), eps, xn,
-                    health(Site::ln, l));
+    norm_forward<T>(pol.at(Site::ln, l), norm_stream(l, 0), x, ln1w.data(), ln1b.data(), eps, xn, health(Site::ln, l));
     site_gemm<T>(pol.at(Site::attn_qkv, l), xn, wqkv, true, qkv, qkv_stream(l, 0), T(1), bqkv.data(),
                  health(Site::attn_qkv, l));
-    attention(l, qkv.leftCols(C), qkv.middleCols(C, C), qkv.rightCols(C), NH, att, lt ? &lt->probs : nullptr);
+    attention<T>(pol, stats, l, qkv.leftCols(C), qkv.middleCols(C, C), qkv.rightCols(C), NH, NH, HS, att,
+                 lt ? &lt->probs : nullptr);
     if (lt) {
       lt->xn1 = xn;
       lt->q = qkv.leftCols(C), lt->k = qkv.middleCols(C, C), lt->v = qkv.rightCols(C);
@@ -134,8 +113,7 @@ Matrix<T> gpt2_forward(const Model& m, std::span<const int32_t> tokens, const Po
     ln_lamp(l, att, wo, bo.data(), ln2w.data());
     x += y;
     if (lt) lt->x_mid = x;
-    norm_forward<T>(pol.at(Site::ln, l), norm_stream(l, 1), x, ln2w.data(), ln2b.data(), eps, xn,
-                    health(Site::ln, l));
+    norm_forward<T>(pol.at(Site::ln, l), norm_stream(l, 1), x, ln2w.data(), ln2b.data(), eps, xn, health(Site::ln, l));
     site_gemm<T>(pol.at(Site::mlp_fc, l), xn, wfc, true, hid, fc_stream(l, 0), T(1), bfc.data(),
                  health(Site::mlp_fc, l));
     act_lamp(l, xn, wfc, bfc.data(), hid);
@@ -145,32 +123,30 @@ Matrix<T> gpt2_forward(const Model& m, std::span<const int32_t> tokens, const Po
     site_gemm<T>(pol.at(Site::mlp_proj, l), hid, wpr, true, y, mlp_proj_stream(l), T(1), bpr.data(),
                  health(Site::mlp_proj, l));
     if (pol.lamp_layernorm)  // the next norm: ln_1 of layer l+1, or ln_f
-      ln_lamp(l, hid, wpr, bpr.data(),
-              weight<T>(m, l + 1 < cfg.layers ? fmt::format("h.{}.ln_1.weight", l + 1) : "ln_f.weight", {C}).data());
+      ln_lamp(l, hid, wpr, bpr.data(), (l + 1 < cfg.layers ? W(Role::norm1, l + 1) : W(Role::norm_f)).data());
     x += y;
   }
 
-  const auto lnfw = weight<T>(m, "ln_f.weight", {C}), lnfb = weight<T>(m, "ln_f.bias", {C});  // [C]
+  const auto &lnfw = W(Role::norm_f), &lnfb = W.bias(Role::norm_f);  // [C]
   norm_forward<T>(pol.at(Site::ln), norm_stream(-1, 0), x, lnfw.data(), lnfb.data(), eps, xn, health(Site::ln, -1));
   if (tape) tape->x_final = x, tape->xnf = xn;
   Matrix<T> logits(T_, V);  // [T,V]
-  site_gemm<T>(pol.at(Site::lm_head), xn, wte, true, logits, lm_head_stream(), T(1), nullptr,
-               health(Site::lm_head, -1));
+  site_gemm<T>(pol.at(Site::lm_head), xn, wte, true, logits, lm_head_stream(), T(1), nullptr, health(Site::lm_head, -1));
   return logits;
 }
 
 template <class T>
-Matrix<T> llama_forward(const Model& m, std::span<const int32_t> tokens, const Policy& pol, detail::Tape<T>* tape,
+Matrix<T> llama_forward(const Model& m, std::span<const int32_t> tokens, const Policy& pol, Tape<T>* tape,
                         ForwardStats* stats) {
   const ModelConfig& cfg = m.cfg;
   const Index T_ = Index(tokens.size()), C = cfg.dim, NH = cfg.heads, NKV = cfg.kv_heads, HS = cfg.head_size(),
               KVC = NKV * HS, H = cfg.hidden, V = cfg.vocab;
   const T eps = T(cfg.norm_eps);
-  const auto emb = weight<T>(m, "tok_embeddings", {V, C});  // [V,C]
+  const Weights<T> W(m);
+  const auto& emb = W(Role::tok_emb);  // [V,C]
 
-  Matrix<T> rcos, rsin;  // [T, HS/2] RoPE's angles
+  Matrix<T> rcos, rsin;    // [T, HS/2] RoPE's angles
   rope_tables<T>(T_, HS, double(cfg.rope_theta), rcos, rsin);
-
   Matrix<T> x(T_, C);      // [T,C] the residual stream
   Matrix<T> xn(T_, C);     // [T,C] normalised x
   Matrix<T> q(T_, C);      // [T,C] queries, NH heads
@@ -184,26 +160,18 @@ Matrix<T> llama_forward(const Model& m, std::span<const int32_t> tokens, const P
   if (tape) tape->layers.assign(size_t(cfg.layers), {}), tape->rcos = rcos, tape->rsin = rsin;
   auto [act_lamp, ln_lamp] = lamp_hooks<T>(pol, stats, Site::silu, false, eps, x, y);
   auto health = [stats](Site s, int l) { return stats ? &stats->health_at(s, l) : nullptr; };
-  auto attention = [&](int l, const auto& q_, const auto& k_, const auto& v_, Index nkv, Matrix<T>& out,
-                       std::vector<Matrix<T>>* probs) {
-    const uint64_t n = attention_forward<T>(pol, l, q_, k_, v_, NH, nkv, HS, out, probs,
-                                            {health(Site::attn_qk, l), health(Site::softmax, l), health(Site::attn_pv, l)});
-    if (stats && pol.lamp)
-      stats->lamp_selected[size_t(l)] += n, stats->lamp_entries[size_t(l)] += uint64_t(NH) * uint64_t(T_) * uint64_t(T_ + 1) / 2;
-  };
 
   for (int l = 0; l < cfg.layers; ++l) {
-    detail::LayerTape<T>* lt = tape ? &tape->layers[size_t(l)] : nullptr;
-    const std::string p = fmt::format("layers.{}.", l);
-    const auto anorm = weight<T>(m, p + "attention_norm", {C});             // [C]
-    const auto wq = weight<T>(m, p + "attention.wq", {C, C});               // [C,C]
-    const auto wk = weight<T>(m, p + "attention.wk", {KVC, C});             // [NKV·HS,C]
-    const auto wv = weight<T>(m, p + "attention.wv", {KVC, C});             // [NKV·HS,C]
-    const auto wo = weight<T>(m, p + "attention.wo", {C, C});               // [C,C]
-    const auto fnorm = weight<T>(m, p + "ffn_norm", {C});                   // [C]
-    const auto w1 = weight<T>(m, p + "feed_forward.w1", {H, C});            // [H,C]
-    const auto w3 = weight<T>(m, p + "feed_forward.w3", {H, C});            // [H,C]
-    const auto w2 = weight<T>(m, p + "feed_forward.w2", {C, H});            // [C,H]
+    LayerTape<T>* lt = tape ? &tape->layers[size_t(l)] : nullptr;
+    const auto& anorm = W(Role::norm1, l);  // [C]
+    const auto& wq = W(Role::wq, l);        // [C,C]
+    const auto& wk = W(Role::wk, l);        // [NKV·HS,C]
+    const auto& wv = W(Role::wv, l);        // [NKV·HS,C]
+    const auto& wo = W(Role::attn_proj, l); // [C,C]
+    const auto& fnorm = W(Role::norm2, l);  // [C]
+    const auto& w1 = W(Role::mlp_gate, l);  // [H,C]
+    const auto& w3 = W(Role::mlp_up, l);    // [H,C]
+    const auto& w2 = W(Role::mlp_proj, l);  // [C,H]
 
     if (lt) lt->x_in = x;
     norm_forward<T>(pol.at(Site::ln, l), norm_stream(l, 0), x, anorm.data(), nullptr, eps, xn, health(Site::ln, l));
@@ -213,7 +181,7 @@ Matrix<T> llama_forward(const Model& m, std::span<const int32_t> tokens, const P
     site_gemm<T>(pqkv, xn, wv, true, v, qkv_stream(l, 2), T(1), nullptr, health(Site::attn_qkv, l));
     rope_forward<T>(q, NH, HS, rcos, rsin);
     rope_forward<T>(k, NKV, HS, rcos, rsin);
-    attention(l, q, k, v, NKV, att, lt ? &lt->probs : nullptr);
+    attention<T>(pol, stats, l, q, k, v, NH, NKV, HS, att, lt ? &lt->probs : nullptr);
     if (lt) lt->xn1 = xn, lt->q = q, lt->k = k, lt->v = v, lt->att = att;
     site_gemm<T>(pol.at(Site::attn_proj, l), att, wo, true, y, attn_proj_stream(l), T(1), nullptr,
                  health(Site::attn_proj, l));
@@ -231,20 +199,16 @@ Matrix<T> llama_forward(const Model& m, std::span<const int32_t> tokens, const P
     site_gemm<T>(pol.at(Site::mlp_proj, l), gate, w2, true, y, mlp_proj_stream(l), T(1), nullptr,
                  health(Site::mlp_proj, l));
     if (pol.lamp_layernorm)  // the next norm: attention_norm of layer l+1, or the final norm
-      ln_lamp(l, gate, w2, nullptr,
-              weight<T>(m, l + 1 < cfg.layers ? fmt::format("layers.{}.attention_norm", l + 1) : "norm", {C}).data());
+      ln_lamp(l, gate, w2, nullptr, (l + 1 < cfg.layers ? W(Role::norm1, l + 1) : W(Role::norm_f)).data());
     x += y;
   }
 
-  const auto fnorm = weight<T>(m, "norm", {C});  // [C]
+  const auto& fnorm = W(Role::norm_f);  // [C]
   norm_forward<T>(pol.at(Site::ln), norm_stream(-1, 0), x, fnorm.data(), nullptr, eps, xn, health(Site::ln, -1));
   if (tape) tape->x_final = x, tape->xnf = xn;
   Matrix<T> logits(T_, V);  // [T,V]
-  const SitePolicy& ph = pol.at(Site::lm_head);
-  const uint64_t sh = lm_head_stream();
-  if (cfg.tied) site_gemm<T>(ph, xn, emb, true, logits, sh, T(1), nullptr, health(Site::lm_head, -1));
-  else site_gemm<T>(ph, xn, weight<T>(m, "output", {V, C}), true, logits, sh, T(1), nullptr,
-                    health(Site::lm_head, -1));
+  const auto& out = W(cfg.tied ? Role::tok_emb : Role::lm_head);  // [V,C]
+  site_gemm<T>(pol.at(Site::lm_head), xn, out, true, logits, lm_head_stream(), T(1), nullptr, health(Site::lm_head, -1));
   return logits;
 }
 
