@@ -119,35 +119,34 @@ __global__ void gemm_blocked_kernel(const float* __restrict__ A, const float* __
 void cuda_gemm(const float* A, const float* B, double* C, size_t M, size_t N, size_t K,
                const GemmSpec& s) {
   using namespace cuda_detail;
-  validate(s);  // also checks block ≥ 1 and that the input format fits binary32
+  const GemmPlan p = plan_gemm(s);  // validate(s): also block ≥ 1 and the input format fits binary32
   if (M == 0 || N == 0) return;
-  const Target<double> t = make_target<double>(s.acc, s.sr_bits);
+  const Target<double>& t = p.acc;
 
   DeviceBuffer<float> dA(M * K), dB(K * N);
   DeviceBuffer<double> dC(M * N);
   dA.upload(A, M * K);
   dB.upload(B, K * N);
 
-  if (s.input) {  // A[i,k]: index i·K + k of stream + 1; B[k,j]: index k·N + j of stream + 2
-    const Target<float> ti = make_target<float>(*s.input, s.sr_bits);
-    round_device(dA.get(), M * K, ti, s.input_mode, s.seed, s.stream + 1, 0);
-    round_device(dB.get(), K * N, ti, s.input_mode, s.seed, s.stream + 2, 0);
+  if (p.input) {  // A[i,k]: index i·K + k of stream + 1; B[k,j]: index k·N + j of stream + 2
+    round_device(dA.get(), M * K, p.input->tf, p.input->mode, p.seed, s.stream + 1, 0);
+    round_device(dB.get(), K * N, p.input->tf, p.input->mode, p.seed, s.stream + 2, 0);
   }
 
   const unsigned grid = blocks_for(M * N);
-  dispatch_mode(s.acc_mode, [&]<Rounding R>() {
-    switch (s.accumulation) {
+  dispatch_mode(p.acc_mode, [&]<Rounding R>() {
+    switch (p.accumulation) {
       case Accumulation::strict:
         gemm_strict_kernel<R><<<grid, kThreads>>>(dA.get(), dB.get(), dC.get(), M, N, K, t,
-                                                  s.seed, s.stream);
+                                                  p.seed, s.stream);
         break;
       case Accumulation::unfused:
         gemm_unfused_kernel<R><<<grid, kThreads>>>(dA.get(), dB.get(), dC.get(), M, N, K, t,
-                                                   s.seed, s.stream);
+                                                   p.seed, s.stream);
         break;
       case Accumulation::blocked:
         gemm_blocked_kernel<R><<<grid, kThreads>>>(dA.get(), dB.get(), dC.get(), M, N, K,
-                                                   size_t(s.block), t, s.seed, s.stream);
+                                                   p.block, t, p.seed, s.stream);
         break;
     }
     MANTIS_CUDA_CHECK_LAUNCH();
