@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "mantis_config.h"
+#include "core/accumulate.h"
 #include "core/round.h"
 #include "core/round_array.h"
 
@@ -73,37 +74,38 @@ void gemm_row(const float* a, const float* B, double* acc, double* v, double* pr
               size_t N, size_t K, const Target<double>& t, const GemmPlan& s, uint64_t stream) {
   constexpr bool kRandom = random_mode(M);
   for (size_t j = 0; j < N; ++j) acc[j] = 0.0;
+  // The steps and word indices of accumulate.h; o = i·N + j.
+  const uint64_t o0 = i * N;
   switch (s.accumulation) {
     case Accumulation::strict:
       for (size_t k = 0; k < K; ++k) {
-        const double ak = a[k];
+        const float ak = a[k];
         const float* b = B + k * N;
-        round_step<M>(acc, v, N, t, [&](size_t j) { return add_round_odd(ak * double(b[j]), acc[j]); },
-                      [&](size_t j) { return kRandom ? random_word(s.seed, stream, (i * N + j) * K + k) : 0u; });
+        round_step<M>(acc, v, N, t, [&](size_t j) { return strict_value(acc[j], ak, b[j]); },
+                      [&](size_t j) { return kRandom ? random_word(s.seed, stream, strict_index(o0 + j, K, k)) : 0u; });
       }
       break;
     case Accumulation::unfused:
       for (size_t k = 0; k < K; ++k) {
-        const double ak = a[k];
+        const float ak = a[k];
         const float* b = B + k * N;
-        const uint64_t idx = 2 * (i * N * K + k);  // 2·((i·N + j)·K + k) = idx + 2·j·K
-        round_step<M>(prod, v, N, t, [&](size_t j) { return ak * double(b[j]); },  // exact product
-                      [&](size_t j) { return kRandom ? random_word(s.seed, stream, idx + 2 * j * K) : 0u; });
-        round_step<M>(acc, v, N, t, [&](size_t j) { return add_round_odd(acc[j], prod[j]); },
-                      [&](size_t j) { return kRandom ? random_word(s.seed, stream, idx + 2 * j * K + 1) : 0u; });
+        round_step<M>(prod, v, N, t, [&](size_t j) { return exact_product(ak, b[j]); },
+                      [&](size_t j) { return kRandom ? random_word(s.seed, stream, unfused_product_index(o0 + j, K, k)) : 0u; });
+        round_step<M>(acc, v, N, t, [&](size_t j) { return sum_value(acc[j], prod[j]); },
+                      [&](size_t j) { return kRandom ? random_word(s.seed, stream, unfused_sum_index(o0 + j, K, k)) : 0u; });
       }
       break;
     case Accumulation::blocked: {
-      const size_t kb = s.block, nchunks = (K + kb - 1) / kb;
+      const size_t kb = s.block, nchunks = chunk_count(K, kb);
       for (size_t c = 0; c < nchunks; ++c) {
         for (size_t j = 0; j < N; ++j) chunk[j] = 0.0f;
         for (size_t k = c * kb; k < std::min(K, (c + 1) * kb); ++k) {
           const float ak = a[k];
           const float* b = B + k * N;
-          for (size_t j = 0; j < N; ++j) chunk[j] = std::fma(ak, b[j], chunk[j]);  // binary32 RNE
+          for (size_t j = 0; j < N; ++j) chunk[j] = chunk_step(chunk[j], ak, b[j]);
         }
-        round_step<M>(acc, v, N, t, [&](size_t j) { return add_round_odd(acc[j], double(chunk[j])); },
-                      [&](size_t j) { return kRandom ? random_word(s.seed, stream, (i * N + j) * nchunks + c) : 0u; });
+        round_step<M>(acc, v, N, t, [&](size_t j) { return sum_value(acc[j], double(chunk[j])); },
+                      [&](size_t j) { return kRandom ? random_word(s.seed, stream, blocked_index(o0 + j, nchunks, c)) : 0u; });
       }
       break;
     }
@@ -146,8 +148,8 @@ void gemm(const GemmPlan& p, const float* A, const float* B, double* C, size_t M
   if (p.input) {  // operands rounded once to the input format, each on its own stream
     Ar.resize(M * K);
     Br.resize(K * N);
-    round_array(*p.input, A, Ar.data(), M * K, stream + 1);
-    round_array(*p.input, B, Br.data(), K * N, stream + 2);
+    round_array(*p.input, A, Ar.data(), M * K, stream + kStreamA);
+    round_array(*p.input, B, Br.data(), K * N, stream + kStreamB);
     A = Ar.data();
     B = Br.data();
   }

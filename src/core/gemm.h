@@ -11,10 +11,9 @@
 // format. The k-loop of every output is sequential, so results are bit-identical to the scalar
 // MPFR reference (oracle.h) and independent of the thread count.
 //
-// Random words (sr/sre): accumulation step k of output (i,j) uses index (i·N + j)·K + k of
-// (seed, stream); unfused uses 2·that (product) and 2·that + 1 (sum); blocked uses
-// (i·N + j)·nchunks + chunk. Input rounding of A[i,k] uses index i·K + k of (seed, stream + 1),
-// of B[k,j] index k·N + j of (seed, stream + 2).
+// The steps, and the random word (sr/sre) of every rounding — accumulation step k of output
+// (i,j), and the operands' input rounding on streams stream + 1 (A) and stream + 2 (B) — are
+// written once in accumulate.h, shared with the GPU kernels and the oracle.
 #pragma once
 
 #include <cstddef>
