@@ -62,10 +62,10 @@ namespace mantis::detail {
 // second input + 2) and the output rounding (stream + 3).
 // GELU in place on h [T,H].
 template <class T>
-void gelu_forward(const SitePolicy& p, uint64_t stream, bool tanh_approx, Matrix<T>& h, SiteHealth* hl);
+void gelu_forward(const SitePlan& p, uint64_t stream, bool tanh_approx, Matrix<T>& h, SiteHealth* hl);
 // SwiGLU in place: g [T,H] ← silu(g) ⊙ u (u [T,H] is rounded in place too).
 template <class T>
-void silu_forward(const SitePolicy& p, uint64_t stream, Matrix<T>& g, Matrix<T>& u, SiteHealth* h);
+void silu_forward(const SitePlan& p, uint64_t stream, Matrix<T>& g, Matrix<T>& u, SiteHealth* h);
 
 // Backward (the roundings straight-through): d [T,H] ← d ⊙ GELU'(pre).
 template <class T>
@@ -77,8 +77,9 @@ void swiglu_backward(const Matrix<T>& gate, const Matrix<T>& up, Matrix<T>& dh, 
 // LAMP at the activation ([lamp_activation], lamp.h): y [T,N] = A·Wᵀ + b was computed at its
 // site's precision; entries with |σ'(y)|·|y| > τ (σ: GELU, or silu for the llama gate) take the
 // recomputed product. Returns how many.
-uint64_t lamp_activation_fix(const LampSiteSpec& s, const Matrix<float>& A, Eigen::Ref<const Matrix<float>> w,
-                             const float* bias, Matrix<float>& y, Site activation, bool gelu_tanh);
+uint64_t lamp_activation_fix(const LampSiteSpec& s, const SitePlan& recompute, const Matrix<float>& A,
+                             Eigen::Ref<const Matrix<float>> w, const float* bias, Matrix<float>& y, Site activation,
+                             bool gelu_tanh);
 
 }  // namespace mantis::detail
 #endif

@@ -22,15 +22,12 @@ constexpr Index kQueryBlock = 64;  // query rows per block (keys 0..end of the b
 // masked keys i+1..r1−1 get probability 0. Rounding: key j of query i uses index j of the
 // streams of softmax_stream(l, head, i).
 template <class T>
-void softmax_block(const SitePolicy& p, int l, Index head, Eigen::Ref<Matrix<T>> s, Index r0, SiteHealth* h) {
+void softmax_block(const SitePlan& p, int l, Index head, Eigen::Ref<Matrix<T>> s, Index r0, SiteHealth* h) {
   for (Index r = 0; r < s.rows(); ++r) {
     const Index i = r0 + r, n = i + 1;
     T* x = s.row(r).data();  // [r1]: the scores of query i
     const uint64_t stream = softmax_stream(l, head, i);
-    if (p.input) {
-      count_overflow(h, x, size_t(n), *p.input);
-      round_array(x, x, size_t(n), *p.input, round_options(p, stream + kStreamInputA));
-    }
+    if (p.input) round_step(x, size_t(n), *p.input, stream + kStreamA, h);
     T mx = x[0];
     for (Index j = 1; j < n; ++j) mx = std::max(mx, x[j]);
     T sum = 0;
@@ -39,10 +36,7 @@ void softmax_block(const SitePolicy& p, int l, Index head, Eigen::Ref<Matrix<T>>
       sum += x[j];
     }
     for (Index j = 0; j < n; ++j) x[j] /= sum;
-    if (p.output) {
-      count_overflow(h, x, size_t(n), *p.output);
-      round_array(x, x, size_t(n), *p.output, round_options(p, stream + kStreamOutput));
-    }
+    if (p.output) round_step(x, size_t(n), *p.output, stream + kStreamOutput, h);
     count_nonfinite(h, x, size_t(n));
     for (Index j = n; j < s.cols(); ++j) x[j] = 0;
   }
@@ -51,25 +45,25 @@ void softmax_block(const SitePolicy& p, int l, Index head, Eigen::Ref<Matrix<T>>
 }  // namespace
 
 template <class T>
-uint64_t attention_forward(const Policy& pol, int l, const Eigen::Ref<const Matrix<T>>& q,
+uint64_t attention_forward(const PolicyPlan& pol, int l, const Eigen::Ref<const Matrix<T>>& q,
                            const Eigen::Ref<const Matrix<T>>& k, const Eigen::Ref<const Matrix<T>>& v, Index NH,
                            Index NKV, Index HS, Matrix<T>& out, std::vector<Matrix<T>>* probs,
                            const AttentionHealth& health) {
-  const SitePolicy &qk = pol.at(Site::attn_qk, l), &pv = pol.at(Site::attn_pv, l), &sm = pol.at(Site::softmax, l);
+  const SitePlan &qk = pol.at(Site::attn_qk, l), &pv = pol.at(Site::attn_pv, l), &sm = pol.at(Site::softmax, l);
   const Index T_ = q.rows(), nblocks = (T_ + kQueryBlock - 1) / kQueryBlock, group = NH / NKV;
   const T divisor = std::sqrt(T(HS));
   SiteHealth *hqk = health.qk, *hsm = health.softmax, *hpv = health.pv;
   if (probs) probs->assign(size_t(NH), Matrix<T>::Zero(T_, T_));
   // Random rounding at a score GEMM is keyed per query row (streams.h), so those rows are
   // multiplied one at a time; deterministic ones in blocks (the same values either way).
-  const bool by_row = is_random(qk) || is_random(pv);
-  const std::optional<LampSpec>& lamp = pol.lamp;
-  const SitePolicy recompute = lamp_recompute_site(lamp ? lamp->recompute : std::nullopt);  // LAMP's scores
+  const bool by_row = qk.random || pv.random;
+  const std::optional<LampSpec>& lamp = pol.policy().lamp;
+  const SitePlan& recompute = pol.lamp_scores();  // LAMP's recomputed scores
   // Block path with health counts: overflow is counted before the output rounding, so the scores
   // are multiplied unrounded and rounded here (the same call site_gemm makes: deterministic, so
   // the same values).
   const bool count_qk_overflow = !by_row && hqk && qk.output;
-  SitePolicy qk_unrounded = qk;
+  SitePlan qk_unrounded = qk;
   qk_unrounded.output.reset();
   std::vector<uint64_t> selected(size_t(NH), 0);
   ParallelErrors errors;
@@ -87,8 +81,8 @@ uint64_t attention_forward(const Policy& pol, int l, const Eigen::Ref<const Matr
         site_gemm<T>(count_qk_overflow ? qk_unrounded : qk, q.block(r0, h * HS, nr, HS), k.block(0, g * HS, r1, HS),
                      true, S, qk_stream(l, h), divisor);
         if (count_qk_overflow) {
-          for (Index r = 0; r < nr; ++r) count_overflow(hqk, S.row(r).data(), size_t(r0 + r + 1), *qk.output);
-          round_matrix<T>(S, *qk.output, qk, qk_stream(l, h) + kStreamOutput);
+          for (Index r = 0; r < nr; ++r) count_overflow(hqk, S.row(r).data(), size_t(r0 + r + 1), qk.output->max_finite);
+          round_matrix<T>(S, *qk.output, qk_stream(l, h) + kStreamOutput);
         }
         if (hqk)
           for (Index r = 0; r < nr; ++r) count_nonfinite(hqk, S.row(r).data(), size_t(r0 + r + 1));
@@ -130,7 +124,7 @@ uint64_t attention_forward(const Policy& pol, int l, const Eigen::Ref<const Matr
 }
 
 template <class T>
-void attention_backward(const Policy& pol, int l, const std::vector<Matrix<T>>& probs, const Matrix<T>& q,
+void attention_backward(const PolicyPlan& pol, int l, const std::vector<Matrix<T>>& probs, const Matrix<T>& q,
                         const Matrix<T>& k, const Matrix<T>& v, const Matrix<T>& datt, Index NH, Index NKV, Index HS,
                         Matrix<T>& dq, Matrix<T>& dk, Matrix<T>& dv) {
   const Index T_ = datt.rows(), group = NH / NKV;
@@ -218,18 +212,18 @@ void rope_backward(Matrix<T>& d, Index nh, Index HS, const Matrix<T>& cos_, cons
     }
 }
 
-template uint64_t attention_forward<float>(const Policy&, int, const Eigen::Ref<const Matrix<float>>&,
+template uint64_t attention_forward<float>(const PolicyPlan&, int, const Eigen::Ref<const Matrix<float>>&,
                                              const Eigen::Ref<const Matrix<float>>&, const Eigen::Ref<const Matrix<float>>&, Index,
                                              Index, Index, Matrix<float>&, std::vector<Matrix<float>>*, const AttentionHealth&);
-template void attention_backward<float>(const Policy&, int, const std::vector<Matrix<float>>&, const Matrix<float>&, const Matrix<float>&,
+template void attention_backward<float>(const PolicyPlan&, int, const std::vector<Matrix<float>>&, const Matrix<float>&, const Matrix<float>&,
                                       const Matrix<float>&, const Matrix<float>&, Index, Index, Index, Matrix<float>&, Matrix<float>&, Matrix<float>&);
 template void rope_tables<float>(Index, Index, double, Matrix<float>&, Matrix<float>&);
 template void rope_forward<float>(Matrix<float>&, Index, Index, const Matrix<float>&, const Matrix<float>&);
 template void rope_backward<float>(Matrix<float>&, Index, Index, const Matrix<float>&, const Matrix<float>&);
-template uint64_t attention_forward<double>(const Policy&, int, const Eigen::Ref<const Matrix<double>>&,
+template uint64_t attention_forward<double>(const PolicyPlan&, int, const Eigen::Ref<const Matrix<double>>&,
                                              const Eigen::Ref<const Matrix<double>>&, const Eigen::Ref<const Matrix<double>>&, Index,
                                              Index, Index, Matrix<double>&, std::vector<Matrix<double>>*, const AttentionHealth&);
-template void attention_backward<double>(const Policy&, int, const std::vector<Matrix<double>>&, const Matrix<double>&, const Matrix<double>&,
+template void attention_backward<double>(const PolicyPlan&, int, const std::vector<Matrix<double>>&, const Matrix<double>&, const Matrix<double>&,
                                       const Matrix<double>&, const Matrix<double>&, Index, Index, Index, Matrix<double>&, Matrix<double>&, Matrix<double>&);
 template void rope_tables<double>(Index, Index, double, Matrix<double>&, Matrix<double>&);
 template void rope_forward<double>(Matrix<double>&, Index, Index, const Matrix<double>&, const Matrix<double>&);

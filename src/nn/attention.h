@@ -37,14 +37,14 @@ struct AttentionHealth {
 // (and policy.lamp); probs, when given, receives NH × [T,T] softmax rows (query i: keys 0..i, the
 // rest 0). Returns how many scores LAMP recomputed.
 template <class T>
-uint64_t attention_forward(const Policy& pol, int l, const Eigen::Ref<const Matrix<T>>& q,
+uint64_t attention_forward(const PolicyPlan& pol, int l, const Eigen::Ref<const Matrix<T>>& q,
                            const Eigen::Ref<const Matrix<T>>& k, const Eigen::Ref<const Matrix<T>>& v, Eigen::Index NH,
                            Eigen::Index NKV, Eigen::Index HS, Matrix<T>& out, std::vector<Matrix<T>>* probs,
                            const AttentionHealth& health);
 
 // datt [T,C] → dq [T,C], dk, dv [T,NKV·HS], from the forward's probs, q, k, v (llama: after RoPE).
 template <class T>
-void attention_backward(const Policy& pol, int l, const std::vector<Matrix<T>>& probs, const Matrix<T>& q,
+void attention_backward(const PolicyPlan& pol, int l, const std::vector<Matrix<T>>& probs, const Matrix<T>& q,
                         const Matrix<T>& k, const Matrix<T>& v, const Matrix<T>& datt, Eigen::Index NH,
                         Eigen::Index NKV, Eigen::Index HS, Matrix<T>& dq, Matrix<T>& dk, Matrix<T>& dv);
 

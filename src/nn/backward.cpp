@@ -178,7 +178,7 @@ void embed_backward(const Matrix<T>& dx, std::span<const int32_t> tokens, Eigen:
 
 template <class T>
 void gpt2_backward(const Model& m, std::span<const int32_t> tokens, const Tape<T>& tape, const Matrix<T>& dlogits,
-                   const Policy& pol, GradMap<T>& grads, Saved<T>& saved) {
+                   const PolicyPlan& pol, GradMap<T>& grads, Saved<T>& saved) {
   const ModelConfig& c = m.cfg;
   const Index T_ = Index(tokens.size()), C = c.dim, NH = c.heads, HS = c.head_size(), H = c.hidden;
   const T eps = T(c.norm_eps);
@@ -219,7 +219,7 @@ void gpt2_backward(const Model& m, std::span<const int32_t> tokens, const Tape<T
 
 template <class T>
 void llama_backward(const Model& m, std::span<const int32_t> tokens, const Tape<T>& tape, const Matrix<T>& dlogits,
-                    const Policy& pol, GradMap<T>& grads, Saved<T>& saved) {
+                    const PolicyPlan& pol, GradMap<T>& grads, Saved<T>& saved) {
   const ModelConfig& c = m.cfg;
   const Index T_ = Index(tokens.size()), C = c.dim, NH = c.heads, NKV = c.kv_heads, HS = c.head_size(), H = c.hidden;
   const T eps = T(c.norm_eps);
@@ -266,31 +266,48 @@ void llama_backward(const Model& m, std::span<const int32_t> tokens, const Tape<
   embed_backward<T>(dx, tokens, G(Role::tok_emb), nullptr);
 }
 
-}  // namespace
-
-template <class T>
-LossSum sequence_backward(const Model& m, std::span<const int32_t> tokens, std::span<const int32_t> targets,
-                          const Policy& policy, double scale, GradMap<T>& grads, const BackwardOptions& opt) {
+// targets [T]: −1 (none) or a token.
+void check_targets(const Model& m, std::span<const int32_t> tokens, std::span<const int32_t> targets) {
   if (targets.size() != tokens.size())
     throw InputError(fmt::format("backward: {} targets for {} tokens", targets.size(), tokens.size()));
   for (size_t t = 0; t < targets.size(); ++t)
     if (targets[t] < -1 || targets[t] >= m.cfg.vocab)
       throw InputError(fmt::format("backward: target {} at position {} is outside the vocabulary [0, {}) (−1: none)",
                                    targets[t], t, m.cfg.vocab));
+}
+
+}  // namespace
+
+template <class T>
+LossSum sequence_backward(const Model& m, std::span<const int32_t> tokens, std::span<const int32_t> targets,
+                          const PolicyPlan& plan, double scale, GradMap<T>& grads, const BackwardOptions& opt) {
+  check_targets(m, tokens, targets);
   if (opt.activations) opt.activations->resize(size_t(m.cfg.layers * kUnitCount));
   Tape<T> tape;
-  const Matrix<T> logits = detail::forward_tape<T>(m, tokens, policy, tape);  // [T,V]
-  Matrix<T> dlogits;                                                           // [T,V]
+  const Matrix<T> logits = detail::forward_tape<T>(m, tokens, plan, tape);  // [T,V]
+  Matrix<T> dlogits;                                                         // [T,V]
   const LossSum loss = cross_entropy_backward<T>(logits, targets, scale, dlogits);
   Saved<T> saved(opt, m.cfg);
-  if (m.cfg.arch == Arch::gpt2) gpt2_backward<T>(m, tokens, tape, dlogits, policy, grads, saved);
-  else llama_backward<T>(m, tokens, tape, dlogits, policy, grads, saved);
+  if (m.cfg.arch == Arch::gpt2) gpt2_backward<T>(m, tokens, tape, dlogits, plan, grads, saved);
+  else llama_backward<T>(m, tokens, tape, dlogits, plan, grads, saved);
   return loss;
+}
+
+template <class T>
+LossSum sequence_backward(const Model& m, std::span<const int32_t> tokens, std::span<const int32_t> targets,
+                          const Policy& policy, double scale, GradMap<T>& grads, const BackwardOptions& opt) {
+  check_targets(m, tokens, targets);  // the targets', then the tokens' errors before the policy's
+  detail::check_tokens(m, tokens);
+  return sequence_backward<T>(m, tokens, targets, PolicyPlan(policy, m.cfg), scale, grads, opt);
 }
 
 template LossSum sequence_backward<float>(const Model&, std::span<const int32_t>, std::span<const int32_t>,
                                           const Policy&, double, GradMap<float>&, const BackwardOptions&);
 template LossSum sequence_backward<double>(const Model&, std::span<const int32_t>, std::span<const int32_t>,
                                            const Policy&, double, GradMap<double>&, const BackwardOptions&);
+template LossSum sequence_backward<float>(const Model&, std::span<const int32_t>, std::span<const int32_t>,
+                                          const PolicyPlan&, double, GradMap<float>&, const BackwardOptions&);
+template LossSum sequence_backward<double>(const Model&, std::span<const int32_t>, std::span<const int32_t>,
+                                           const PolicyPlan&, double, GradMap<double>&, const BackwardOptions&);
 
 }  // namespace mantis

@@ -79,13 +79,21 @@ struct LossSum {
   int64_t count = 0;   // how many
 };
 
+// The Policy overload compiles the policy (PolicyPlan) and calls the plan overload.
 template <class T>
 LossSum sequence_backward(const Model& m, std::span<const int32_t> tokens, std::span<const int32_t> targets,
                           const Policy& policy, double scale, GradMap<T>& grads, const BackwardOptions& opt = {});
+template <class T>
+LossSum sequence_backward(const Model& m, std::span<const int32_t> tokens, std::span<const int32_t> targets,
+                          const PolicyPlan& plan, double scale, GradMap<T>& grads, const BackwardOptions& opt = {});
 
 extern template LossSum sequence_backward<float>(const Model&, std::span<const int32_t>, std::span<const int32_t>,
                                                  const Policy&, double, GradMap<float>&, const BackwardOptions&);
 extern template LossSum sequence_backward<double>(const Model&, std::span<const int32_t>, std::span<const int32_t>,
                                                   const Policy&, double, GradMap<double>&, const BackwardOptions&);
+extern template LossSum sequence_backward<float>(const Model&, std::span<const int32_t>, std::span<const int32_t>,
+                                                 const PolicyPlan&, double, GradMap<float>&, const BackwardOptions&);
+extern template LossSum sequence_backward<double>(const Model&, std::span<const int32_t>, std::span<const int32_t>,
+                                                  const PolicyPlan&, double, GradMap<double>&, const BackwardOptions&);
 
 }  // namespace mantis

@@ -31,20 +31,20 @@ using namespace detail;
 // the residual stream x.
 // No-ops unless the policy asks (and for the binary64 reference, which takes no LAMP).
 template <class T>
-auto lamp_hooks(const Policy& pol, ForwardStats* stats, Site activation, bool gelu_tanh, T eps, const Matrix<T>& x,
+auto lamp_hooks(const PolicyPlan& pol, ForwardStats* stats, Site activation, bool gelu_tanh, T eps, const Matrix<T>& x,
                 Matrix<T>& y) {
   auto activation_fix = [&pol, stats, activation, gelu_tanh](int l, const Matrix<T>& A, const auto& w, const T* bias,
                                                             Matrix<T>& out) {
     if constexpr (std::is_same_v<T, float>)
-      if (pol.lamp_activation) {
-        const uint64_t n = lamp_activation_fix(*pol.lamp_activation, A, w, bias, out, activation, gelu_tanh);
+      if (const auto& spec = pol.policy().lamp_activation) {
+        const uint64_t n = lamp_activation_fix(*spec, pol.lamp_activation(), A, w, bias, out, activation, gelu_tanh);
         if (stats) stats->act_selected[size_t(l)] += n, stats->act_entries[size_t(l)] += uint64_t(out.size());
       }
   };
   auto norm_fix = [&pol, stats, eps, &x, &y](int l, const Matrix<T>& A, const auto& w, const T* bias, const T* gamma) {
     if constexpr (std::is_same_v<T, float>)
-      if (pol.lamp_layernorm) {
-        const uint64_t n = lamp_layernorm_fix(*pol.lamp_layernorm, A, w, bias, x, y, gamma, eps);
+      if (const auto& spec = pol.policy().lamp_layernorm) {
+        const uint64_t n = lamp_layernorm_fix(*spec, pol.lamp_layernorm(), A, w, bias, x, y, gamma, eps);
         if (stats) stats->ln_selected[size_t(l)] += n, stats->ln_entries[size_t(l)] += uint64_t(y.size());
       }
   };
@@ -53,21 +53,23 @@ auto lamp_hooks(const Policy& pol, ForwardStats* stats, Site activation, bool ge
 
 // attention_forward at layer l, reporting its health and LAMP's counts into stats (if given).
 template <class T>
-void attention(const Policy& pol, ForwardStats* stats, int l, const Eigen::Ref<const Matrix<T>>& q,
+void attention(const PolicyPlan& pol, ForwardStats* stats, int l, const Eigen::Ref<const Matrix<T>>& q,
                const Eigen::Ref<const Matrix<T>>& k, const Eigen::Ref<const Matrix<T>>& v, Index NH, Index NKV,
                Index HS, Matrix<T>& out, std::vector<Matrix<T>>* probs) {
   AttentionHealth h;
-  if (stats) h = {&stats->health_at(Site::attn_qk, l), &stats->health_at(Site::softmax, l), &stats->health_at(Site::attn_pv, l)};
+  if (stats)
+    h = {&stats->health_at(Site::attn_qk, l), &stats->health_at(Site::softmax, l), &stats->health_at(Site::attn_pv, l)};
   const uint64_t n = attention_forward<T>(pol, l, q, k, v, NH, NKV, HS, out, probs, h);
   const uint64_t T_ = uint64_t(q.rows());
-  if (stats && pol.lamp) stats->lamp_selected[size_t(l)] += n, stats->lamp_entries[size_t(l)] += uint64_t(NH) * T_ * (T_ + 1) / 2;
+  if (stats && pol.policy().lamp)
+    stats->lamp_selected[size_t(l)] += n, stats->lamp_entries[size_t(l)] += uint64_t(NH) * T_ * (T_ + 1) / 2;
 }
 
 // ---------------------------------------------------------------------------------------------
 // the two models
 
 template <class T>
-Matrix<T> gpt2_forward(const Model& m, std::span<const int32_t> tokens, const Policy& pol, Tape<T>* tape,
+Matrix<T> gpt2_forward(const Model& m, std::span<const int32_t> tokens, const PolicyPlan& pol, Tape<T>* tape,
                        ForwardStats* stats) {
   const ModelConfig& cfg = m.cfg;
   const Index T_ = Index(tokens.size()), C = cfg.dim, NH = cfg.heads, HS = cfg.head_size(), H = cfg.hidden,
@@ -122,7 +124,7 @@ Matrix<T> gpt2_forward(const Model& m, std::span<const int32_t> tokens, const Po
     if (lt) lt->act = hid;
     site_gemm<T>(pol.at(Site::mlp_proj, l), hid, wpr, true, y, mlp_proj_stream(l), T(1), bpr.data(),
                  health(Site::mlp_proj, l));
-    if (pol.lamp_layernorm)  // the next norm: ln_1 of layer l+1, or ln_f
+    if (pol.policy().lamp_layernorm)  // the next norm: ln_1 of layer l+1, or ln_f
       ln_lamp(l, hid, wpr, bpr.data(), (l + 1 < cfg.layers ? W(Role::norm1, l + 1) : W(Role::norm_f)).data());
     x += y;
   }
@@ -136,7 +138,7 @@ Matrix<T> gpt2_forward(const Model& m, std::span<const int32_t> tokens, const Po
 }
 
 template <class T>
-Matrix<T> llama_forward(const Model& m, std::span<const int32_t> tokens, const Policy& pol, Tape<T>* tape,
+Matrix<T> llama_forward(const Model& m, std::span<const int32_t> tokens, const PolicyPlan& pol, Tape<T>* tape,
                         ForwardStats* stats) {
   const ModelConfig& cfg = m.cfg;
   const Index T_ = Index(tokens.size()), C = cfg.dim, NH = cfg.heads, NKV = cfg.kv_heads, HS = cfg.head_size(),
@@ -175,7 +177,7 @@ Matrix<T> llama_forward(const Model& m, std::span<const int32_t> tokens, const P
 
     if (lt) lt->x_in = x;
     norm_forward<T>(pol.at(Site::ln, l), norm_stream(l, 0), x, anorm.data(), nullptr, eps, xn, health(Site::ln, l));
-    const SitePolicy& pqkv = pol.at(Site::attn_qkv, l);
+    const SitePlan& pqkv = pol.at(Site::attn_qkv, l);
     site_gemm<T>(pqkv, xn, wq, true, q, qkv_stream(l, 0), T(1), nullptr, health(Site::attn_qkv, l));
     site_gemm<T>(pqkv, xn, wk, true, k, qkv_stream(l, 1), T(1), nullptr, health(Site::attn_qkv, l));
     site_gemm<T>(pqkv, xn, wv, true, v, qkv_stream(l, 2), T(1), nullptr, health(Site::attn_qkv, l));
@@ -189,7 +191,7 @@ Matrix<T> llama_forward(const Model& m, std::span<const int32_t> tokens, const P
     x += y;
     if (lt) lt->x_mid = x;
     norm_forward<T>(pol.at(Site::ln, l), norm_stream(l, 1), x, fnorm.data(), nullptr, eps, xn, health(Site::ln, l));
-    const SitePolicy& pfc = pol.at(Site::mlp_fc, l);
+    const SitePlan& pfc = pol.at(Site::mlp_fc, l);
     site_gemm<T>(pfc, xn, w1, true, gate, fc_stream(l, 0), T(1), nullptr, health(Site::mlp_fc, l));
     act_lamp(l, xn, w1, nullptr, gate);
     site_gemm<T>(pfc, xn, w3, true, up, fc_stream(l, 1), T(1), nullptr, health(Site::mlp_fc, l));
@@ -198,7 +200,7 @@ Matrix<T> llama_forward(const Model& m, std::span<const int32_t> tokens, const P
     if (lt) lt->act = gate;
     site_gemm<T>(pol.at(Site::mlp_proj, l), gate, w2, true, y, mlp_proj_stream(l), T(1), nullptr,
                  health(Site::mlp_proj, l));
-    if (pol.lamp_layernorm)  // the next norm: attention_norm of layer l+1, or the final norm
+    if (pol.policy().lamp_layernorm)  // the next norm: attention_norm of layer l+1, or the final norm
       ln_lamp(l, gate, w2, nullptr, (l + 1 < cfg.layers ? W(Role::norm1, l + 1) : W(Role::norm_f)).data());
     x += y;
   }
@@ -214,11 +216,9 @@ Matrix<T> llama_forward(const Model& m, std::span<const int32_t> tokens, const P
 
 }  // namespace
 
-namespace {
-// Everything forward<T> refuses, as InputErrors (forward.h).
-template <class T>
-void check_forward_input(const Model& m, std::span<const int32_t> tokens, const Policy& policy) {
-  detail::eigen_single_threaded();
+// What forward<T> refuses before compiling the policy, as InputErrors (forward.h).
+void detail::check_tokens(const Model& m, std::span<const int32_t> tokens) {
+  eigen_single_threaded();
   const ModelConfig& c = m.cfg;
   validate(c);  // model.h: sizes, divisibility, even RoPE head size, ...
   if (tokens.empty()) throw InputError("forward: empty token sequence");
@@ -228,48 +228,75 @@ void check_forward_input(const Model& m, std::span<const int32_t> tokens, const 
     if (tokens[t] < 0 || tokens[t] >= c.vocab)
       throw InputError(fmt::format("forward: token {} at position {} is outside the vocabulary [0, {})", tokens[t], t,
                                    c.vocab));
-  policy.check(c);
+}
+
+namespace {
+
+// ... and what it refuses of a compiled policy.
+template <class T>
+void check_plan(const Model& m, std::span<const int32_t> tokens, const PolicyPlan& plan) {
+  const ModelConfig& c = m.cfg;
+  if (!(plan.config() == c)) throw InputError("forward: the policy plan was compiled for another model configuration");
   for (int l = -1; l < c.layers; ++l)
     for (Site site : {Site::attn_qk, Site::softmax, Site::attn_pv})
-      if (is_random(policy.at(site, l)) && Index(tokens.size()) > kMaxRandomRows)
+      if (plan.at(site, l).random && Index(tokens.size()) > kMaxRandomRows)
         throw InputError(fmt::format("forward: stochastic rounding at {} is keyed per query row and allows at most "
                                      "{} tokens; this sequence has {}", to_string(site), kMaxRandomRows, tokens.size()));
   if constexpr (std::is_same_v<T, double>)
-    if (!policy.forward_is_native()) {
-      std::string d = describe(policy);
+    if (!plan.policy().forward_is_native()) {
+      std::string d = describe(plan.policy());
       d.pop_back();  // the last newline; the others become "; " (one line of error)
       std::replace(d.begin(), d.end(), '\n', ';');
       throw InputError(fmt::format("forward<double> is the binary64 reference and takes only the native policy; "
                                    "this one sets {}", d));
     }
 }
+
 }  // namespace
 
 template <class T>
-Matrix<T> forward(const Model& m, std::span<const int32_t> tokens, const Policy& policy, ForwardStats* stats) {
-  check_forward_input<T>(m, tokens, policy);
+Matrix<T> forward(const Model& m, std::span<const int32_t> tokens, const PolicyPlan& plan, ForwardStats* stats) {
+  check_tokens(m, tokens);
+  check_plan<T>(m, tokens, plan);
   const ModelConfig& c = m.cfg;
   if (stats)
     for (auto* v : {&stats->lamp_selected, &stats->lamp_entries, &stats->act_selected, &stats->act_entries,
                     &stats->ln_selected, &stats->ln_entries})
       v->assign(size_t(c.layers), 0);
   if (stats) stats->health.assign(size_t(kSiteCount) * size_t(c.layers + 1), SiteHealth{});
-  return c.arch == Arch::gpt2 ? gpt2_forward<T>(m, tokens, policy, nullptr, stats)
-                              : llama_forward<T>(m, tokens, policy, nullptr, stats);
+  return c.arch == Arch::gpt2 ? gpt2_forward<T>(m, tokens, plan, nullptr, stats)
+                              : llama_forward<T>(m, tokens, plan, nullptr, stats);
+}
+
+template <class T>
+Matrix<T> forward(const Model& m, std::span<const int32_t> tokens, const Policy& policy, ForwardStats* stats) {
+  check_tokens(m, tokens);  // first: its errors before the policy's
+  return forward<T>(m, tokens, PolicyPlan(policy, m.cfg), stats);
 }
 
 namespace detail {
 template <class T>
+Matrix<T> forward_tape(const Model& m, std::span<const int32_t> tokens, const PolicyPlan& plan, Tape<T>& tape) {
+  check_tokens(m, tokens);
+  check_plan<T>(m, tokens, plan);
+  return m.cfg.arch == Arch::gpt2 ? gpt2_forward<T>(m, tokens, plan, &tape, nullptr)
+                                  : llama_forward<T>(m, tokens, plan, &tape, nullptr);
+}
+template <class T>
 Matrix<T> forward_tape(const Model& m, std::span<const int32_t> tokens, const Policy& policy, Tape<T>& tape) {
-  check_forward_input<T>(m, tokens, policy);
-  return m.cfg.arch == Arch::gpt2 ? gpt2_forward<T>(m, tokens, policy, &tape, nullptr)
-                                  : llama_forward<T>(m, tokens, policy, &tape, nullptr);
+  check_tokens(m, tokens);
+  return forward_tape<T>(m, tokens, PolicyPlan(policy, m.cfg), tape);
 }
 template Matrix<float> forward_tape<float>(const Model&, std::span<const int32_t>, const Policy&, Tape<float>&);
 template Matrix<double> forward_tape<double>(const Model&, std::span<const int32_t>, const Policy&, Tape<double>&);
+template Matrix<float> forward_tape<float>(const Model&, std::span<const int32_t>, const PolicyPlan&, Tape<float>&);
+template Matrix<double> forward_tape<double>(const Model&, std::span<const int32_t>, const PolicyPlan&,
+                                             Tape<double>&);
 }  // namespace detail
 
 template Matrix<float> forward<float>(const Model&, std::span<const int32_t>, const Policy&, ForwardStats*);
 template Matrix<double> forward<double>(const Model&, std::span<const int32_t>, const Policy&, ForwardStats*);
+template Matrix<float> forward<float>(const Model&, std::span<const int32_t>, const PolicyPlan&, ForwardStats*);
+template Matrix<double> forward<double>(const Model&, std::span<const int32_t>, const PolicyPlan&, ForwardStats*);
 
 }  // namespace mantis

@@ -63,11 +63,20 @@ struct ForwardStats {
 // Logits [T_seq, V]. InputError: empty sequence, T_seq > ctx, a token outside [0, V), a missing
 // or mis-shaped parameter, a policy that does not fit the model (Policy::check), or T = double
 // with a non-native policy. `stats`, when given, is filled (sized by layers).
+// The Policy overload compiles the policy (PolicyPlan, policy.h) and calls the plan overload; a
+// caller running many sequences under one policy can compile it once. A plan compiled for
+// another configuration is an InputError.
 template <class T>
 Matrix<T> forward(const Model& m, std::span<const int32_t> tokens, const Policy& policy = {},
+                  ForwardStats* stats = nullptr);
+template <class T>
+Matrix<T> forward(const Model& m, std::span<const int32_t> tokens, const PolicyPlan& plan,
                   ForwardStats* stats = nullptr);
 
 extern template Matrix<float> forward<float>(const Model&, std::span<const int32_t>, const Policy&, ForwardStats*);
 extern template Matrix<double> forward<double>(const Model&, std::span<const int32_t>, const Policy&, ForwardStats*);
+extern template Matrix<float> forward<float>(const Model&, std::span<const int32_t>, const PolicyPlan&, ForwardStats*);
+extern template Matrix<double> forward<double>(const Model&, std::span<const int32_t>, const PolicyPlan&,
+                                               ForwardStats*);
 
 }  // namespace mantis

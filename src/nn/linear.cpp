@@ -17,7 +17,6 @@ using Eigen::Index;
 using detail::count_nonfinite;
 using detail::count_overflow;
 using detail::round_matrix;
-using detail::round_options;
 
 namespace {
 
@@ -48,14 +47,8 @@ void eigen_single_threaded() {
   std::call_once(once, [] { Eigen::setNbThreads(1); });
 }
 
-SitePolicy lamp_recompute_site(const std::optional<Format>& f) {
-  SitePolicy r;
-  if (f) r.accumulation = Accumulation::strict, r.accumulator = r.output = f;
-  return r;
-}
-
 template <class T>
-void linear_backward(const Policy& pol, Site site, int l, Index slot, const Matrix<T>& dy, const Matrix<T>& x,
+void linear_backward(const PolicyPlan& pol, Site site, int l, Index slot, const Matrix<T>& dy, const Matrix<T>& x,
                      Eigen::Ref<const Matrix<T>> w, Matrix<T>* dx, Eigen::Ref<Matrix<T>> dW, T* db) {
   const Index N = dy.rows(), out = dy.cols(), in = x.cols();
   {
@@ -74,17 +67,17 @@ void linear_backward(const Policy& pol, Site site, int l, Index slot, const Matr
   }
 }
 
-template void linear_backward<float>(const Policy&, Site, int, Index, const Matrix<float>&, const Matrix<float>&,
+template void linear_backward<float>(const PolicyPlan&, Site, int, Index, const Matrix<float>&, const Matrix<float>&,
                                      Eigen::Ref<const Matrix<float>>, Matrix<float>*, Eigen::Ref<Matrix<float>>,
                                      float*);
-template void linear_backward<double>(const Policy&, Site, int, Index, const Matrix<double>&, const Matrix<double>&,
+template void linear_backward<double>(const PolicyPlan&, Site, int, Index, const Matrix<double>&, const Matrix<double>&,
                                       Eigen::Ref<const Matrix<double>>, Matrix<double>*, Eigen::Ref<Matrix<double>>,
                                       double*);
 
 }  // namespace detail
 
 template <class T>
-void site_gemm(const SitePolicy& p, Eigen::Ref<const Matrix<T>> A, Eigen::Ref<const Matrix<T>> B, bool bt,
+void site_gemm(const SitePlan& p, Eigen::Ref<const Matrix<T>> A, Eigen::Ref<const Matrix<T>> B, bool bt,
                Eigen::Ref<Matrix<T>> out, uint64_t stream, T divisor, const T* bias, SiteHealth* health) {
   detail::eigen_single_threaded();
   const Index M = A.rows(), K = A.cols(), N = bt ? B.rows() : B.cols();
@@ -94,19 +87,19 @@ void site_gemm(const SitePolicy& p, Eigen::Ref<const Matrix<T>> A, Eigen::Ref<co
   if constexpr (std::is_same_v<T, double>)
     if (!p.is_native()) throw InputError("site_gemm<double> is the binary64 reference: native sites only");
 
-  if (p.accumulation || p.input) {
+  if (p.gemm || p.input) {
     Matrix<float> Af = A.template cast<float>();  // [M,K] row-major binary32
     Matrix<float> Bf(K, N);                       // [K,N] row-major binary32
     if (bt) Bf = B.transpose().template cast<float>();
     else Bf = B.template cast<float>();
-    if (p.input) count_overflow<float>(health, Af, *p.input), count_overflow<float>(health, Bf, *p.input);
-    if (p.accumulation) {  // emulated: gemm() rounds the inputs itself (streams + 1, + 2)
+    if (p.input) count_overflow<float>(health, Af, p.input->max_finite), count_overflow<float>(health, Bf, p.input->max_finite);
+    if (p.gemm) {  // emulated: gemm() rounds the inputs itself (streams + kStreamA, + kStreamB)
       Matrix<double> Cd(M, N);  // [M,N] the accumulator values
-      gemm(Af.data(), Bf.data(), Cd.data(), size_t(M), size_t(N), size_t(K), p.gemm_spec(stream));
+      gemm(*p.gemm, Af.data(), Bf.data(), Cd.data(), size_t(M), size_t(N), size_t(K), stream);
       out = Cd.template cast<T>();
     } else {  // native with rounded operands, the same indices as gemm()
-      round_array(Af.data(), Af.data(), size_t(M * K), *p.input, round_options(p, stream + kStreamInputA));
-      round_array(Bf.data(), Bf.data(), size_t(K * N), *p.input, round_options(p, stream + kStreamInputB));
+      round_array(p.input->plan, Af.data(), Af.data(), size_t(M * K), stream + kStreamA);
+      round_array(p.input->plan, Bf.data(), Bf.data(), size_t(K * N), stream + kStreamB);
       if constexpr (std::is_same_v<T, float>) {
         native_product<float>(Af, Bf, false, out);
       } else {
@@ -120,13 +113,25 @@ void site_gemm(const SitePolicy& p, Eigen::Ref<const Matrix<T>> A, Eigen::Ref<co
   }
   if (divisor != T(1)) out /= divisor;
   if (bias) out.rowwise() += Eigen::Map<const Eigen::Matrix<T, 1, Eigen::Dynamic>>(bias, N);
-  if (p.output) round_matrix<T>(out, *p.output, p, stream + kStreamOutput, health);
+  if (p.output) round_matrix<T>(out, *p.output, stream + kStreamOutput, health);
   count_nonfinite<T>(health, out);
 }
 
-template void site_gemm<float>(const SitePolicy&, Eigen::Ref<const Matrix<float>>, Eigen::Ref<const Matrix<float>>,
-                               bool, Eigen::Ref<Matrix<float>>, uint64_t, float, const float*, SiteHealth*);
-template void site_gemm<double>(const SitePolicy&, Eigen::Ref<const Matrix<double>>, Eigen::Ref<const Matrix<double>>,
-                                bool, Eigen::Ref<Matrix<double>>, uint64_t, double, const double*, SiteHealth*);
+template <class T>
+void site_gemm(const SitePolicy& p, Eigen::Ref<const Matrix<T>> A, Eigen::Ref<const Matrix<T>> B, bool bt,
+               Eigen::Ref<Matrix<T>> out, uint64_t stream, T divisor, const T* bias, SiteHealth* health) {
+  if constexpr (std::is_same_v<T, double>)  // before plan_site: this is the error to report
+    if (!p.is_native()) throw InputError("site_gemm<double> is the binary64 reference: native sites only");
+  site_gemm<T>(plan_site(p), A, B, bt, out, stream, divisor, bias, health);
+}
+
+template void site_gemm<float>(const SitePlan&, Eigen::Ref<const Matrix<float>>, Eigen::Ref<const Matrix<float>>, bool,
+                      Eigen::Ref<Matrix<float>>, uint64_t, float, const float*, SiteHealth*);
+template void site_gemm<double>(const SitePlan&, Eigen::Ref<const Matrix<double>>, Eigen::Ref<const Matrix<double>>, bool,
+                      Eigen::Ref<Matrix<double>>, uint64_t, double, const double*, SiteHealth*);
+template void site_gemm<float>(const SitePolicy&, Eigen::Ref<const Matrix<float>>, Eigen::Ref<const Matrix<float>>, bool,
+                      Eigen::Ref<Matrix<float>>, uint64_t, float, const float*, SiteHealth*);
+template void site_gemm<double>(const SitePolicy&, Eigen::Ref<const Matrix<double>>, Eigen::Ref<const Matrix<double>>, bool,
+                      Eigen::Ref<Matrix<double>>, uint64_t, double, const double*, SiteHealth*);
 
 }  // namespace mantis

@@ -12,14 +12,14 @@ namespace mantis::detail {
 using Eigen::Index;
 
 template <class T>
-void norm_forward(const SitePolicy& p, uint64_t stream, const Matrix<T>& x, const T* w, const T* b, T eps,
+void norm_forward(const SitePlan& p, uint64_t stream, const Matrix<T>& x, const T* w, const T* b, T eps,
                   Matrix<T>& out, SiteHealth* h) {
   const Index T_ = x.rows(), C = x.cols();
   const Matrix<T>* in = &x;
   Matrix<T> xr;  // [T,C] the rounded input (x is the residual stream: left untouched)
   if (p.input) {
     xr = x;
-    round_matrix<T>(xr, *p.input, p, stream + kStreamInputA, h);
+    round_matrix<T>(xr, *p.input, stream + kStreamA, h);
     in = &xr;
   }
 #pragma omp parallel for schedule(static)
@@ -43,7 +43,7 @@ void norm_forward(const SitePolicy& p, uint64_t stream, const Matrix<T>& x, cons
       for (Index i = 0; i < C; ++i) ot[i] = (xt[i] * rrms) * w[i];
     }
   }
-  if (p.output) round_matrix<T>(out, *p.output, p, stream + kStreamOutput, h);
+  if (p.output) round_matrix<T>(out, *p.output, stream + kStreamOutput, h);
   count_nonfinite<T>(h, out);
 }
 
@@ -99,12 +99,12 @@ void norm_backward(const Matrix<T>& x, const T* w, T eps, bool layer_norm, const
   }
 }
 
-uint64_t lamp_layernorm_fix(const LampSiteSpec& s, const Matrix<float>& A, Eigen::Ref<const Matrix<float>> w,
-                            const float* bias, const Matrix<float>& r, Matrix<float>& y, const float* gamma,
-                            float eps) {
+uint64_t lamp_layernorm_fix(const LampSiteSpec& s, const SitePlan& recompute, const Matrix<float>& A,
+                            Eigen::Ref<const Matrix<float>> w, const float* bias, const Matrix<float>& r,
+                            Matrix<float>& y, const float* gamma, float eps) {
   using T = float;
   Matrix<T> yh(y.rows(), y.cols());  // [T,C]
-  site_gemm<T>(lamp_recompute_site(s.recompute), A, w, true, yh, kLampFixStream, T(1), bias);
+  site_gemm<T>(recompute, A, w, true, yh, kLampFixStream, T(1), bias);
   const size_t n = size_t(y.cols());
   std::vector<double> xin(n), g(n);
   std::vector<uint8_t> mark(n);
@@ -119,9 +119,9 @@ uint64_t lamp_layernorm_fix(const LampSiteSpec& s, const Matrix<float>& A, Eigen
   return sel;
 }
 
-template void norm_forward<float>(const SitePolicy&, uint64_t, const Matrix<float>&, const float*, const float*, float,
+template void norm_forward<float>(const SitePlan&, uint64_t, const Matrix<float>&, const float*, const float*, float,
                                   Matrix<float>&, SiteHealth*);
-template void norm_forward<double>(const SitePolicy&, uint64_t, const Matrix<double>&, const double*, const double*,
+template void norm_forward<double>(const SitePlan&, uint64_t, const Matrix<double>&, const double*, const double*,
                                    double, Matrix<double>&, SiteHealth*);
 template void norm_backward<float>(const Matrix<float>&, const float*, float, bool, const Matrix<float>&,
                                    Matrix<float>&, float*, float*);

@@ -15,7 +15,7 @@ namespace mantis::detail {
 // arithmetic between the site's input rounding (stream + 1; x itself is left untouched) and
 // output rounding (stream + 3).
 template <class T>
-void norm_forward(const SitePolicy& p, uint64_t stream, const Matrix<T>& x, const T* w, const T* b, T eps,
+void norm_forward(const SitePlan& p, uint64_t stream, const Matrix<T>& x, const T* w, const T* b, T eps,
                   Matrix<T>& out, SiteHealth* h);
 
 // The gradient of norm_forward with weight w (rounding steps straight-through): dx += ∂, dw += Σ,
@@ -27,8 +27,8 @@ void norm_backward(const Matrix<T>& x, const T* w, T eps, bool layer_norm, const
 // y [T,C] = A·Wᵀ + b (a projection, computed at its site's precision) is about to be added to the
 // residual stream r [T,C], whose sum the next norm (weight γ) reads: greedy on
 // κ_j = |r_j + y_j|·|γ_j|/σ, the selected y_j take the recomputed product. Returns how many.
-uint64_t lamp_layernorm_fix(const LampSiteSpec& s, const Matrix<float>& A, Eigen::Ref<const Matrix<float>> w,
-                            const float* bias, const Matrix<float>& r, Matrix<float>& y, const float* gamma,
-                            float eps);
+uint64_t lamp_layernorm_fix(const LampSiteSpec& s, const SitePlan& recompute, const Matrix<float>& A,
+                            Eigen::Ref<const Matrix<float>> w, const float* bias, const Matrix<float>& r,
+                            Matrix<float>& y, const float* gamma, float eps);
 
 }  // namespace mantis::detail

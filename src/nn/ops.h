@@ -14,8 +14,8 @@
 #include <cmath>
 #include <cstdint>
 
-#include "core/round_array.h"  // defines: round_array, RoundOptions
-#include "nn/policy.h"
+#include "core/round_array.h"  // defines: round_array
+#include "nn/policy.h"      // defines: RoundStep, SitePlan
 
 namespace mantis {
 
@@ -36,15 +36,6 @@ struct SiteHealth {
 
 namespace detail {
 
-// True when the site draws random words (sr / sre on some rounding it does).
-inline bool is_random(const SitePolicy& p) {
-  return !p.is_native() && (p.rounding == Rounding::sr || p.rounding == Rounding::sre);
-}
-
-inline RoundOptions round_options(const SitePolicy& p, uint64_t stream, uint64_t index0 = 0) {
-  return RoundOptions{.mode = p.rounding, .sr_bits = p.sr_bits, .seed = p.seed, .stream = stream, .index0 = index0};
-}
-
 // SiteHealth counting: each call counts locally and adds once, atomically (the attention sites
 // run inside the parallel loop over heads).
 inline void add_health(SiteHealth* h, uint64_t overflow, uint64_t nan = 0, uint64_t inf = 0) {
@@ -62,19 +53,19 @@ inline void add_health(SiteHealth* h, uint64_t overflow, uint64_t nan = 0, uint6
   }
 }
 
-// Values of x [n] that a rounding to f sends out of range: finite and beyond its largest finite.
+// Values of x [n] that a rounding sends out of range: finite and beyond the format's largest
+// finite value mx.
 template <class T>
-void count_overflow(SiteHealth* h, const T* x, size_t n, const Format& f) {
+void count_overflow(SiteHealth* h, const T* x, size_t n, double mx) {
   if (!h) return;
-  const double mx = max_finite(f);
   uint64_t c = 0;
   for (size_t i = 0; i < n; ++i) c += std::isfinite(x[i]) && std::abs(double(x[i])) > mx;
   add_health(h, c);
 }
 template <class T>
-void count_overflow(SiteHealth* h, const Eigen::Ref<const Matrix<T>>& x, const Format& f) {
+void count_overflow(SiteHealth* h, const Eigen::Ref<const Matrix<T>>& x, double mx) {
   if (h)
-    for (Eigen::Index i = 0; i < x.rows(); ++i) count_overflow(h, x.row(i).data(), size_t(x.cols()), f);
+    for (Eigen::Index i = 0; i < x.rows(); ++i) count_overflow(h, x.row(i).data(), size_t(x.cols()), mx);
 }
 
 // The NaNs and infinities of a site's output x [n].
@@ -91,18 +82,25 @@ void count_nonfinite(SiteHealth* h, const Eigen::Ref<const Matrix<T>>& x) {
     for (Eigen::Index i = 0; i < x.rows(); ++i) count_nonfinite(h, x.row(i).data(), size_t(x.cols()));
 }
 
-// Rounds x [rows, cols] (any outer stride) in place; element (i, j) uses index i·cols + j.
+// One rounding step of a site (policy.h RoundStep) on x [n]: counts, then rounds in place;
+// element i uses index index0 + i of `stream`.
 template <class T>
-void round_matrix(Eigen::Ref<Matrix<T>> x, const Format& f, const SitePolicy& p, uint64_t stream,
-                  SiteHealth* h = nullptr) {
-  count_overflow<T>(h, x, f);
+void round_step(T* x, size_t n, const RoundStep& r, uint64_t stream, SiteHealth* h, uint64_t index0 = 0) {
+  count_overflow(h, x, n, r.max_finite);
+  round_array(r.plan, x, x, n, stream, index0);
+}
+
+// The same on x [rows, cols] (any outer stride); element (i, j) uses index i·cols + j.
+template <class T>
+void round_matrix(Eigen::Ref<Matrix<T>> x, const RoundStep& r, uint64_t stream, SiteHealth* h = nullptr) {
+  count_overflow<T>(h, x, r.max_finite);
   const Eigen::Index rows = x.rows(), cols = x.cols();
   if (x.outerStride() == cols) {
-    round_array(x.data(), x.data(), size_t(rows * cols), f, round_options(p, stream));
+    round_array(r.plan, x.data(), x.data(), size_t(rows * cols), stream);
     return;
   }
   for (Eigen::Index i = 0; i < rows; ++i)
-    round_array(x.row(i).data(), x.row(i).data(), size_t(cols), f, round_options(p, stream, uint64_t(i * cols)));
+    round_array(r.plan, x.row(i).data(), x.row(i).data(), size_t(cols), stream, uint64_t(i * cols));
 }
 
 }  // namespace detail

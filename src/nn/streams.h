@@ -11,6 +11,7 @@
 
 #include <cstdint>
 
+#include "core/accumulate.h"  // defines: kStreamA, kStreamB
 #include "core/hd.h"
 #include "nn/site.h"
 
@@ -18,9 +19,10 @@ namespace mantis {
 
 constexpr int64_t kMaxRandomRows = int64_t(1) << 16;
 
-// Sub-streams of a site call: gemm() accumulates on + 0 and rounds its operands on + 1 (A, or a
-// nonlinearity's input) and + 2 (B, or silu's second input); the output rounding uses + 3.
-constexpr uint64_t kStreamInputA = 1, kStreamInputB = 2, kStreamOutput = 3;
+// Sub-streams of a site call: gemm() accumulates on + 0 and rounds its operands on + kStreamA and
+// + kStreamB (core/accumulate.h); a nonlinearity rounds its input on + kStreamA (silu's second
+// input + kStreamB); every output rounding uses + kStreamOutput.
+constexpr uint64_t kStreamOutput = 3;
 
 MANTIS_HD uint64_t stream_of(Site s, int layer, int64_t slot, int64_t row = 0) {
   return ((((uint64_t(layer + 1) << 4 | uint64_t(s)) << 12 | uint64_t(slot)) << 16 | uint64_t(row)) << 2);

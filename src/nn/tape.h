@@ -33,8 +33,13 @@ struct Tape {
   Matrix<T> rcos, rsin;  // [T,HS/2] llama's RoPE tables
 };
 
+// What forward<T> checks before it compiles the policy: the configuration and the tokens.
+void check_tokens(const Model& m, std::span<const int32_t> tokens);
+
 // forward<T> (forward.h) that also fills `tape`; the logits are bit-identical to forward<T>'s.
 template <class T>
 Matrix<T> forward_tape(const Model& m, std::span<const int32_t> tokens, const Policy& policy, Tape<T>& tape);
+template <class T>
+Matrix<T> forward_tape(const Model& m, std::span<const int32_t> tokens, const PolicyPlan& plan, Tape<T>& tape);
 
 }  // namespace mantis::detail
