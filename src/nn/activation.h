@@ -1,5 +1,5 @@
-// activation — GELU (gpt2) and SwiGLU (llama): the element math, shared verbatim with the CUDA
-// twin (MANTIS_HD), then the CPU operations on whole buffers at their sites.
+// activation — GELU (gpt2), SwiGLU (llama) and the softmax's numerators: the element math, shared
+// verbatim with the CUDA twin (MANTIS_HD), then the CPU operations on whole buffers at their sites.
 //   GELU    exact 0.5·x·(1 + erf(x/√2)), or the tanh approximation (cfg.gelu_tanh)
 //           0.5·x·(1 + tanh(√(2/π)(x + 0.044715x³))); derivative Φ(x) + x·φ(x), or
 //           ½(1+tanh u) + ½x(1−tanh²u)·√(2/π)(1 + 3·0.044715x²).
@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cmath>
+#include <cstdint>
 
 #include "core/hd.h"
 
@@ -51,6 +52,20 @@ MANTIS_HD void swiglu_backward(T dh, T g, T u, T& d_gate, T& d_up) {
   d_gate = dh * u * sg * (T(1) + g * (T(1) - sg));    // dh ⊙ up ⊙ silu'(g)
 }
 
+// The stable softmax's numerators over x [n] (attention's softmax, the loss): e[j] = exp(x[j] − mx)
+// with mx = max x, returned in mx; returns Σ e[j], summed in order. e may be x.
+template <class T>
+MANTIS_HD T softmax_numerators(const T* x, T* e, int64_t n, T& mx) {
+  mx = x[0];
+  for (int64_t j = 1; j < n; ++j) mx = mx < x[j] ? x[j] : mx;  // std::max(mx, x[j])
+  T sum = 0;
+  for (int64_t j = 0; j < n; ++j) {
+    e[j] = std::exp(x[j] - mx);
+    sum += e[j];
+  }
+  return sum;
+}
+
 }  // namespace mantis::act
 
 #if !defined(__CUDACC__)  // the buffer operations (Eigen): CPU only
@@ -76,7 +91,7 @@ void swiglu_backward(const Matrix<T>& gate, const Matrix<T>& up, Matrix<T>& dh, 
 
 // LAMP at the activation ([lamp_activation], lamp.h): y [T,N] = A·Wᵀ + b was computed at its
 // site's precision; entries with |σ'(y)|·|y| > τ (σ: GELU, or silu for the llama gate) take the
-// recomputed product. Returns how many.
+// product recomputed at `recompute` (PolicyPlan::lamp_activation). Returns how many.
 uint64_t lamp_activation_fix(const LampSiteSpec& s, const SitePlan& recompute, const Matrix<float>& A,
                              Eigen::Ref<const Matrix<float>> w, const float* bias, Matrix<float>& y, Site activation,
                              bool gelu_tanh);

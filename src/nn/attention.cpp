@@ -6,6 +6,7 @@
 #include <span>
 #include <type_traits>
 
+#include "nn/activation.h"  // defines: act::softmax_numerators
 #include "nn/lamp.h"
 #include "nn/linear.h"
 #include "nn/streams.h"
@@ -28,13 +29,8 @@ void softmax_block(const SitePlan& p, int l, Index head, Eigen::Ref<Matrix<T>> s
     T* x = s.row(r).data();  // [r1]: the scores of query i
     const uint64_t stream = softmax_stream(l, head, i);
     if (p.input) round_step(x, size_t(n), *p.input, stream + kStreamA, h);
-    T mx = x[0];
-    for (Index j = 1; j < n; ++j) mx = std::max(mx, x[j]);
-    T sum = 0;
-    for (Index j = 0; j < n; ++j) {
-      x[j] = std::exp(x[j] - mx);
-      sum += x[j];
-    }
+    T mx;
+    const T sum = act::softmax_numerators(x, x, n, mx);
     for (Index j = 0; j < n; ++j) x[j] /= sum;
     if (p.output) round_step(x, size_t(n), *p.output, stream + kStreamOutput, h);
     count_nonfinite(h, x, size_t(n));
@@ -183,50 +179,38 @@ void rope_tables(Index T_, Index HS, double theta, Matrix<T>& rcos, Matrix<T>& r
 }
 
 template <class T>
-void rope_forward(Matrix<T>& x, Index nh, Index HS, const Matrix<T>& cos_, const Matrix<T>& sin_) {
+void rope_rotate(Matrix<T>& x, Index nh, Index HS, const Matrix<T>& cos_, const Matrix<T>& sin_, bool inverse) {
   const Index T_ = x.rows();
+  const T sign = inverse ? T(-1) : T(1);  // the inverse rotation: the angle negated (exactly)
 #pragma omp parallel for schedule(static)
   for (Index t = 0; t < T_; ++t)
     for (Index h = 0; h < nh; ++h) {
       T* v = x.row(t).data() + h * HS;  // [HS]: head h at position t
       for (Index i = 0; i < HS / 2; ++i) {
-        const T c = cos_(t, i), s = sin_(t, i), v0 = v[2 * i], v1 = v[2 * i + 1];
+        const T c = cos_(t, i), s = sign * sin_(t, i), v0 = v[2 * i], v1 = v[2 * i + 1];
         v[2 * i] = v0 * c - v1 * s;
         v[2 * i + 1] = v0 * s + v1 * c;
       }
     }
 }
 
-template <class T>
-void rope_backward(Matrix<T>& d, Index nh, Index HS, const Matrix<T>& cos_, const Matrix<T>& sin_) {
-  const Index T_ = d.rows();
-#pragma omp parallel for schedule(static)
-  for (Index t = 0; t < T_; ++t)
-    for (Index h = 0; h < nh; ++h) {
-      T* v = d.row(t).data() + h * HS;
-      for (Index i = 0; i < HS / 2; ++i) {
-        const T c = cos_(t, i), s = sin_(t, i), d0 = v[2 * i], d1 = v[2 * i + 1];
-        v[2 * i] = d0 * c + d1 * s;
-        v[2 * i + 1] = -d0 * s + d1 * c;
-      }
-    }
-}
-
 template uint64_t attention_forward<float>(const PolicyPlan&, int, const Eigen::Ref<const Matrix<float>>&,
-                                             const Eigen::Ref<const Matrix<float>>&, const Eigen::Ref<const Matrix<float>>&, Index,
-                                             Index, Index, Matrix<float>&, std::vector<Matrix<float>>*, const AttentionHealth&);
-template void attention_backward<float>(const PolicyPlan&, int, const std::vector<Matrix<float>>&, const Matrix<float>&, const Matrix<float>&,
-                                      const Matrix<float>&, const Matrix<float>&, Index, Index, Index, Matrix<float>&, Matrix<float>&, Matrix<float>&);
+                                         const Eigen::Ref<const Matrix<float>>&, const Eigen::Ref<const Matrix<float>>&, Index,
+                                         Index, Index, Matrix<float>&, std::vector<Matrix<float>>*,
+                                         const AttentionHealth&);
+template void attention_backward<float>(const PolicyPlan&, int, const std::vector<Matrix<float>>&,
+                                      const Matrix<float>&, const Matrix<float>&, const Matrix<float>&, const Matrix<float>&,
+                                      Index, Index, Index, Matrix<float>&, Matrix<float>&, Matrix<float>&);
 template void rope_tables<float>(Index, Index, double, Matrix<float>&, Matrix<float>&);
-template void rope_forward<float>(Matrix<float>&, Index, Index, const Matrix<float>&, const Matrix<float>&);
-template void rope_backward<float>(Matrix<float>&, Index, Index, const Matrix<float>&, const Matrix<float>&);
+template void rope_rotate<float>(Matrix<float>&, Index, Index, const Matrix<float>&, const Matrix<float>&, bool);
 template uint64_t attention_forward<double>(const PolicyPlan&, int, const Eigen::Ref<const Matrix<double>>&,
-                                             const Eigen::Ref<const Matrix<double>>&, const Eigen::Ref<const Matrix<double>>&, Index,
-                                             Index, Index, Matrix<double>&, std::vector<Matrix<double>>*, const AttentionHealth&);
-template void attention_backward<double>(const PolicyPlan&, int, const std::vector<Matrix<double>>&, const Matrix<double>&, const Matrix<double>&,
-                                      const Matrix<double>&, const Matrix<double>&, Index, Index, Index, Matrix<double>&, Matrix<double>&, Matrix<double>&);
+                                         const Eigen::Ref<const Matrix<double>>&, const Eigen::Ref<const Matrix<double>>&, Index,
+                                         Index, Index, Matrix<double>&, std::vector<Matrix<double>>*,
+                                         const AttentionHealth&);
+template void attention_backward<double>(const PolicyPlan&, int, const std::vector<Matrix<double>>&,
+                                      const Matrix<double>&, const Matrix<double>&, const Matrix<double>&, const Matrix<double>&,
+                                      Index, Index, Index, Matrix<double>&, Matrix<double>&, Matrix<double>&);
 template void rope_tables<double>(Index, Index, double, Matrix<double>&, Matrix<double>&);
-template void rope_forward<double>(Matrix<double>&, Index, Index, const Matrix<double>&, const Matrix<double>&);
-template void rope_backward<double>(Matrix<double>&, Index, Index, const Matrix<double>&, const Matrix<double>&);
+template void rope_rotate<double>(Matrix<double>&, Index, Index, const Matrix<double>&, const Matrix<double>&, bool);
 
 }  // namespace mantis::detail

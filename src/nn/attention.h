@@ -51,11 +51,19 @@ void attention_backward(const PolicyPlan& pol, int l, const std::vector<Matrix<T
 // RoPE's angles for positions 0..T−1: cos_, sin_ [T, HS/2].
 template <class T>
 void rope_tables(Eigen::Index T_, Eigen::Index HS, double theta, Matrix<T>& cos_, Matrix<T>& sin_);
-// Rotates the pairs of each of the nh heads of x [T, nh·HS] at position t by the angles of row t.
+// Rotates the pairs of each of the nh heads of x [T, nh·HS] at position t by the angles of row t
+// (inverse: by their negatives).
 template <class T>
-void rope_forward(Matrix<T>& x, Eigen::Index nh, Eigen::Index HS, const Matrix<T>& cos_, const Matrix<T>& sin_);
-// The inverse rotation of the gradient d [T, nh·HS].
+void rope_rotate(Matrix<T>& x, Eigen::Index nh, Eigen::Index HS, const Matrix<T>& cos_, const Matrix<T>& sin_,
+                 bool inverse);
+// RoPE on q or k, and its backward on their gradient.
 template <class T>
-void rope_backward(Matrix<T>& d, Eigen::Index nh, Eigen::Index HS, const Matrix<T>& cos_, const Matrix<T>& sin_);
+void rope_forward(Matrix<T>& x, Eigen::Index nh, Eigen::Index HS, const Matrix<T>& cos_, const Matrix<T>& sin_) {
+  rope_rotate(x, nh, HS, cos_, sin_, false);
+}
+template <class T>
+void rope_backward(Matrix<T>& d, Eigen::Index nh, Eigen::Index HS, const Matrix<T>& cos_, const Matrix<T>& sin_) {
+  rope_rotate(d, nh, HS, cos_, sin_, true);
+}
 
 }  // namespace mantis::detail

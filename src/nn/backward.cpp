@@ -114,13 +114,8 @@ LossSum cross_entropy_backward(const Matrix<T>& logits, std::span<const int32_t>
     if (y < 0) continue;
     const T* x = logits.row(t).data();
     T* d = dlogits.row(t).data();
-    T mx = x[0];
-    for (Index j = 1; j < V; ++j) mx = std::max(mx, x[j]);
-    T sum = 0;
-    for (Index j = 0; j < V; ++j) {
-      d[j] = std::exp(x[j] - mx);
-      sum += d[j];
-    }
+    T mx;
+    const T sum = act::softmax_numerators(x, d, V, mx);
     for (Index j = 0; j < V; ++j) d[j] = T(double(d[j] / sum) * scale);
     d[y] -= T(scale);
     loss[size_t(t)] = double(mx) + std::log(double(sum)) - double(x[y]);

@@ -125,13 +125,13 @@ void site_gemm(const SitePolicy& p, Eigen::Ref<const Matrix<T>> A, Eigen::Ref<co
   site_gemm<T>(plan_site(p), A, B, bt, out, stream, divisor, bias, health);
 }
 
-template void site_gemm<float>(const SitePlan&, Eigen::Ref<const Matrix<float>>, Eigen::Ref<const Matrix<float>>, bool,
-                      Eigen::Ref<Matrix<float>>, uint64_t, float, const float*, SiteHealth*);
-template void site_gemm<double>(const SitePlan&, Eigen::Ref<const Matrix<double>>, Eigen::Ref<const Matrix<double>>, bool,
-                      Eigen::Ref<Matrix<double>>, uint64_t, double, const double*, SiteHealth*);
-template void site_gemm<float>(const SitePolicy&, Eigen::Ref<const Matrix<float>>, Eigen::Ref<const Matrix<float>>, bool,
-                      Eigen::Ref<Matrix<float>>, uint64_t, float, const float*, SiteHealth*);
-template void site_gemm<double>(const SitePolicy&, Eigen::Ref<const Matrix<double>>, Eigen::Ref<const Matrix<double>>, bool,
-                      Eigen::Ref<Matrix<double>>, uint64_t, double, const double*, SiteHealth*);
+template void site_gemm<float>(const SitePlan&, Eigen::Ref<const Matrix<float>>, Eigen::Ref<const Matrix<float>>,
+                              bool, Eigen::Ref<Matrix<float>>, uint64_t, float, const float*, SiteHealth*);
+template void site_gemm<double>(const SitePlan&, Eigen::Ref<const Matrix<double>>, Eigen::Ref<const Matrix<double>>,
+                              bool, Eigen::Ref<Matrix<double>>, uint64_t, double, const double*, SiteHealth*);
+template void site_gemm<float>(const SitePolicy&, Eigen::Ref<const Matrix<float>>, Eigen::Ref<const Matrix<float>>,
+                              bool, Eigen::Ref<Matrix<float>>, uint64_t, float, const float*, SiteHealth*);
+template void site_gemm<double>(const SitePolicy&, Eigen::Ref<const Matrix<double>>, Eigen::Ref<const Matrix<double>>,
+                              bool, Eigen::Ref<Matrix<double>>, uint64_t, double, const double*, SiteHealth*);
 
 }  // namespace mantis

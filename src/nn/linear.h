@@ -31,14 +31,18 @@ void site_gemm(const SitePolicy& p, Eigen::Ref<const Matrix<T>> A, Eigen::Ref<co
                Eigen::Ref<Matrix<T>> out, uint64_t stream, T divisor = T(1), const T* bias = nullptr,
                SiteHealth* health = nullptr);
 
-extern template void site_gemm<float>(const SitePlan&, Eigen::Ref<const Matrix<float>>, Eigen::Ref<const Matrix<float>>, bool,
-                      Eigen::Ref<Matrix<float>>, uint64_t, float, const float*, SiteHealth*);
-extern template void site_gemm<double>(const SitePlan&, Eigen::Ref<const Matrix<double>>, Eigen::Ref<const Matrix<double>>, bool,
-                      Eigen::Ref<Matrix<double>>, uint64_t, double, const double*, SiteHealth*);
-extern template void site_gemm<float>(const SitePolicy&, Eigen::Ref<const Matrix<float>>, Eigen::Ref<const Matrix<float>>, bool,
-                      Eigen::Ref<Matrix<float>>, uint64_t, float, const float*, SiteHealth*);
-extern template void site_gemm<double>(const SitePolicy&, Eigen::Ref<const Matrix<double>>, Eigen::Ref<const Matrix<double>>, bool,
-                      Eigen::Ref<Matrix<double>>, uint64_t, double, const double*, SiteHealth*);
+extern template void site_gemm<float>(const SitePlan&, Eigen::Ref<const Matrix<float>>,
+                                     Eigen::Ref<const Matrix<float>>, bool, Eigen::Ref<Matrix<float>>, uint64_t, float,
+                                     const float*, SiteHealth*);
+extern template void site_gemm<double>(const SitePlan&, Eigen::Ref<const Matrix<double>>,
+                                     Eigen::Ref<const Matrix<double>>, bool, Eigen::Ref<Matrix<double>>, uint64_t, double,
+                                     const double*, SiteHealth*);
+extern template void site_gemm<float>(const SitePolicy&, Eigen::Ref<const Matrix<float>>,
+                                     Eigen::Ref<const Matrix<float>>, bool, Eigen::Ref<Matrix<float>>, uint64_t, float,
+                                     const float*, SiteHealth*);
+extern template void site_gemm<double>(const SitePolicy&, Eigen::Ref<const Matrix<double>>,
+                                     Eigen::Ref<const Matrix<double>>, bool, Eigen::Ref<Matrix<double>>, uint64_t, double,
+                                     const double*, SiteHealth*);
 
 namespace detail {
 

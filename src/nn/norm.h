@@ -26,7 +26,8 @@ void norm_backward(const Matrix<T>& x, const T* w, T eps, bool layer_norm, const
 
 // y [T,C] = A·Wᵀ + b (a projection, computed at its site's precision) is about to be added to the
 // residual stream r [T,C], whose sum the next norm (weight γ) reads: greedy on
-// κ_j = |r_j + y_j|·|γ_j|/σ, the selected y_j take the recomputed product. Returns how many.
+// κ_j = |r_j + y_j|·|γ_j|/σ, the selected y_j take the product recomputed at `recompute`
+// (PolicyPlan::lamp_layernorm). Returns how many.
 uint64_t lamp_layernorm_fix(const LampSiteSpec& s, const SitePlan& recompute, const Matrix<float>& A,
                             Eigen::Ref<const Matrix<float>> w, const float* bias, const Matrix<float>& r,
                             Matrix<float>& y, const float* gamma, float eps);
