@@ -138,3 +138,60 @@ TEST_CASE("gemm validation names the problem") {
   CHECK_THROWS_AS(gemm(&a, &b, &cf, 1, 1, 1, w), InputError);
   CHECK_THROWS_AS(accumulation_from_string("kahan"), InputError);
 }
+
+TEST_CASE("a GemmPlan gives the bits of its GemmSpec") {
+  const char* formats[] = {"ps4", "bf16", "e4m3", "fp32", "e11m20"};
+  const Rounding modes[] = {Rounding::rne, Rounding::ru, Rounding::ro, Rounding::sr, Rounding::sre};
+  uint64_t seed = 3;
+  for (const char* fname : formats)
+    for (Rounding m : modes)
+      for (Accumulation acc : {Accumulation::strict, Accumulation::unfused, Accumulation::blocked}) {
+        GemmSpec s{.acc = format_lookup(fname), .acc_mode = m, .accumulation = acc};
+        s.block = int(1 + seed % 7);
+        s.seed = seed;
+        s.stream = 5 + seed % 3;
+        if (m == Rounding::sr) s.sr_bits = std::min(20, 52 - s.acc.precision());
+        if (seed % 3 == 0) s.input = format_lookup(seed % 2 ? "e5m2" : "bf16"), s.input_mode = m;
+        const size_t M = 1 + seed % 4, N = 1 + (seed * 5) % 11, K = 1 + (seed * 11) % 50;
+        const auto A = random_matrix(M * K, seed, seed % 2 == 0), B = random_matrix(K * N, seed + 50, false);
+        const GemmPlan p = plan_gemm(s);
+        std::vector<double> c_spec(M * N), c_plan(M * N);
+        gemm(A.data(), B.data(), c_spec.data(), M, N, K, s);
+        gemm(p, A.data(), B.data(), c_plan.data(), M, N, K, s.stream);
+        INFO(fmt::format("{} {} {} seed {}", fname, to_string(m), to_string(acc), seed));
+        CHECK(std::memcmp(c_spec.data(), c_plan.data(), c_spec.size() * 8) == 0);
+        CHECK(p.acc_fits_float == fits_float(s.acc));
+        if (p.acc_fits_float) {
+          std::vector<float> f_spec(M * N), f_plan(M * N);
+          gemm(A.data(), B.data(), f_spec.data(), M, N, K, s);
+          gemm(p, A.data(), B.data(), f_plan.data(), M, N, K, s.stream);
+          CHECK(std::memcmp(f_spec.data(), f_plan.data(), f_spec.size() * 4) == 0);
+        }
+        ++seed;
+      }
+}
+
+TEST_CASE("plan_gemm rejects what validate rejects, with the same message") {
+  auto message = [](auto&& f) -> std::string {
+    try {
+      f();
+    } catch (const InputError& e) {
+      return e.what();
+    }
+    return "";
+  };
+  std::vector<GemmSpec> bad;
+  bad.push_back(GemmSpec{.acc = format_lookup("fp64")});
+  bad.push_back(GemmSpec{.acc = format_lookup("fp32"), .acc_mode = Rounding::sr, .sr_bits = 32});
+  bad.push_back(GemmSpec{.acc = format_lookup("fp32"), .accumulation = Accumulation::blocked, .block = 0});
+  bad.push_back(GemmSpec{.acc = format_lookup("fp32"), .input = format_lookup("fp64")});
+  bad.push_back(GemmSpec{.acc = format_lookup("bf16"), .sr_bits = 0});
+  Format broken = format_lookup("bf16");
+  broken.emax = broken.emin - 1;
+  bad.push_back(GemmSpec{.acc = broken});
+  for (const GemmSpec& s : bad) {
+    const std::string want = message([&] { validate(s); });
+    CHECK(!want.empty());
+    CHECK(message([&] { (void)plan_gemm(s); }) == want);
+  }
+}

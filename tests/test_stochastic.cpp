@@ -99,3 +99,64 @@ TEST_CASE("float and double containers give the same stochastic bits") {
   for (size_t i = 0; i < xf.size(); ++i) bad += !mantis::test::same(double(of[i]), od[i]);
   CHECK(bad == 0);
 }
+
+TEST_CASE("a RoundPlan gives the bits of round_array with options, every container pair") {
+  const Rounding modes[] = {Rounding::rne, Rounding::rna, Rounding::rd, Rounding::ro, Rounding::sr, Rounding::sre};
+  for (const char* fname : {"ps4", "bf16", "e4m3", "fp16", "e11m20"})
+    for (Rounding m : modes) {
+      const Format f = format_lookup(fname);
+      const RoundOptions o{.mode = m, .sr_bits = m == Rounding::sr ? 13 : 32, .seed = 21, .stream = 4,
+                           .index0 = 4099};
+      const RoundPlan p = plan_round(f, o.mode, o.sr_bits, o.seed);
+      CHECK(p.fits_float == fits_float(f));
+      const auto xd = mantis::test::stratified_doubles(f, 5'003, 2);
+      std::vector<double> dd_o(xd.size()), dd_p(xd.size());
+      round_array(xd.data(), dd_o.data(), xd.size(), f, o);
+      round_array(p, xd.data(), dd_p.data(), xd.size(), o.stream, o.index0);
+      INFO(fname << " " << to_string(m));
+      CHECK(std::memcmp(dd_o.data(), dd_p.data(), dd_o.size() * 8) == 0);
+      const auto xf = mantis::test::stratified_floats(f, 5'003, 3);
+      std::vector<double> fd_o(xf.size()), fd_p(xf.size());
+      round_array(xf.data(), fd_o.data(), xf.size(), f, o);
+      round_array(p, xf.data(), fd_p.data(), xf.size(), o.stream, o.index0);
+      CHECK(std::memcmp(fd_o.data(), fd_p.data(), fd_o.size() * 8) == 0);
+      if (p.fits_float) {
+        std::vector<float> ff_o(xf.size()), ff_p(xf.size()), df_o(xd.size()), df_p(xd.size());
+        round_array(xf.data(), ff_o.data(), xf.size(), f, o);
+        round_array(p, xf.data(), ff_p.data(), xf.size(), o.stream, o.index0);
+        CHECK(std::memcmp(ff_o.data(), ff_p.data(), ff_o.size() * 4) == 0);
+        round_array(xd.data(), df_o.data(), xd.size(), f, o);
+        round_array(p, xd.data(), df_p.data(), xd.size(), o.stream, o.index0);
+        CHECK(std::memcmp(df_o.data(), df_p.data(), df_o.size() * 4) == 0);
+      }
+    }
+}
+
+TEST_CASE("plan_round rejects what round_array rejects, with the same message") {
+  auto message = [](auto&& f) -> std::string {
+    try {
+      f();
+    } catch (const InputError& e) {
+      return e.what();
+    }
+    return "";
+  };
+  Format broken = format_lookup("bf16");
+  broken.mu = 60;
+  const double x = 1;
+  double y;
+  for (int bits : {0, 33}) {
+    const RoundOptions o{.mode = Rounding::sr, .sr_bits = bits};
+    const std::string want = message([&] { round_array(&x, &y, 1, format_lookup("bf16"), o); });
+    CHECK(!want.empty());
+    CHECK(message([&] { (void)plan_round(format_lookup("bf16"), Rounding::sr, bits); }) == want);
+  }
+  const std::string want = message([&] { round_array(&x, &y, 1, broken, RoundOptions{}); });
+  CHECK(!want.empty());
+  CHECK(message([&] { (void)plan_round(broken, Rounding::rne); }) == want);
+  const float xf = 1;
+  float yf;
+  const std::string wide = message([&] { round_array(&xf, &yf, 1, format_lookup("fp64"), RoundOptions{}); });
+  CHECK(!wide.empty());
+  CHECK(message([&] { require_fits_float(format_lookup("fp64")); }) == wide);
+}

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "mantis_config.h"
+#include "core/accumulate.h"
 #include "core/round.h"
 #include "core/round_array.h"
 
@@ -70,40 +71,41 @@ constexpr bool random_mode(Rounding m) { return m == Rounding::sr || m == Roundi
 // prod[N] and chunk[N] are scratch. The j-loops vectorise; k stays sequential per output.
 template <Rounding M>
 void gemm_row(const float* a, const float* B, double* acc, double* v, double* prod, float* chunk, size_t i,
-              size_t N, size_t K, const Target<double>& t, const GemmSpec& s) {
+              size_t N, size_t K, const Target<double>& t, const GemmPlan& s, uint64_t stream) {
   constexpr bool kRandom = random_mode(M);
   for (size_t j = 0; j < N; ++j) acc[j] = 0.0;
+  // The steps and word indices of accumulate.h; o = i·N + j.
+  const uint64_t o0 = i * N;
   switch (s.accumulation) {
     case Accumulation::strict:
       for (size_t k = 0; k < K; ++k) {
-        const double ak = a[k];
+        const float ak = a[k];
         const float* b = B + k * N;
-        round_step<M>(acc, v, N, t, [&](size_t j) { return add_round_odd(ak * double(b[j]), acc[j]); },
-                      [&](size_t j) { return kRandom ? random_word(s.seed, s.stream, (i * N + j) * K + k) : 0u; });
+        round_step<M>(acc, v, N, t, [&](size_t j) { return strict_value(acc[j], ak, b[j]); },
+                      [&](size_t j) { return kRandom ? random_word(s.seed, stream, strict_index(o0 + j, K, k)) : 0u; });
       }
       break;
     case Accumulation::unfused:
       for (size_t k = 0; k < K; ++k) {
-        const double ak = a[k];
+        const float ak = a[k];
         const float* b = B + k * N;
-        const uint64_t idx = 2 * (i * N * K + k);  // 2·((i·N + j)·K + k) = idx + 2·j·K
-        round_step<M>(prod, v, N, t, [&](size_t j) { return ak * double(b[j]); },  // exact product
-                      [&](size_t j) { return kRandom ? random_word(s.seed, s.stream, idx + 2 * j * K) : 0u; });
-        round_step<M>(acc, v, N, t, [&](size_t j) { return add_round_odd(acc[j], prod[j]); },
-                      [&](size_t j) { return kRandom ? random_word(s.seed, s.stream, idx + 2 * j * K + 1) : 0u; });
+        round_step<M>(prod, v, N, t, [&](size_t j) { return exact_product(ak, b[j]); },
+                      [&](size_t j) { return kRandom ? random_word(s.seed, stream, unfused_product_index(o0 + j, K, k)) : 0u; });
+        round_step<M>(acc, v, N, t, [&](size_t j) { return sum_value(acc[j], prod[j]); },
+                      [&](size_t j) { return kRandom ? random_word(s.seed, stream, unfused_sum_index(o0 + j, K, k)) : 0u; });
       }
       break;
     case Accumulation::blocked: {
-      const size_t kb = size_t(s.block), nchunks = (K + kb - 1) / kb;
+      const size_t kb = s.block, nchunks = chunk_count(K, kb);
       for (size_t c = 0; c < nchunks; ++c) {
         for (size_t j = 0; j < N; ++j) chunk[j] = 0.0f;
         for (size_t k = c * kb; k < std::min(K, (c + 1) * kb); ++k) {
           const float ak = a[k];
           const float* b = B + k * N;
-          for (size_t j = 0; j < N; ++j) chunk[j] = std::fma(ak, b[j], chunk[j]);  // binary32 RNE
+          for (size_t j = 0; j < N; ++j) chunk[j] = chunk_step(chunk[j], ak, b[j]);
         }
-        round_step<M>(acc, v, N, t, [&](size_t j) { return add_round_odd(acc[j], double(chunk[j])); },
-                      [&](size_t j) { return kRandom ? random_word(s.seed, s.stream, (i * N + j) * nchunks + c) : 0u; });
+        round_step<M>(acc, v, N, t, [&](size_t j) { return sum_value(acc[j], double(chunk[j])); },
+                      [&](size_t j) { return kRandom ? random_word(s.seed, stream, blocked_index(o0 + j, nchunks, c)) : 0u; });
       }
       break;
     }
@@ -111,8 +113,9 @@ void gemm_row(const float* a, const float* B, double* acc, double* v, double* pr
 }
 
 template <Rounding M>
-void gemm_mode(const float* A, const float* B, double* C, size_t M_, size_t N, size_t K, const GemmSpec& s) {
-  const Target<double> t = make_target<double>(s.acc, s.sr_bits);
+void gemm_mode(const float* A, const float* B, double* C, size_t M_, size_t N, size_t K, const GemmPlan& p,
+               uint64_t stream) {
+  const Target<double> t = p.acc;
   const bool parallel = M_ > 1 && double(M_) * double(N) * double(K) >= 1 << 16;
 #pragma omp parallel if (parallel)
   {
@@ -120,43 +123,63 @@ void gemm_mode(const float* A, const float* B, double* C, size_t M_, size_t N, s
     std::vector<float> chunk(N);
 #pragma omp for schedule(static)
     for (size_t i = 0; i < M_; ++i)
-      gemm_row<M>(A + i * K, B, C + i * N, v.data(), prod.data(), chunk.data(), i, N, K, t, s);
+      gemm_row<M>(A + i * K, B, C + i * N, v.data(), prod.data(), chunk.data(), i, N, K, t, p, stream);
   }
 }
 
 }  // namespace
 
-void gemm(const float* A, const float* B, double* C, size_t M, size_t N, size_t K, const GemmSpec& s) {
+GemmPlan plan_gemm(const GemmSpec& s) {
   validate(s);
+  GemmPlan p;
+  p.accumulation = s.accumulation;
+  p.block = size_t(s.block);
+  p.acc_mode = s.acc_mode;
+  p.seed = s.seed;
+  p.acc = make_target<double>(s.acc, s.sr_bits);
+  p.acc_fits_float = fits_float(s.acc);
+  if (s.input) p.input = plan_round(*s.input, s.input_mode, s.sr_bits, s.seed);
+  return p;
+}
+
+void gemm(const GemmPlan& p, const float* A, const float* B, double* C, size_t M, size_t N, size_t K,
+          uint64_t stream) {
   std::vector<float> Ar, Br;
-  if (s.input) {  // operands rounded once to the input format, each on its own stream
+  if (p.input) {  // operands rounded once to the input format, each on its own stream
     Ar.resize(M * K);
     Br.resize(K * N);
-    RoundOptions o{.mode = s.input_mode, .sr_bits = s.sr_bits, .seed = s.seed, .stream = s.stream + 1};
-    round_array(A, Ar.data(), M * K, *s.input, o);
-    o.stream = s.stream + 2;
-    round_array(B, Br.data(), K * N, *s.input, o);
+    round_array(*p.input, A, Ar.data(), M * K, stream + kStreamA);
+    round_array(*p.input, B, Br.data(), K * N, stream + kStreamB);
     A = Ar.data();
     B = Br.data();
   }
-  switch (s.acc_mode) {
-    case Rounding::rne: return gemm_mode<Rounding::rne>(A, B, C, M, N, K, s);
-    case Rounding::rna: return gemm_mode<Rounding::rna>(A, B, C, M, N, K, s);
-    case Rounding::rz: return gemm_mode<Rounding::rz>(A, B, C, M, N, K, s);
-    case Rounding::ru: return gemm_mode<Rounding::ru>(A, B, C, M, N, K, s);
-    case Rounding::rd: return gemm_mode<Rounding::rd>(A, B, C, M, N, K, s);
-    case Rounding::ro: return gemm_mode<Rounding::ro>(A, B, C, M, N, K, s);
-    case Rounding::sr: return gemm_mode<Rounding::sr>(A, B, C, M, N, K, s);
-    case Rounding::sre: return gemm_mode<Rounding::sre>(A, B, C, M, N, K, s);
+  switch (p.acc_mode) {
+    case Rounding::rne: return gemm_mode<Rounding::rne>(A, B, C, M, N, K, p, stream);
+    case Rounding::rna: return gemm_mode<Rounding::rna>(A, B, C, M, N, K, p, stream);
+    case Rounding::rz: return gemm_mode<Rounding::rz>(A, B, C, M, N, K, p, stream);
+    case Rounding::ru: return gemm_mode<Rounding::ru>(A, B, C, M, N, K, p, stream);
+    case Rounding::rd: return gemm_mode<Rounding::rd>(A, B, C, M, N, K, p, stream);
+    case Rounding::ro: return gemm_mode<Rounding::ro>(A, B, C, M, N, K, p, stream);
+    case Rounding::sr: return gemm_mode<Rounding::sr>(A, B, C, M, N, K, p, stream);
+    case Rounding::sre: return gemm_mode<Rounding::sre>(A, B, C, M, N, K, p, stream);
   }
+}
+
+void gemm(const GemmPlan& p, const float* A, const float* B, float* C, size_t M, size_t N, size_t K,
+          uint64_t stream) {
+  std::vector<double> Cd(M * N);
+  gemm(p, A, B, Cd.data(), M, N, K, stream);
+  for (size_t i = 0; i < M * N; ++i) C[i] = float(Cd[i]);  // exact: the values are in the format
+}
+
+void gemm(const float* A, const float* B, double* C, size_t M, size_t N, size_t K, const GemmSpec& s) {
+  gemm(plan_gemm(s), A, B, C, M, N, K, s.stream);
 }
 
 void gemm(const float* A, const float* B, float* C, size_t M, size_t N, size_t K, const GemmSpec& s) {
   if (!fits_float(s.acc))
     throw InputError(fmt::format("accumulator format {} does not fit binary32 output; use a double C", s.acc.name));
-  std::vector<double> Cd(M * N);
-  gemm(A, B, Cd.data(), M, N, K, s);
-  for (size_t i = 0; i < M * N; ++i) C[i] = float(Cd[i]);  // exact: the values are in the format
+  gemm(plan_gemm(s), A, B, C, M, N, K, s.stream);
 }
 
 double dot(const float* x, const float* y, size_t K, const GemmSpec& s) {

@@ -11,10 +11,9 @@
 // format. The k-loop of every output is sequential, so results are bit-identical to the scalar
 // MPFR reference (oracle.h) and independent of the thread count.
 //
-// Random words (sr/sre): accumulation step k of output (i,j) uses index (i·N + j)·K + k of
-// (seed, stream); unfused uses 2·that (product) and 2·that + 1 (sum); blocked uses
-// (i·N + j)·nchunks + chunk. Input rounding of A[i,k] uses index i·K + k of (seed, stream + 1),
-// of B[k,j] index k·N + j of (seed, stream + 2).
+// The steps, and the random word (sr/sre) of every rounding — accumulation step k of output
+// (i,j), and the operands' input rounding on streams stream + 1 (A) and stream + 2 (B) — are
+// written once in accumulate.h, shared with the GPU kernels and the oracle.
 #pragma once
 
 #include <cstddef>
@@ -22,6 +21,8 @@
 #include <optional>
 
 #include "core/format.h"
+#include "core/round.h"
+#include "core/round_array.h"
 
 namespace mantis {
 
@@ -43,8 +44,30 @@ void validate(const GemmSpec& s);
 Accumulation accumulation_from_string(const std::string& s);  // strict | unfused | blocked
 const char* to_string(Accumulation a);
 
+// A GemmSpec validated once, its targets precomputed. The policy layer compiles each site into
+// one plan per pass, so the per-call path (~10⁵ calls per site and forward) neither validates nor
+// throws InputError. The stream is per call (spec.stream is not part of the plan).
+struct GemmPlan {
+  Accumulation accumulation = Accumulation::strict;
+  size_t block = 32;                 // k_b (≥ 1) for blocked
+  Rounding acc_mode = Rounding::rne;
+  uint64_t seed = 0;
+  Target<double> acc{};              // the accumulator target in the double container
+  bool acc_fits_float = false;       // the float-C overload is allowed
+  std::optional<RoundPlan> input;    // rounding of A and B (mode input_mode, same seed and sr_bits)
+};
+
+// Throws InputError exactly where validate(s) does.
+GemmPlan plan_gemm(const GemmSpec& s);
+
+// As gemm(…, GemmSpec) with spec.stream = stream. The float overload requires p.acc_fits_float.
+void gemm(const GemmPlan& p, const float* A, const float* B, double* C, size_t M, size_t N, size_t K,
+          uint64_t stream);
+void gemm(const GemmPlan& p, const float* A, const float* B, float* C, size_t M, size_t N, size_t K,
+          uint64_t stream);
+
 // C is M×N. The double overload holds the exact accumulator values; the float one requires an
-// accumulator format that fits binary32.
+// accumulator format that fits binary32. Both are plan_gemm + the plan's gemm.
 void gemm(const float* A, const float* B, double* C, size_t M, size_t N, size_t K,
           const GemmSpec& s);
 void gemm(const float* A, const float* B, float* C, size_t M, size_t N, size_t K,

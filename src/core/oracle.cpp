@@ -7,6 +7,7 @@
 #include <limits>
 #include <vector>
 
+#include "core/accumulate.h"
 #include "core/philox.h"
 
 namespace mantis {
@@ -195,9 +196,9 @@ void oracle_gemm(const float* A, const float* B, double* C, size_t M, size_t N, 
   std::vector<double> a(A, A + M * K), b(B, B + K * N);
   if (spec.input) {
     for (size_t i = 0; i < M * K; ++i)
-      a[i] = oracle_round(a[i], *spec.input, spec.input_mode, random_word(spec.seed, spec.stream + 1, i), spec.sr_bits);
+      a[i] = oracle_round(a[i], *spec.input, spec.input_mode, random_word(spec.seed, spec.stream + kStreamA, i), spec.sr_bits);
     for (size_t i = 0; i < K * N; ++i)
-      b[i] = oracle_round(b[i], *spec.input, spec.input_mode, random_word(spec.seed, spec.stream + 2, i), spec.sr_bits);
+      b[i] = oracle_round(b[i], *spec.input, spec.input_mode, random_word(spec.seed, spec.stream + kStreamB, i), spec.sr_bits);
   }
   Format fp32 = format_lookup("fp32");
   mpfr_t acc, prod, v;
@@ -212,7 +213,7 @@ void oracle_gemm(const float* A, const float* B, double* C, size_t M, size_t N, 
         mpfr_set_d(dst, r, MPFR_RNDN);
       };
       if (spec.accumulation == Accumulation::blocked) {
-        const size_t kb = size_t(spec.block), nchunks = (K + kb - 1) / kb;
+        const size_t kb = size_t(spec.block), nchunks = chunk_count(K, kb);
         for (size_t c = 0; c < nchunks; ++c) {
           double cs = 0.0;  // binary32 RNE fused chunk sum, via the fp32 oracle
           for (size_t k = c * kb; k < std::min(K, (c + 1) * kb); ++k) {
@@ -222,7 +223,7 @@ void oracle_gemm(const float* A, const float* B, double* C, size_t M, size_t N, 
             cs = round_exact(v, fp32, Rounding::rne, 0, 32);
           }
           mpfr_add_d(v, acc, cs, MPFR_RNDN);
-          set_rounded(acc, v, o * nchunks + c);
+          set_rounded(acc, v, blocked_index(o, nchunks, c));
         }
       } else {
         for (size_t k = 0; k < K; ++k) {
@@ -230,11 +231,11 @@ void oracle_gemm(const float* A, const float* B, double* C, size_t M, size_t N, 
           mpfr_mul_d(prod, prod, b[k * N + j], MPFR_RNDN);  // exact
           if (spec.accumulation == Accumulation::strict) {
             mpfr_add(v, acc, prod, MPFR_RNDN);  // exact
-            set_rounded(acc, v, o * K + k);
+            set_rounded(acc, v, strict_index(o, K, k));
           } else {
-            set_rounded(prod, prod, 2 * (o * K + k));
+            set_rounded(prod, prod, unfused_product_index(o, K, k));
             mpfr_add(v, acc, prod, MPFR_RNDN);
-            set_rounded(acc, v, 2 * (o * K + k) + 1);
+            set_rounded(acc, v, unfused_sum_index(o, K, k));
           }
         }
       }

@@ -35,7 +35,8 @@ void fill_random(uint32_t* buf, uint64_t seed, uint64_t stream, uint64_t g0, siz
 }
 
 template <Rounding M, class T, class Tout>
-void kernel(const T* in, Tout* out, size_t begin, size_t end, const Target<T>& target, const RoundOptions& o) {
+void kernel(const T* in, Tout* out, size_t begin, size_t end, const Target<T>& target, uint64_t seed,
+            uint64_t stream, uint64_t index0) {
   const Target<T> t = target;  // a local copy: its fields stay in registers across stores to out
   constexpr bool kRandom = M == Rounding::sr || M == Rounding::sre;
   alignas(64) uint32_t rnd[kChunk + 8];
@@ -48,8 +49,8 @@ void kernel(const T* in, Tout* out, size_t begin, size_t end, const Target<T>& t
     for (size_t i = 0; i < len; ++i) outside |= outside_normal_range(x[i], t);
     const bool normal = outside == 0;
     if constexpr (kRandom) {
-      const uint64_t g0 = o.index0 + c;
-      fill_random(rnd, o.seed, o.stream, g0, len);
+      const uint64_t g0 = index0 + c;
+      fill_random(rnd, seed, stream, g0, len);
       const uint32_t* r = rnd + (g0 & 3);
       if (normal)
         for (size_t i = 0; i < len; ++i) y[i] = Tout(round_normal<M>(x[i], t, r[i]));
@@ -65,7 +66,7 @@ void kernel(const T* in, Tout* out, size_t begin, size_t end, const Target<T>& t
 }
 
 template <Rounding M, class T, class Tout>
-void run(const T* in, Tout* out, size_t n, const Target<T>& t, const RoundOptions& o) {
+void run(const T* in, Tout* out, size_t n, const Target<T>& t, uint64_t seed, uint64_t stream, uint64_t index0) {
 #if MANTIS_HAVE_OPENMP
   if (n >= kParallelThreshold && omp_get_max_threads() > 1) {
 #pragma omp parallel
@@ -74,36 +75,28 @@ void run(const T* in, Tout* out, size_t n, const Target<T>& t, const RoundOption
       const size_t nt = size_t(omp_get_num_threads()), id = size_t(omp_get_thread_num());
       const size_t per = ((n + nt - 1) / nt + 3) & ~size_t(3);
       const size_t b = std::min(n, id * per), e = std::min(n, b + per);
-      kernel<M>(in, out, b, e, t, o);
+      kernel<M>(in, out, b, e, t, seed, stream, index0);
     }
     return;
   }
 #endif
-  kernel<M>(in, out, 0, n, t, o);
+  kernel<M>(in, out, 0, n, t, seed, stream, index0);
 }
 
 template <class T, class Tout>
-void dispatch(const T* in, Tout* out, size_t n, const Format& f, const RoundOptions& o) {
-  validate(f);
-  validate_sr_bits(o.sr_bits);
-  const Target<T> t = make_target<T>(f, o.sr_bits);
-  switch (o.mode) {
-    case Rounding::rne: return run<Rounding::rne>(in, out, n, t, o);
-    case Rounding::rna: return run<Rounding::rna>(in, out, n, t, o);
-    case Rounding::rz: return run<Rounding::rz>(in, out, n, t, o);
-    case Rounding::ru: return run<Rounding::ru>(in, out, n, t, o);
-    case Rounding::rd: return run<Rounding::rd>(in, out, n, t, o);
-    case Rounding::ro: return run<Rounding::ro>(in, out, n, t, o);
-    case Rounding::sr: return run<Rounding::sr>(in, out, n, t, o);
-    case Rounding::sre: return run<Rounding::sre>(in, out, n, t, o);
+void dispatch(const T* in, Tout* out, size_t n, const Target<T>& t, const RoundPlan& p, uint64_t stream,
+              uint64_t index0) {
+  const uint64_t seed = p.seed;
+  switch (p.mode) {
+    case Rounding::rne: return run<Rounding::rne>(in, out, n, t, seed, stream, index0);
+    case Rounding::rna: return run<Rounding::rna>(in, out, n, t, seed, stream, index0);
+    case Rounding::rz: return run<Rounding::rz>(in, out, n, t, seed, stream, index0);
+    case Rounding::ru: return run<Rounding::ru>(in, out, n, t, seed, stream, index0);
+    case Rounding::rd: return run<Rounding::rd>(in, out, n, t, seed, stream, index0);
+    case Rounding::ro: return run<Rounding::ro>(in, out, n, t, seed, stream, index0);
+    case Rounding::sr: return run<Rounding::sr>(in, out, n, t, seed, stream, index0);
+    case Rounding::sre: return run<Rounding::sre>(in, out, n, t, seed, stream, index0);
   }
-}
-
-void require_float(const Format& f) {
-  if (!fits_float(f))
-    throw InputError(fmt::format("format {} does not fit a binary32 container (μ ≤ 23, exponents within "
-                                 "[-126, 127], nothing below 2^-149); use double arrays",
-                                 f.name));
 }
 
 }  // namespace
@@ -112,34 +105,67 @@ void validate_sr_bits(int sr_bits) {
   if (sr_bits < 1 || sr_bits > 32) throw InputError(fmt::format("sr_bits = {} out of range 1..32", sr_bits));
 }
 
-void round_array(const float* in, float* out, size_t n, const Format& f, const RoundOptions& o) {
-  require_float(f);
-  dispatch(in, out, n, f, o);
+void require_fits_float(const Format& f) {
+  if (!fits_float(f))
+    throw InputError(fmt::format("format {} does not fit a binary32 container (μ ≤ 23, exponents within "
+                                 "[-126, 127], nothing below 2^-149); use double arrays",
+                                 f.name));
 }
-void round_array(const double* in, double* out, size_t n, const Format& f, const RoundOptions& o) {
-  dispatch(in, out, n, f, o);
+
+RoundPlan plan_round(const Format& f, Rounding mode, int sr_bits, uint64_t seed) {
+  validate(f);
+  validate_sr_bits(sr_bits);
+  RoundPlan p;
+  p.mode = mode;
+  p.sr_bits = sr_bits;
+  p.seed = seed;
+  p.fits_float = fits_float(f);
+  if (p.fits_float) p.tf = make_target<float>(f, sr_bits);
+  p.td = make_target<double>(f, sr_bits);  // every validated format fits binary64
+  return p;
 }
-void round_array(const double* in, float* out, size_t n, const Format& f, const RoundOptions& o) {
-  require_float(f);
-  dispatch(in, out, n, f, o);
+
+void round_array(const RoundPlan& p, const float* in, float* out, size_t n, uint64_t stream,
+                 uint64_t index0) noexcept {
+  dispatch(in, out, n, p.tf, p, stream, index0);
 }
-void round_array(const float* in, double* out, size_t n, const Format& f, const RoundOptions& o) {
+void round_array(const RoundPlan& p, const double* in, double* out, size_t n, uint64_t stream,
+                 uint64_t index0) noexcept {
+  dispatch(in, out, n, p.td, p, stream, index0);
+}
+void round_array(const RoundPlan& p, const double* in, float* out, size_t n, uint64_t stream,
+                 uint64_t index0) noexcept {
+  dispatch(in, out, n, p.td, p, stream, index0);
+}
+void round_array(const RoundPlan& p, const float* in, double* out, size_t n, uint64_t stream,
+                 uint64_t index0) noexcept {
   // Widen exactly in chunks, then round in the double container (one rounding).
   double buf[kChunk];
   for (size_t c = 0; c < n; c += kChunk) {
     const size_t len = std::min(kChunk, n - c);
     for (size_t i = 0; i < len; ++i) buf[i] = in[c + i];
-    RoundOptions oc = o;
-    oc.index0 = o.index0 + c;
-    dispatch(buf, out + c, len, f, oc);
+    dispatch(buf, out + c, len, p.td, p, stream, index0 + c);
   }
 }
 
+void round_array(const float* in, float* out, size_t n, const Format& f, const RoundOptions& o) {
+  require_fits_float(f);
+  round_array(plan_round(f, o.mode, o.sr_bits, o.seed), in, out, n, o.stream, o.index0);
+}
+void round_array(const double* in, double* out, size_t n, const Format& f, const RoundOptions& o) {
+  round_array(plan_round(f, o.mode, o.sr_bits, o.seed), in, out, n, o.stream, o.index0);
+}
+void round_array(const double* in, float* out, size_t n, const Format& f, const RoundOptions& o) {
+  require_fits_float(f);
+  round_array(plan_round(f, o.mode, o.sr_bits, o.seed), in, out, n, o.stream, o.index0);
+}
+void round_array(const float* in, double* out, size_t n, const Format& f, const RoundOptions& o) {
+  round_array(plan_round(f, o.mode, o.sr_bits, o.seed), in, out, n, o.stream, o.index0);
+}
+
 double round_scalar(double x, const Format& f, const RoundOptions& o, uint64_t index) {
-  validate(f);
-  validate_sr_bits(o.sr_bits);
-  const Target<double> t = make_target<double>(f, o.sr_bits);
-  return round_value(x, t, o.mode, random_word(o.seed, o.stream, o.index0 + index));
+  const RoundPlan p = plan_round(f, o.mode, o.sr_bits, o.seed);
+  return round_value(x, p.td, p.mode, random_word(p.seed, o.stream, o.index0 + index));
 }
 
 }  // namespace mantis

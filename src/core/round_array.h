@@ -10,6 +10,7 @@
 #include <cstdint>
 
 #include "core/format.h"
+#include "core/round.h"
 #include "core/threads.h"
 
 namespace mantis {
@@ -22,8 +23,35 @@ struct RoundOptions {
   uint64_t index0 = 0;     // global index of element 0 (for rounding a slice of a larger tensor)
 };
 
+// A (format, mode, sr_bits, seed) validated once, with its targets precomputed: what a caller
+// that rounds many arrays the same way (the policy layer: once per site and pass) holds, so the
+// per-call path does no validation and cannot throw.
+struct RoundPlan {
+  Rounding mode = Rounding::rne;
+  int sr_bits = 32;
+  uint64_t seed = 0;
+  bool fits_float = false;   // the format fits binary32: float output allowed, `tf` set
+  Target<float> tf{};        // the float-container target (when fits_float)
+  Target<double> td{};       // the double-container target (every validated format)
+};
+
+// Throws InputError (the messages of validate(f) and validate_sr_bits) unless f and sr_bits are valid.
+RoundPlan plan_round(const Format& f, Rounding mode, int sr_bits = 32, uint64_t seed = 0);
+
+// Element i uses the random word (p.seed, stream, index0 + i). Float output requires
+// p.fits_float (the caller checks it when it makes the plan; require_fits_float says why not).
+void round_array(const RoundPlan& p, const float* in, float* out, size_t n, uint64_t stream,
+                 uint64_t index0 = 0) noexcept;
+void round_array(const RoundPlan& p, const double* in, double* out, size_t n, uint64_t stream,
+                 uint64_t index0 = 0) noexcept;
+void round_array(const RoundPlan& p, const double* in, float* out, size_t n, uint64_t stream,
+                 uint64_t index0 = 0) noexcept;
+void round_array(const RoundPlan& p, const float* in, double* out, size_t n, uint64_t stream,
+                 uint64_t index0 = 0) noexcept;
+
 // Throws InputError if the format does not fit the output container (fits_float) or options are
-// invalid. float → float rounds in the float container, everything else in the double one.
+// invalid: require_fits_float, then plan_round, then the plan's round_array. float → float rounds
+// in the float container, everything else in the double one.
 void round_array(const float* in, float* out, size_t n, const Format& f, const RoundOptions& o);
 void round_array(const double* in, double* out, size_t n, const Format& f, const RoundOptions& o);
 void round_array(const double* in, float* out, size_t n, const Format& f, const RoundOptions& o);
@@ -37,5 +65,7 @@ double round_scalar(double x, const Format& f, const RoundOptions& o, uint64_t i
 constexpr size_t kParallelThreshold = 1 << 16;
 
 void validate_sr_bits(int sr_bits);
+// InputError unless f fits a binary32 container (fits_float), naming the format.
+void require_fits_float(const Format& f);
 
 }  // namespace mantis

@@ -2,13 +2,13 @@
 //
 // One thread per output element (i, j), flattened as o = i·N + j so that a warp reads a
 // contiguous row segment of B and one broadcast element of A. Each thread runs its k-loop in
-// order with exactly the operations of gemm.h: exact binary64 products (the module is built with
-// --fmad=false, so nothing is contracted), round-to-odd sums (add_round_odd) and one
-// round_value per step. Random words come from the same (seed, stream, index) as on the CPU.
+// order with the steps and random-word indices of accumulate.h (the module is built with
+// --fmad=false, so nothing is contracted) and one round_value per step.
 #include <string>
 
 #include "common.cuh"
 #include "cuda/cuda.h"  // not "cuda.h": that name is also the CUDA driver API header
+#include "core/accumulate.h"
 #include "core/gemm.h"
 #include "core/philox.h"
 #include "core/round.h"
@@ -17,29 +17,24 @@ namespace mantis {
 namespace cuda_detail {
 namespace {
 
-// Sequential random words random_word(seed, stream, idx), idx = first, first+1, ...: one Philox
-// block per four indices.
+// The random words of (seed, stream) at the indices of accumulate.h: one Philox block per four
+// indices (a thread's indices are consecutive, so each block is generated once).
 template <bool kOn>
-struct WordStream {
-  uint64_t seed, stream, idx;
+struct Words {
+  uint64_t seed, stream;
+  uint64_t block = ~uint64_t(0);  // the block held in blk; ~0: none yet (idx >> 2 < 2^62)
   Philox4 blk;
-  __device__ WordStream(uint64_t seed_, uint64_t stream_, uint64_t first)
-      : seed(seed_), stream(stream_), idx(first) {
-    if constexpr (kOn) {
-      if (idx & 3) blk = random_block(seed, stream, idx >> 2);  // else next() loads it
-    }
-  }
-  __device__ uint32_t next() {
+  __device__ uint32_t at(uint64_t idx) {
     if constexpr (!kOn) {
       return 0u;
     } else {
-      if ((idx & 3) == 0) blk = random_block(seed, stream, idx >> 2);  // (re)load at a boundary
-      return blk.v[idx++ & 3];
+      if ((idx >> 2) != block) blk = random_block(seed, stream, block = idx >> 2);
+      return blk.v[idx & 3];
     }
   }
 };
 
-// strict: acc ← round(a·b + acc); index (i·N + j)·K + k.
+// The steps of accumulate.h for output o = i·N + j; b points at column j of B (stride N).
 template <Rounding M>
 __global__ void gemm_strict_kernel(const float* __restrict__ A, const float* __restrict__ B,
                                    double* __restrict__ C, size_t Mr, size_t N, size_t K,
@@ -51,18 +46,14 @@ __global__ void gemm_strict_kernel(const float* __restrict__ A, const float* __r
     const size_t i = o / N, j = o - i * N;
     const float* a = A + i * K;
     const float* b = B + j;
-    WordStream<kRand> rs(seed, stream, uint64_t(o) * K);
+    Words<kRand> rs{seed, stream};
     double acc = 0.0;
-    for (size_t k = 0; k < K; ++k) {
-      const double p = double(a[k]) * double(b[k * N]);  // exact
-      const double v = add_round_odd(p, acc);
-      acc = round_value<M>(v, t, rs.next());
-    }
+    for (size_t k = 0; k < K; ++k)
+      acc = round_value<M>(strict_value(acc, a[k], b[k * N]), t, rs.at(strict_index(o, K, k)));
     C[o] = acc;
   }
 }
 
-// unfused: acc ← round(acc + round(a·b)); product index 2·((i·N + j)·K + k), sum index that + 1.
 template <Rounding M>
 __global__ void gemm_unfused_kernel(const float* __restrict__ A, const float* __restrict__ B,
                                     double* __restrict__ C, size_t Mr, size_t N, size_t K,
@@ -74,40 +65,35 @@ __global__ void gemm_unfused_kernel(const float* __restrict__ A, const float* __
     const size_t i = o / N, j = o - i * N;
     const float* a = A + i * K;
     const float* b = B + j;
-    WordStream<kRand> rs(seed, stream, 2 * (uint64_t(o) * K));
+    Words<kRand> rs{seed, stream};
     double acc = 0.0;
     for (size_t k = 0; k < K; ++k) {
-      const double p = double(a[k]) * double(b[k * N]);  // exact
-      const double q = round_value<M>(p, t, rs.next());
-      const double v = add_round_odd(q, acc);
-      acc = round_value<M>(v, t, rs.next());
+      const double q = round_value<M>(exact_product(a[k], b[k * N]), t, rs.at(unfused_product_index(o, K, k)));
+      acc = round_value<M>(sum_value(acc, q), t, rs.at(unfused_sum_index(o, K, k)));
     }
     C[o] = acc;
   }
 }
 
-// blocked(kb): c ← binary32 RNE fused sum of the chunk's products in order (c₀ = 0; fmaf is the
-// exactly rounded a·b + c), then acc ← round(acc + c); index (i·N + j)·nchunks + chunk.
 template <Rounding M>
 __global__ void gemm_blocked_kernel(const float* __restrict__ A, const float* __restrict__ B,
                                     double* __restrict__ C, size_t Mr, size_t N, size_t K,
                                     size_t kb, Target<double> t, uint64_t seed, uint64_t stream) {
   constexpr bool kRand = M == Rounding::sr || M == Rounding::sre;
   const size_t total = Mr * N;
-  const size_t nchunks = (K + kb - 1) / kb;
+  const size_t nchunks = chunk_count(K, kb);
   const size_t stride = size_t(gridDim.x) * blockDim.x;
   for (size_t o = size_t(blockIdx.x) * blockDim.x + threadIdx.x; o < total; o += stride) {
     const size_t i = o / N, j = o - i * N;
     const float* a = A + i * K;
     const float* b = B + j;
-    WordStream<kRand> rs(seed, stream, uint64_t(o) * nchunks);
+    Words<kRand> rs{seed, stream};
     double acc = 0.0;
-    for (size_t k0 = 0; k0 < K; k0 += kb) {
-      const size_t k1 = k0 + kb < K ? k0 + kb : K;
-      float c = 0.0f;
-      for (size_t k = k0; k < k1; ++k) c = __fmaf_rn(a[k], b[k * N], c);
-      const double v = add_round_odd(double(c), acc);
-      acc = round_value<M>(v, t, rs.next());
+    for (size_t c = 0; c < nchunks; ++c) {
+      const size_t k1 = (c + 1) * kb < K ? (c + 1) * kb : K;
+      float cs = 0.0f;
+      for (size_t k = c * kb; k < k1; ++k) cs = chunk_step(cs, a[k], b[k * N]);
+      acc = round_value<M>(sum_value(acc, double(cs)), t, rs.at(blocked_index(o, nchunks, c)));
     }
     C[o] = acc;
   }
@@ -119,35 +105,34 @@ __global__ void gemm_blocked_kernel(const float* __restrict__ A, const float* __
 void cuda_gemm(const float* A, const float* B, double* C, size_t M, size_t N, size_t K,
                const GemmSpec& s) {
   using namespace cuda_detail;
-  validate(s);  // also checks block ≥ 1 and that the input format fits binary32
+  const GemmPlan p = plan_gemm(s);  // validate(s): also block ≥ 1 and the input format fits binary32
   if (M == 0 || N == 0) return;
-  const Target<double> t = make_target<double>(s.acc, s.sr_bits);
+  const Target<double>& t = p.acc;
 
   DeviceBuffer<float> dA(M * K), dB(K * N);
   DeviceBuffer<double> dC(M * N);
   dA.upload(A, M * K);
   dB.upload(B, K * N);
 
-  if (s.input) {  // A[i,k]: index i·K + k of stream + 1; B[k,j]: index k·N + j of stream + 2
-    const Target<float> ti = make_target<float>(*s.input, s.sr_bits);
-    round_device(dA.get(), M * K, ti, s.input_mode, s.seed, s.stream + 1, 0);
-    round_device(dB.get(), K * N, ti, s.input_mode, s.seed, s.stream + 2, 0);
+  if (p.input) {  // A[i,k]: index i·K + k of stream + kStreamA; B[k,j]: index k·N + j of + kStreamB
+    round_device(dA.get(), M * K, p.input->tf, p.input->mode, p.seed, s.stream + kStreamA, 0);
+    round_device(dB.get(), K * N, p.input->tf, p.input->mode, p.seed, s.stream + kStreamB, 0);
   }
 
   const unsigned grid = blocks_for(M * N);
-  dispatch_mode(s.acc_mode, [&]<Rounding R>() {
-    switch (s.accumulation) {
+  dispatch_mode(p.acc_mode, [&]<Rounding R>() {
+    switch (p.accumulation) {
       case Accumulation::strict:
         gemm_strict_kernel<R><<<grid, kThreads>>>(dA.get(), dB.get(), dC.get(), M, N, K, t,
-                                                  s.seed, s.stream);
+                                                  p.seed, s.stream);
         break;
       case Accumulation::unfused:
         gemm_unfused_kernel<R><<<grid, kThreads>>>(dA.get(), dB.get(), dC.get(), M, N, K, t,
-                                                   s.seed, s.stream);
+                                                   p.seed, s.stream);
         break;
       case Accumulation::blocked:
         gemm_blocked_kernel<R><<<grid, kThreads>>>(dA.get(), dB.get(), dC.get(), M, N, K,
-                                                   size_t(s.block), t, s.seed, s.stream);
+                                                   p.block, t, p.seed, s.stream);
         break;
     }
     MANTIS_CUDA_CHECK_LAUNCH();

@@ -98,28 +98,17 @@ bool cuda_device_available() {
   return count > 0;
 }
 
-namespace {
-// Same check and message as round_array.cpp (require_float), before validate(f) as there.
-void require_float(const Format& f) {
-  if (!fits_float(f))
-    throw InputError("format " + f.name + " does not fit a binary32 container (μ ≤ 23, exponents within "
-                     "[-126, 127], nothing below 2^-149); use double arrays");
-}
-}  // namespace
-
 void cuda_round_array(const float* in, float* out, size_t n, const Format& f,
                       const RoundOptions& o) {
-  require_float(f);
-  validate(f);
-  validate_sr_bits(o.sr_bits);
-  cuda_detail::round_host(in, out, n, make_target<float>(f, o.sr_bits), o);
+  require_fits_float(f);  // before validate(f), as round_array
+  const RoundPlan p = plan_round(f, o.mode, o.sr_bits, o.seed);
+  cuda_detail::round_host(in, out, n, p.tf, o);
 }
 
 void cuda_round_array(const double* in, double* out, size_t n, const Format& f,
                       const RoundOptions& o) {
-  validate(f);  // every validated format fits binary64
-  validate_sr_bits(o.sr_bits);
-  cuda_detail::round_host(in, out, n, make_target<double>(f, o.sr_bits), o);
+  const RoundPlan p = plan_round(f, o.mode, o.sr_bits, o.seed);
+  cuda_detail::round_host(in, out, n, p.td, o);
 }
 
 }  // namespace mantis

@@ -12,18 +12,11 @@
 //   Linear y = x·Wᵀ + b at a GEMM site: dx = dy·W (Pass::dx), dW += dyᵀ·x_saved (Pass::dw),
 //                db += Σ_rows dy (rows in order). x_saved is the operand the forward consumed, or
 //                its k-bit quantisation when the unit's saved activation is quantised (below).
-//   attention    per head: dP = dO·Vᵀ (attn.pv dx), dV = Pᵀ·dO (attn.pv dw),
-//                dS = P ⊙ (dP − rowsum(dP ⊙ P)), dQ = dS·K/√HS (attn.qk dx),
-//                dK = dSᵀ·Q/√HS (attn.qk dw); over full [T,T] matrices whose masked entries are 0.
-//                Grouped-query heads add into their key/value head in head order.
-//   RoPE         the inverse rotation of the gradient pairs.
-//   LayerNorm    dx = rstd·(g − mean(g) − x̂·mean(g ⊙ x̂)), g = dy ⊙ γ; dγ += Σ dy ⊙ x̂, dβ += Σ dy.
-//   RMSNorm      dx = r·(g − x·r²·mean(g ⊙ x)), r = 1/√(mean(x²)+eps); dγ += Σ dy ⊙ x·r.
-//   GELU         exact: Φ(x) + x·φ(x); tanh: ½(1+tanh u) + ½x(1−tanh²u)·√(2/π)(1 + 3·0.044715x²).
-//   SwiGLU       d gate = dh ⊙ up ⊙ σ(g)(1 + g(1 − σ(g))), d up = dh ⊙ silu(g).
+//   attention (with RoPE's inverse rotation), LayerNorm / RMSNorm, GELU / SwiGLU: the backward
+//                formulas beside the forward ones (attention.h, norm.h, activation.h).
 //   embeddings   dwte[token_t] += dx_t, dwpe[t] += dx_t, t in order (tied: plus lm_head's dW).
 // Rounding steps of nonlinearity sites are straight-through; the backward GEMMs follow the
-// policy's dx / dw entries (policy.h), with Philox streams of slot + 1024·pass (tape.h).
+// policy's dx / dw entries (policy.h), with Philox streams of slot + 1024·pass (streams.h).
 // Threads: heads over OpenMP, native GEMMs in fixed tiles: bit-identical for any thread count.
 //
 // Activation quantisation of saved activations (the "units", one projection operator per layer):
@@ -44,12 +37,12 @@
 #include <vector>
 
 #include "nn/forward.h"
+#include "nn/grad.h"  // defines: GradMap, zero_grads
 
 namespace mantis {
 
-enum class Unit : uint8_t { qkv, proj, fc, down };
-constexpr int kUnitCount = 4;
-const char* to_string(Unit u);  // "attn.qkv", "attn.proj", "mlp.fc", "mlp.proj"
+// Unit, kUnitCount, site_of: site.h.
+const char* to_string(Unit u);  // its site's name: "attn.qkv", "attn.proj", "mlp.fc", "mlp.proj"
 // The parameters whose gradient is the unit's (weights and biases of the projection).
 std::vector<std::string> unit_parameters(const ModelConfig& c, int layer, Unit u);
 
@@ -81,27 +74,26 @@ struct BackwardOptions {
   std::vector<UnitActivation>* activations = nullptr;  // accumulated into when set (size L·4)
 };
 
-template <class T>
-using GradMap = std::map<std::string, std::vector<T>>;
-
-// Zero gradients for every parameter of m (the parameters' shapes).
-template <class T>
-GradMap<T> zero_grads(const Model& m);
-
 struct LossSum {
   double sum = 0;      // Σ −log p(target) over positions with a target
   int64_t count = 0;   // how many
 };
 
+// The Policy overload compiles the policy (PolicyPlan) and calls the plan overload.
 template <class T>
 LossSum sequence_backward(const Model& m, std::span<const int32_t> tokens, std::span<const int32_t> targets,
                           const Policy& policy, double scale, GradMap<T>& grads, const BackwardOptions& opt = {});
+template <class T>
+LossSum sequence_backward(const Model& m, std::span<const int32_t> tokens, std::span<const int32_t> targets,
+                          const PolicyPlan& plan, double scale, GradMap<T>& grads, const BackwardOptions& opt = {});
 
-extern template GradMap<float> zero_grads<float>(const Model&);
-extern template GradMap<double> zero_grads<double>(const Model&);
 extern template LossSum sequence_backward<float>(const Model&, std::span<const int32_t>, std::span<const int32_t>,
                                                  const Policy&, double, GradMap<float>&, const BackwardOptions&);
 extern template LossSum sequence_backward<double>(const Model&, std::span<const int32_t>, std::span<const int32_t>,
                                                   const Policy&, double, GradMap<double>&, const BackwardOptions&);
+extern template LossSum sequence_backward<float>(const Model&, std::span<const int32_t>, std::span<const int32_t>,
+                                                 const PolicyPlan&, double, GradMap<float>&, const BackwardOptions&);
+extern template LossSum sequence_backward<double>(const Model&, std::span<const int32_t>, std::span<const int32_t>,
+                                                  const PolicyPlan&, double, GradMap<double>&, const BackwardOptions&);
 
 }  // namespace mantis

@@ -14,67 +14,34 @@
 //          mlp = c_proj(GELU(c_fc(·))) (exact erf, or tanh per cfg.gelu_tanh); LN_f; logits = x·wteᵀ.
 //   llama: x = tok_embeddings[tok]; per layer x += wo(attn(RMSNorm(x))), x += w2(silu(w1·) ⊙ w3·)
 //          after RMSNorm; final RMSNorm; logits = x·outputᵀ (tok_embeddingsᵀ when tied).
-//   LayerNorm: (x − mean)/√(var + eps)·γ + β, biased variance; RMSNorm: x/√(mean(x²) + eps)·γ.
-//   Attention: causal, scores = (Q_h·K_hᵀ)/√HS, softmax over keys 0..i, out_h = P_h·V_h. Query
-//          head h reads key/value head h / (NH/NKV) (grouped-query attention; NKV = NH for gpt2).
-//   RoPE (llama): the llama2.c / Meta convention: consecutive pairs (x[2i], x[2i+1]) of every head
-//          are rotated by the angle pos·θ^(−2i/HS), i = 0..HS/2−1 (NOT Hugging Face's rotate_half,
-//          which pairs x[i] with x[i + HS/2]); cos and sin are computed in binary64 and then
-//          converted to T. Applied to q and k after the attn.qkv site, before attn.qk.
-// LAMP (policy.lamp, lamp.h): per head and query row i, after attn.qk's scores y (rounded as the
-// site says) and before the softmax: select entries of y[0..i] by the rule, replace them by the
-// recomputed scores (the same block product in binary32 native — bit-identical to the FP32
-// reference's scores — or strict in the recompute format, rounded to it), then softmax as usual.
-// Random control words: seed, stream = stream_of(attn.qk, layer, head, i) + 4·2^30.
-// Order at a GEMM site (site_gemm): product → ÷ divisor (attn.qk: √HS) → + bias → output rounding.
-// At attn.qk the masked (future) scores are never used; rows are processed in blocks of 64
-// queries, each against keys 0..end of its block, so about half of Q·Kᵀ and P·V is computed.
+//   LayerNorm / RMSNorm (norm.h), GELU / SwiGLU (activation.h), causal attention with
+//          grouped-query heads, RoPE (llama: applied to q and k after the attn.qkv site, before
+//          attn.qk) and LAMP at the scores (attention.h), a site's GEMM (linear.h).
+// LAMP's other closed forms (policy.lamp_activation / lamp_layernorm, lamp.h) recompute entries of
+// the mlp.fc output and of the projections added to the residual stream before the next norm.
 //
-// Threads: heads are split over OpenMP threads; native GEMMs are cut into fixed tiles (not
-// depending on the thread count) each multiplied by Eigen on one thread (Eigen's own threading
-// is switched off: Eigen::setNbThreads(1)); emulated GEMMs are thread-invariant by construction.
-// The logits are therefore bit-identical for any thread count.
+// Threads: heads are split over OpenMP threads; native GEMMs are cut into fixed tiles (linear.h);
+// emulated GEMMs are thread-invariant by construction. The logits are therefore bit-identical for
+// any thread count.
 //
 // Randomness (sr / sre sites): each call of a site draws from its own Philox stream, a function
-// of (site, layer, slot: head, q/k/v, gate/up or ln_1/ln_2; query row for attn.qk, softmax and
-// attn.pv); a GEMM site's gemm() uses stream + 0..2 and its output rounding stream + 3; a
-// nonlinearity rounds its input with stream + 1 (silu's second input + 2) and its output with
-// stream + 3, element (i, j) of a [rows, cols] buffer at index i·cols + j. The attention sites
-// work query row by query row: row i's scores are the GEMM q_i [1,HS] · K[0..i]ᵀ → [1, i+1], its
-// softmax rounds key j at index j, and its output is P_i [1, i+1] · V[0..i] → [1, HS] (operands
-// rounded per row). So a random word never depends on the sequence length or on the threads; with
-// every GEMM site emulated (Eigen's native products choose their summation order by shape), the
-// logits of a prefix equal the first rows of the logits of the whole sequence bit for bit.
-// (Deterministic attention sites are computed in 64-row blocks; P·V then also adds the masked
-// probabilities' zero products, which leave every value unchanged up to the sign of a zero.)
-// Sequences with random attention sites are limited to 65,536 tokens.
+// of (site, layer, slot; query row for attn.qk, softmax and attn.pv): streams.h defines every key.
+// Element (i, j) of a [rows, cols] buffer is rounded at index i·cols + j. So a random word never
+// depends on the sequence length or on the threads; with every GEMM site emulated (Eigen's native
+// products choose their summation order by shape), the logits of a prefix equal the first rows of
+// the logits of the whole sequence bit for bit. Sequences with random attention sites are limited
+// to 65,536 tokens (kMaxRandomRows).
 #pragma once
-
-#include <Eigen/Dense>
 
 #include <cstdint>
 #include <span>
 #include <vector>
 
+#include "nn/linear.h"  // defines: Matrix, SiteHealth, site_gemm
 #include "nn/model.h"
 #include "nn/policy.h"
 
 namespace mantis {
-
-template <class T> using Matrix = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
-
-// Range health of one site at one layer, summed over the site's calls:
-//   overflow  values whose magnitude exceeded the largest finite number of the format they were
-//             rounded to, at one of the site's input or output roundings (they became ±inf, ±max
-//             under `saturate`, or NaN, as the format's overflow rule says). Roundings inside an
-//             emulated GEMM's accumulator are not seen here: an accumulator that overflows to
-//             inf (or NaN) shows in `inf` / `nan` of the output.
-//   nan, inf  NaNs and infinities in the site's output (binary32 overflow of a native product
-//             or nonlinearity included).
-struct SiteHealth {
-  uint64_t overflow = 0, nan = 0, inf = 0;
-  bool clean() const { return overflow == 0 && nan == 0 && inf == 0; }
-};
 
 // What a forward pass can report besides its logits.
 struct ForwardStats {
@@ -96,30 +63,20 @@ struct ForwardStats {
 // Logits [T_seq, V]. InputError: empty sequence, T_seq > ctx, a token outside [0, V), a missing
 // or mis-shaped parameter, a policy that does not fit the model (Policy::check), or T = double
 // with a non-native policy. `stats`, when given, is filled (sized by layers).
+// The Policy overload compiles the policy (PolicyPlan, policy.h) and calls the plan overload; a
+// caller running many sequences under one policy can compile it once. A plan compiled for
+// another configuration is an InputError.
 template <class T>
 Matrix<T> forward(const Model& m, std::span<const int32_t> tokens, const Policy& policy = {},
+                  ForwardStats* stats = nullptr);
+template <class T>
+Matrix<T> forward(const Model& m, std::span<const int32_t> tokens, const PolicyPlan& plan,
                   ForwardStats* stats = nullptr);
 
 extern template Matrix<float> forward<float>(const Model&, std::span<const int32_t>, const Policy&, ForwardStats*);
 extern template Matrix<double> forward<double>(const Model&, std::span<const int32_t>, const Policy&, ForwardStats*);
-
-// The GEMM of one site call, as the forward pass does it (exposed for tests):
-//   out[M,N] = round_output((A[M,K] · B) / divisor + bias)
-// with B given as [K,N], or as its transpose [N,K] when b_transposed (Linear weights [out,in],
-// keys [T,HS]); bias: N values or null. Input rounding (if any) applies to A and to B in its
-// [K,N] orientation: A[i,k] uses index i·K + k of stream + 1, B[k,j] index k·N + j of stream + 2
-// (as gemm.h); output rounding of out[i,j] uses index i·N + j of stream + 3.
-// `health`, when given, receives the call's range events (SiteHealth; thread-safe).
-template <class T>
-void site_gemm(const SitePolicy& p, Eigen::Ref<const Matrix<T>> A, Eigen::Ref<const Matrix<T>> B, bool b_transposed,
-               Eigen::Ref<Matrix<T>> out, uint64_t stream, T divisor = T(1), const T* bias = nullptr,
-               SiteHealth* health = nullptr);
-
-extern template void site_gemm<float>(const SitePolicy&, Eigen::Ref<const Matrix<float>>,
-                                      Eigen::Ref<const Matrix<float>>, bool, Eigen::Ref<Matrix<float>>, uint64_t,
-                                      float, const float*, SiteHealth*);
-extern template void site_gemm<double>(const SitePolicy&, Eigen::Ref<const Matrix<double>>,
-                                       Eigen::Ref<const Matrix<double>>, bool, Eigen::Ref<Matrix<double>>, uint64_t,
-                                       double, const double*, SiteHealth*);
+extern template Matrix<float> forward<float>(const Model&, std::span<const int32_t>, const PolicyPlan&, ForwardStats*);
+extern template Matrix<double> forward<double>(const Model&, std::span<const int32_t>, const PolicyPlan&,
+                                               ForwardStats*);
 
 }  // namespace mantis

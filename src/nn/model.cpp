@@ -58,55 +58,57 @@ void validate(const ModelConfig& c) {
 
 namespace {
 
-using Shapes = std::vector<std::pair<std::string, std::vector<int64_t>>>;
-
-// The tensors before the layers, those of one layer (names without the "<prefix><l>." part) and
-// those after: parameter_shapes expands them, parameter_count counts them without expanding L.
-struct ShapeTable {
-  Shapes head, layer, tail;
+// The parameters before the layers, those of one layer (names without the "<prefix><l>." part,
+// layer 0) and those after: parameter_infos expands them, parameter_count counts them without
+// expanding L.
+struct InfoTable {
+  std::vector<ParamInfo> head, layer, tail;
   const char* prefix;
 };
 
-ShapeTable shape_table(const ModelConfig& c) {
+InfoTable info_table(const ModelConfig& c) {
   validate(c);
-  const int64_t V = c.vocab, T = c.ctx, C = c.dim, H = c.hidden, KV = int64_t(c.kv_heads) * c.head_size();
+  const int64_t V = c.vocab, T = c.ctx, C = c.dim, H = c.hidden, HS = c.head_size(), KV = int64_t(c.kv_heads) * HS;
+  const int NH = c.heads, NKV = c.kv_heads;
+  auto p = [](const char* name, std::vector<int64_t> shape, Role role, bool bias = false, int blocks = 0,
+              int64_t rows = 0) { return ParamInfo{name, std::move(shape), -1, role, bias, blocks, rows}; };
   if (c.arch == Arch::gpt2)
-    return {{{"wte", {V, C}}, {"wpe", {T, C}}},
-            {{"ln_1.weight", {C}},
-             {"ln_1.bias", {C}},
-             {"attn.c_attn.weight", {3 * C, C}},
-             {"attn.c_attn.bias", {3 * C}},
-             {"attn.c_proj.weight", {C, C}},
-             {"attn.c_proj.bias", {C}},
-             {"ln_2.weight", {C}},
-             {"ln_2.bias", {C}},
-             {"mlp.c_fc.weight", {H, C}},
-             {"mlp.c_fc.bias", {H}},
-             {"mlp.c_proj.weight", {C, H}},
-             {"mlp.c_proj.bias", {C}}},
-            {{"ln_f.weight", {C}}, {"ln_f.bias", {C}}},
+    return {{p("wte", {V, C}, Role::tok_emb), p("wpe", {T, C}, Role::pos_emb)},
+            {p("ln_1.weight", {C}, Role::norm1),
+             p("ln_1.bias", {C}, Role::norm1, true),
+             p("attn.c_attn.weight", {3 * C, C}, Role::attn_qkv, false, 3 * NH, HS),
+             p("attn.c_attn.bias", {3 * C}, Role::attn_qkv, true, 3 * NH, HS),
+             p("attn.c_proj.weight", {C, C}, Role::attn_proj),
+             p("attn.c_proj.bias", {C}, Role::attn_proj, true),
+             p("ln_2.weight", {C}, Role::norm2),
+             p("ln_2.bias", {C}, Role::norm2, true),
+             p("mlp.c_fc.weight", {H, C}, Role::mlp_fc),
+             p("mlp.c_fc.bias", {H}, Role::mlp_fc, true),
+             p("mlp.c_proj.weight", {C, H}, Role::mlp_proj),
+             p("mlp.c_proj.bias", {C}, Role::mlp_proj, true)},
+            {p("ln_f.weight", {C}, Role::norm_f), p("ln_f.bias", {C}, Role::norm_f, true)},
             "h."};
-  ShapeTable t{{{"tok_embeddings", {V, C}}},
-               {{"attention_norm", {C}},
-                {"attention.wq", {C, C}},
-                {"attention.wk", {KV, C}},
-                {"attention.wv", {KV, C}},
-                {"attention.wo", {C, C}},
-                {"ffn_norm", {C}},
-                {"feed_forward.w1", {H, C}},
-                {"feed_forward.w3", {H, C}},
-                {"feed_forward.w2", {C, H}}},
-               {{"norm", {C}}},
-               "layers."};
-  if (!c.tied) t.tail.push_back({"output", {V, C}});
+  InfoTable t{{p("tok_embeddings", {V, C}, Role::tok_emb)},
+              {p("attention_norm", {C}, Role::norm1),
+               p("attention.wq", {C, C}, Role::wq, false, NH, HS),
+               p("attention.wk", {KV, C}, Role::wk, false, NKV, HS),
+               p("attention.wv", {KV, C}, Role::wv, false, NKV, HS),
+               p("attention.wo", {C, C}, Role::attn_proj),
+               p("ffn_norm", {C}, Role::norm2),
+               p("feed_forward.w1", {H, C}, Role::mlp_gate),
+               p("feed_forward.w3", {H, C}, Role::mlp_up),
+               p("feed_forward.w2", {C, H}, Role::mlp_proj)},
+              {p("norm", {C}, Role::norm_f)},
+              "layers."};
+  if (!c.tied) t.tail.push_back(p("output", {V, C}, Role::lm_head));
   return t;
 }
 
-__int128 values_of(const Shapes& s) {
+__int128 values_of(const std::vector<ParamInfo>& s) {
   __int128 n = 0;
-  for (auto& [name, shape] : s) {
+  for (auto& info : s) {
     __int128 k = 1;
-    for (int64_t d : shape) k *= d;
+    for (int64_t d : info.shape) k *= d;
     n += k;
   }
   return n;
@@ -114,17 +116,27 @@ __int128 values_of(const Shapes& s) {
 
 }  // namespace
 
-std::vector<std::pair<std::string, std::vector<int64_t>>> parameter_shapes(const ModelConfig& c) {
-  ShapeTable t = shape_table(c);
-  Shapes s = std::move(t.head);
+std::vector<ParamInfo> parameter_infos(const ModelConfig& c) {
+  InfoTable t = info_table(c);
+  std::vector<ParamInfo> s = std::move(t.head);
   for (int l = 0; l < c.layers; ++l)
-    for (auto& [name, shape] : t.layer) s.push_back({fmt::format("{}{}.{}", t.prefix, l, name), shape});
+    for (const ParamInfo& info : t.layer) {
+      s.push_back(info);
+      s.back().name = fmt::format("{}{}.{}", t.prefix, l, info.name);
+      s.back().layer = l;
+    }
   s.insert(s.end(), t.tail.begin(), t.tail.end());
   return s;
 }
 
+std::vector<std::pair<std::string, std::vector<int64_t>>> parameter_shapes(const ModelConfig& c) {
+  std::vector<std::pair<std::string, std::vector<int64_t>>> s;
+  for (ParamInfo& info : parameter_infos(c)) s.emplace_back(std::move(info.name), std::move(info.shape));
+  return s;
+}
+
 ParameterCount parameter_count(const ModelConfig& c) {
-  const ShapeTable t = shape_table(c);
+  const InfoTable t = info_table(c);
   const __int128 tensors = __int128(t.head.size() + t.tail.size()) + __int128(c.layers) * __int128(t.layer.size());
   const __int128 values = values_of(t.head) + values_of(t.tail) + __int128(c.layers) * values_of(t.layer);
   auto sat = [](__int128 x) { return int64_t(std::min<__int128>(x, INT64_MAX)); };
@@ -156,27 +168,24 @@ void validate(const Model& m) {
 
 Model init_model(const ModelConfig& c, uint64_t seed) {
   Model m{c, {}};
-  const auto shapes = parameter_shapes(c);
+  const auto infos = parameter_infos(c);
   const double proj_std = 0.02 / std::sqrt(2.0 * c.layers);
-  for (size_t p = 0; p < shapes.size(); ++p) {
-    const auto& [name, shape] = shapes[p];
-    Tensor t{shape, {}};
+  for (size_t p = 0; p < infos.size(); ++p) {
+    const ParamInfo& info = infos[p];
+    Tensor t{info.shape, {}};
     t.data.resize(size_t(t.numel()));
-    const bool is_vector = shape.size() == 1;
-    const bool is_bias = name.ends_with(".bias");
-    if (is_vector) {  // norm weights 1, biases 0
-      std::fill(t.data.begin(), t.data.end(), is_bias ? 0.0f : 1.0f);
+    if (info.shape.size() == 1) {  // norm weights 1, biases 0
+      std::fill(t.data.begin(), t.data.end(), info.bias ? 0.0f : 1.0f);
     } else {
-      const bool residual_out = name.ends_with("attn.c_proj.weight") || name.ends_with("mlp.c_proj.weight") ||
-                                name.ends_with("attention.wo") || name.ends_with("feed_forward.w2");
-      const double stdev = name == "wpe" ? 0.01 : residual_out ? proj_std : 0.02;
+      const bool residual_out = info.role == Role::attn_proj || info.role == Role::mlp_proj;
+      const double stdev = info.role == Role::pos_emb ? 0.01 : residual_out ? proj_std : 0.02;
       for (size_t i = 0; i < t.data.size(); ++i) {
         const double u1 = double((random_word(seed, p, 2 * i) >> 8) + 1) * 0x1p-24;  // (0, 1]
         const double u2 = double(random_word(seed, p, 2 * i + 1) >> 8) * 0x1p-24;    // [0, 1)
         t.data[i] = float(stdev * std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * std::numbers::pi * u2));
       }
     }
-    m.params.emplace(name, std::move(t));
+    m.params.emplace(info.name, std::move(t));
   }
   return m;
 }

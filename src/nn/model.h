@@ -65,7 +65,42 @@ struct Model {
 
 // Throws InputError naming the field unless the configuration is consistent.
 void validate(const ModelConfig& c);
-// Every parameter name and shape the configuration requires, in a fixed order.
+
+// What a parameter is to the graphs (forward.h), whatever its checkpoint name.
+enum class Role : uint8_t {
+  tok_emb,   // wte, tok_embeddings (also the output projection when tied)
+  pos_emb,   // wpe
+  attn_qkv,  // gpt2's fused c_attn: rows q | k | v
+  wq, wk, wv,
+  attn_proj, // c_proj, wo
+  mlp_fc,    // gpt2's c_fc
+  mlp_gate,  // llama's w1
+  mlp_up,    // llama's w3
+  mlp_proj,  // gpt2's mlp.c_proj, llama's w2
+  norm1,     // ln_1, attention_norm
+  norm2,     // ln_2, ffn_norm
+  norm_f,    // ln_f, norm
+  lm_head,   // llama's untied output
+};
+constexpr int kRoleCount = 15;
+
+struct ParamInfo {
+  std::string name;
+  std::vector<int64_t> shape;
+  int layer = -1;     // −1: outside the layers
+  Role role = Role::tok_emb;
+  bool bias = false;  // a Linear's or LayerNorm's bias (else its weight)
+  // How the rows (a 1-D bias: the values) split into attention heads: head_blocks consecutive
+  // blocks of head_rows = HS rows, block b holding head b's rows; gpt2's c_attn has 3·NH blocks
+  // (q heads 0..NH−1, then the k heads, then the v heads), wq NH, wk and wv NKV (grouped-query:
+  // query head h reads key/value block h / (NH/NKV)). 0 for every other parameter.
+  int head_blocks = 0;
+  int64_t head_rows = 0;
+};
+
+// Every parameter the configuration requires, in a fixed order (checkpoints, optimizer state).
+std::vector<ParamInfo> parameter_infos(const ModelConfig& c);
+// Their names and shapes, in the same order.
 std::vector<std::pair<std::string, std::vector<int64_t>>> parameter_shapes(const ModelConfig& c);
 // How many tensors and values parameter_shapes(c) lists, computed without listing them (so a
 // reader can compare a configuration with a file before allocating anything proportional to it);

@@ -423,4 +423,43 @@ std::string describe(const Policy& pol) {
   return out.empty() ? "native\n" : out;
 }
 
+SitePolicy lamp_recompute_site(const std::optional<Format>& f) {
+  SitePolicy r;
+  if (f) r.accumulation = Accumulation::strict, r.accumulator = r.output = f;
+  return r;
+}
+
+SitePlan plan_site(const SitePolicy& p) {
+  SitePlan s;
+  if (p.accumulation) s.gemm = plan_gemm(p.gemm_spec(0));
+  auto step = [&](const std::optional<Format>& f) -> std::optional<RoundStep> {
+    if (!f) return std::nullopt;
+    require_fits_float(*f);  // the passes round binary32 values in place
+    return RoundStep{plan_round(*f, p.rounding, p.sr_bits, p.seed), max_finite(*f)};
+  };
+  s.input = step(p.input);
+  s.output = step(p.output);
+  s.random = !p.is_native() && (p.rounding == Rounding::sr || p.rounding == Rounding::sre);
+  return s;
+}
+
+PolicyPlan::PolicyPlan(const Policy& policy, const ModelConfig& c) : policy_(policy), cfg_(c), layers_(c.layers) {
+  validate(c);  // the configuration first: its sizes index the plan
+  policy_.check(c);
+  std::map<const SitePolicy*, uint32_t> seen;  // entries shared by layers compile once
+  index_.resize(size_t(kPassCount) * size_t(layers_ + 1) * kSiteCount);
+  for (int pass = 0; pass < kPassCount; ++pass)
+    for (int l = -1; l < layers_; ++l)
+      for (int s = 0; s < kSiteCount; ++s) {
+        const SitePolicy& e = policy_.at(Site(s), l, Pass(pass));
+        auto [it, fresh] = seen.emplace(&e, uint32_t(plans_.size()));
+        if (fresh) plans_.push_back(plan_site(e));
+        index_[(size_t(pass) * size_t(layers_ + 1) + size_t(l + 1)) * kSiteCount + size_t(s)] = it->second;
+      }
+  const std::optional<Format> none;
+  lamp_[0] = plan_site(lamp_recompute_site(policy_.lamp ? policy_.lamp->recompute : none));
+  lamp_[1] = plan_site(lamp_recompute_site(policy_.lamp_activation ? policy_.lamp_activation->recompute : none));
+  lamp_[2] = plan_site(lamp_recompute_site(policy_.lamp_layernorm ? policy_.lamp_layernorm->recompute : none));
+}
+
 }  // namespace mantis

@@ -77,16 +77,16 @@
 #include <string>
 #include <string_view>
 #include <utility>
+#include <vector>
 
 #include "core/format.h"
-#include "core/gemm.h"
+#include "core/gemm.h"  // defines: GemmSpec, GemmPlan
+#include "core/round_array.h"  // defines: RoundPlan
 #include "nn/lamp.h"
 #include "nn/model.h"
+#include "nn/site.h"  // defines: Site, Pass
 
 namespace mantis {
-
-enum class Site : uint8_t { attn_qkv, attn_qk, attn_pv, attn_proj, mlp_fc, mlp_proj, lm_head, ln, softmax, gelu, silu };
-constexpr int kSiteCount = 11;
 
 const char* to_string(Site s);                       // "attn.qk", ...
 bool is_gemm(Site s);                                // attn.*, mlp.*, lm_head
@@ -108,10 +108,6 @@ struct SitePolicy {
   // streams `stream` .. `stream` + 2 (gemm.h).
   GemmSpec gemm_spec(uint64_t stream) const;
 };
-
-// Which GEMM of a site: the forward product, or one of its two backward products.
-enum class Pass : uint8_t { forward, dx, dw };
-constexpr int kPassCount = 3;
 
 struct Policy {
   std::array<SitePolicy, kSiteCount> all{};       // every layer (and the non-layer ln_f, lm_head)
@@ -159,5 +155,61 @@ Policy policy_from_spec(const std::string& spec);
 Policy salted(const Policy& p, uint64_t salt);
 // One line per non-native entry ("attn.qk: strict acc ps4, output ps4, rne"); "native" if none.
 std::string describe(const Policy& p);
+
+// LAMP's recomputed products (lamp.h): native binary32, or strict in f with the result rounded to f.
+SitePolicy lamp_recompute_site(const std::optional<Format>& f);
+
+// ---------------------------------------------------------------------------------------------
+// Compiled policies: what the forward and backward passes call, validated once.
+
+// One rounding of a site (its input or its output): the plan, and for the health counts the
+// format's largest finite value.
+struct RoundStep {
+  RoundPlan plan;
+  double max_finite = 0;
+};
+
+// A site entry compiled: the emulated GEMM's plan and the roundings' plans, so a call (~10⁵ per
+// site and GPT-2-small forward at the attention sites) neither validates nor throws.
+struct SitePlan {
+  std::optional<GemmPlan> gemm;            // GEMM sites: strict / unfused / blocked; nullopt: native
+  std::optional<RoundStep> input, output;  // the operands' / the result's rounding
+  bool random = false;                     // draws random words (sr / sre at some rounding)
+  bool is_native() const { return !gemm && !input && !output; }
+};
+
+// InputError where the entry's calls would have failed: GemmSpec validation, an input or output
+// format that does not fit binary32, sr_bits.
+SitePlan plan_site(const SitePolicy& p);
+
+// A Policy compiled for one model configuration: every (pass, layer, site) entry and LAMP's
+// recompute products as SitePlans. Made once per forward / backward call (or once per run by a
+// caller that holds it); the passes read it and never look at the Policy's entries again.
+class PolicyPlan {
+ public:
+  // InputError from Policy::check (the one validation), before anything is compiled.
+  PolicyPlan(const Policy& policy, const ModelConfig& c);
+
+  // The entry in force for `site` at `layer` (−1: outside the layers), as Policy::at.
+  const SitePlan& at(Site site, int layer = -1, Pass pass = Pass::forward) const {
+    return plans_[index_[(size_t(pass) * size_t(layers_ + 1) + size_t(layer + 1)) * kSiteCount + size_t(site)]];
+  }
+  // LAMP's recomputed products: the scores ([lamp]), the mlp.fc output ([lamp_activation]) and
+  // the projections before a norm ([lamp_layernorm]); native when the table is absent.
+  const SitePlan& lamp_scores() const { return lamp_[0]; }
+  const SitePlan& lamp_activation() const { return lamp_[1]; }
+  const SitePlan& lamp_layernorm() const { return lamp_[2]; }
+
+  const Policy& policy() const { return policy_; }  // the LAMP tables, describe()
+  const ModelConfig& config() const { return cfg_; }
+
+ private:
+  Policy policy_;
+  ModelConfig cfg_;
+  int layers_;
+  std::vector<SitePlan> plans_;  // one per distinct entry of the policy
+  std::vector<uint32_t> index_;  // [pass][layer + 1][site] → plans_
+  std::array<SitePlan, 3> lamp_;
+};
 
 }  // namespace mantis

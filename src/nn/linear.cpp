@@ -1,0 +1,137 @@
+// linear — see linear.h.
+#include "nn/linear.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <mutex>
+#include <stdexcept>
+#include <type_traits>
+
+#include "core/gemm.h"  // defines: gemm, GemmSpec
+#include "nn/streams.h"
+
+namespace mantis {
+
+using Eigen::Index;
+using detail::count_nonfinite;
+using detail::count_overflow;
+using detail::round_matrix;
+
+namespace {
+
+constexpr Index kTileRows = 256;  // native GEMM tiles: fixed, so results do not depend on threads
+constexpr Index kTileCols = 1024;
+
+// out [M,N] = A [M,K] · B ([K,N], or [N,K] transposed), Eigen on one thread per fixed tile.
+template <class S>
+void native_product(const Eigen::Ref<const Matrix<S>>& A, const Eigen::Ref<const Matrix<S>>& B, bool bt,
+                    Eigen::Ref<Matrix<S>> out) {
+  const Index M = out.rows(), N = out.cols();
+  const Index tr = (M + kTileRows - 1) / kTileRows, tc = (N + kTileCols - 1) / kTileCols;
+#pragma omp parallel for schedule(static) if (tr * tc > 1)
+  for (Index tile = 0; tile < tr * tc; ++tile) {
+    const Index r0 = (tile / tc) * kTileRows, c0 = (tile % tc) * kTileCols;
+    const Index nr = std::min(kTileRows, M - r0), nc = std::min(kTileCols, N - c0);
+    if (bt) out.block(r0, c0, nr, nc).noalias() = A.middleRows(r0, nr) * B.middleRows(c0, nc).transpose();
+    else out.block(r0, c0, nr, nc).noalias() = A.middleRows(r0, nr) * B.middleCols(c0, nc);
+  }
+}
+
+}  // namespace
+
+namespace detail {
+
+void eigen_single_threaded() {
+  static std::once_flag once;
+  std::call_once(once, [] { Eigen::setNbThreads(1); });
+}
+
+template <class T>
+void linear_backward(const PolicyPlan& pol, Site site, int l, Index slot, const Matrix<T>& dy, const Matrix<T>& x,
+                     Eigen::Ref<const Matrix<T>> w, Matrix<T>* dx, Eigen::Ref<Matrix<T>> dW, T* db) {
+  const Index N = dy.rows(), out = dy.cols(), in = x.cols();
+  {
+    const Matrix<T> dyT = dy.transpose();  // [out,N]
+    Matrix<T> d(out, in);                  // [out,in]
+    site_gemm<T>(pol.at(site, l, Pass::dw), dyT, x, false, d, grad_stream(site, l, slot, Pass::dw));
+    dW += d;
+  }
+  if (db) {
+    Eigen::Map<Eigen::Matrix<T, 1, Eigen::Dynamic>> b(db, out);
+    for (Index r = 0; r < N; ++r) b += dy.row(r);  // rows in order
+  }
+  if (dx) {
+    dx->resize(N, in);
+    site_gemm<T>(pol.at(site, l, Pass::dx), dy, w, false, *dx, grad_stream(site, l, slot, Pass::dx));
+  }
+}
+
+template void linear_backward<float>(const PolicyPlan&, Site, int, Index, const Matrix<float>&, const Matrix<float>&,
+                                     Eigen::Ref<const Matrix<float>>, Matrix<float>*, Eigen::Ref<Matrix<float>>,
+                                     float*);
+template void linear_backward<double>(const PolicyPlan&, Site, int, Index, const Matrix<double>&, const Matrix<double>&,
+                                      Eigen::Ref<const Matrix<double>>, Matrix<double>*, Eigen::Ref<Matrix<double>>,
+                                      double*);
+
+}  // namespace detail
+
+template <class T>
+void site_gemm(const SitePlan& p, Eigen::Ref<const Matrix<T>> A, Eigen::Ref<const Matrix<T>> B, bool bt,
+               Eigen::Ref<Matrix<T>> out, uint64_t stream, T divisor, const T* bias, SiteHealth* health) {
+  detail::eigen_single_threaded();
+  const Index M = A.rows(), K = A.cols(), N = bt ? B.rows() : B.cols();
+  if ((bt ? B.cols() : B.rows()) != K || out.rows() != M || out.cols() != N)
+    throw std::logic_error(fmt::format("site_gemm: shapes [{},{}]·{}[{},{}] → [{},{}] do not match", M, K,
+                                       bt ? "ᵀ" : "", B.rows(), B.cols(), out.rows(), out.cols()));
+  if constexpr (std::is_same_v<T, double>)
+    if (!p.is_native()) throw InputError("site_gemm<double> is the binary64 reference: native sites only");
+
+  if (p.gemm || p.input) {
+    Matrix<float> Af = A.template cast<float>();  // [M,K] row-major binary32
+    Matrix<float> Bf(K, N);                       // [K,N] row-major binary32
+    if (bt) Bf = B.transpose().template cast<float>();
+    else Bf = B.template cast<float>();
+    if (p.input) count_overflow<float>(health, Af, p.input->max_finite), count_overflow<float>(health, Bf, p.input->max_finite);
+    if (p.gemm) {  // emulated: gemm() rounds the inputs itself (streams + kStreamA, + kStreamB)
+      Matrix<double> Cd(M, N);  // [M,N] the accumulator values
+      gemm(*p.gemm, Af.data(), Bf.data(), Cd.data(), size_t(M), size_t(N), size_t(K), stream);
+      out = Cd.template cast<T>();
+    } else {  // native with rounded operands, the same indices as gemm()
+      round_array(p.input->plan, Af.data(), Af.data(), size_t(M * K), stream + kStreamA);
+      round_array(p.input->plan, Bf.data(), Bf.data(), size_t(K * N), stream + kStreamB);
+      if constexpr (std::is_same_v<T, float>) {
+        native_product<float>(Af, Bf, false, out);
+      } else {
+        Matrix<float> Cf(M, N);  // [M,N]
+        native_product<float>(Af, Bf, false, Cf);
+        out = Cf.template cast<T>();
+      }
+    }
+  } else {
+    native_product<T>(A, B, bt, out);
+  }
+  if (divisor != T(1)) out /= divisor;
+  if (bias) out.rowwise() += Eigen::Map<const Eigen::Matrix<T, 1, Eigen::Dynamic>>(bias, N);
+  if (p.output) round_matrix<T>(out, *p.output, stream + kStreamOutput, health);
+  count_nonfinite<T>(health, out);
+}
+
+template <class T>
+void site_gemm(const SitePolicy& p, Eigen::Ref<const Matrix<T>> A, Eigen::Ref<const Matrix<T>> B, bool bt,
+               Eigen::Ref<Matrix<T>> out, uint64_t stream, T divisor, const T* bias, SiteHealth* health) {
+  if constexpr (std::is_same_v<T, double>)  // before plan_site: this is the error to report
+    if (!p.is_native()) throw InputError("site_gemm<double> is the binary64 reference: native sites only");
+  site_gemm<T>(plan_site(p), A, B, bt, out, stream, divisor, bias, health);
+}
+
+template void site_gemm<float>(const SitePlan&, Eigen::Ref<const Matrix<float>>, Eigen::Ref<const Matrix<float>>,
+                              bool, Eigen::Ref<Matrix<float>>, uint64_t, float, const float*, SiteHealth*);
+template void site_gemm<double>(const SitePlan&, Eigen::Ref<const Matrix<double>>, Eigen::Ref<const Matrix<double>>,
+                              bool, Eigen::Ref<Matrix<double>>, uint64_t, double, const double*, SiteHealth*);
+template void site_gemm<float>(const SitePolicy&, Eigen::Ref<const Matrix<float>>, Eigen::Ref<const Matrix<float>>,
+                              bool, Eigen::Ref<Matrix<float>>, uint64_t, float, const float*, SiteHealth*);
+template void site_gemm<double>(const SitePolicy&, Eigen::Ref<const Matrix<double>>, Eigen::Ref<const Matrix<double>>,
+                              bool, Eigen::Ref<Matrix<double>>, uint64_t, double, const double*, SiteHealth*);
+
+}  // namespace mantis
