@@ -39,7 +39,7 @@ template <Rounding M>
 __global__ void gemm_strict_kernel(const float* __restrict__ A, const float* __restrict__ B,
                                    double* __restrict__ C, size_t Mr, size_t N, size_t K,
                                    Target<double> t, uint64_t seed, uint64_t stream) {
-  constexpr bool kRand = M == Rounding::sr || M == Rounding::sre;
+  constexpr bool kRand = is_stochastic(M);
   const size_t total = Mr * N;
   const size_t stride = size_t(gridDim.x) * blockDim.x;
   for (size_t o = size_t(blockIdx.x) * blockDim.x + threadIdx.x; o < total; o += stride) {
@@ -58,7 +58,7 @@ template <Rounding M>
 __global__ void gemm_unfused_kernel(const float* __restrict__ A, const float* __restrict__ B,
                                     double* __restrict__ C, size_t Mr, size_t N, size_t K,
                                     Target<double> t, uint64_t seed, uint64_t stream) {
-  constexpr bool kRand = M == Rounding::sr || M == Rounding::sre;
+  constexpr bool kRand = is_stochastic(M);
   const size_t total = Mr * N;
   const size_t stride = size_t(gridDim.x) * blockDim.x;
   for (size_t o = size_t(blockIdx.x) * blockDim.x + threadIdx.x; o < total; o += stride) {
@@ -79,7 +79,7 @@ template <Rounding M>
 __global__ void gemm_blocked_kernel(const float* __restrict__ A, const float* __restrict__ B,
                                     double* __restrict__ C, size_t Mr, size_t N, size_t K,
                                     size_t kb, Target<double> t, uint64_t seed, uint64_t stream) {
-  constexpr bool kRand = M == Rounding::sr || M == Rounding::sre;
+  constexpr bool kRand = is_stochastic(M);
   const size_t total = Mr * N;
   const size_t nchunks = chunk_count(K, kb);
   const size_t stride = size_t(gridDim.x) * blockDim.x;
@@ -120,7 +120,8 @@ void cuda_gemm(const float* A, const float* B, double* C, size_t M, size_t N, si
   }
 
   const unsigned grid = blocks_for(M * N);
-  dispatch_mode(p.acc_mode, [&]<Rounding R>() {
+  with_rounding(p.acc_mode, [&](auto mode) {
+    constexpr Rounding R = decltype(mode)::value;
     switch (p.accumulation) {
       case Accumulation::strict:
         gemm_strict_kernel<R><<<grid, kThreads>>>(dA.get(), dB.get(), dC.get(), M, N, K, t,
