@@ -65,14 +65,12 @@ void round_step(double* dst, double* v, size_t N, const Target<double>& t, Value
     for (size_t j = 0; j < N; ++j) dst[j] = round_value<M>(v[j], t, word(j));
 }
 
-constexpr bool random_mode(Rounding m) { return m == Rounding::sr || m == Rounding::sre; }
-
 // One row i of C: acc[N] (the accumulators: binary64 values of the accumulator format); v[N],
 // prod[N] and chunk[N] are scratch. The j-loops vectorise; k stays sequential per output.
 template <Rounding M>
 void gemm_row(const float* a, const float* B, double* acc, double* v, double* prod, float* chunk, size_t i,
               size_t N, size_t K, const Target<double>& t, const GemmPlan& s, uint64_t stream) {
-  constexpr bool kRandom = random_mode(M);
+  constexpr bool kRandom = is_stochastic(M);
   for (size_t j = 0; j < N; ++j) acc[j] = 0.0;
   // The steps and word indices of accumulate.h; o = i·N + j.
   const uint64_t o0 = i * N;
@@ -153,16 +151,7 @@ void gemm(const GemmPlan& p, const float* A, const float* B, double* C, size_t M
     A = Ar.data();
     B = Br.data();
   }
-  switch (p.acc_mode) {
-    case Rounding::rne: return gemm_mode<Rounding::rne>(A, B, C, M, N, K, p, stream);
-    case Rounding::rna: return gemm_mode<Rounding::rna>(A, B, C, M, N, K, p, stream);
-    case Rounding::rz: return gemm_mode<Rounding::rz>(A, B, C, M, N, K, p, stream);
-    case Rounding::ru: return gemm_mode<Rounding::ru>(A, B, C, M, N, K, p, stream);
-    case Rounding::rd: return gemm_mode<Rounding::rd>(A, B, C, M, N, K, p, stream);
-    case Rounding::ro: return gemm_mode<Rounding::ro>(A, B, C, M, N, K, p, stream);
-    case Rounding::sr: return gemm_mode<Rounding::sr>(A, B, C, M, N, K, p, stream);
-    case Rounding::sre: return gemm_mode<Rounding::sre>(A, B, C, M, N, K, p, stream);
-  }
+  with_rounding(p.acc_mode, [&](auto mode) { gemm_mode<decltype(mode)::value>(A, B, C, M, N, K, p, stream); });
 }
 
 void gemm(const GemmPlan& p, const float* A, const float* B, float* C, size_t M, size_t N, size_t K,

@@ -44,4 +44,10 @@ MANTIS_HD uint32_t random_word(uint64_t seed, uint64_t stream, uint64_t index) {
   return random_block(seed, stream, index >> 2).v[index & 3];
 }
 
+// The k-th 64-bit random word of (seed, stream): words 2k (high half) and 2k + 1 (low half)
+// (train.cpp's manifest calls it philox64).
+MANTIS_HD uint64_t random_word64(uint64_t seed, uint64_t stream, uint64_t k) {
+  return uint64_t(random_word(seed, stream, 2 * k)) << 32 | random_word(seed, stream, 2 * k + 1);
+}
+
 }  // namespace mantis

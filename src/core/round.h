@@ -226,20 +226,36 @@ MANTIS_HD T round_normal(T x, const Target<T>& t, uint32_t rnd = 0) {
   return from_bits<T>(((r == 0) & (t.unsigned_zero != 0) ? U(0) : sign) | r);
 }
 
-// Runtime-mode dispatch for scalar use (CLI, tests, CUDA); loops should hoist the switch.
+// ---------------------------------------------------------------- the runtime mode
+// Whether the mode draws a random word per rounding.
+MANTIS_HD constexpr bool is_stochastic(Rounding m) { return m == Rounding::sr || m == Rounding::sre; }
+
+// The one runtime → compile-time dispatch of the mode: f(std::integral_constant<Rounding, M>{})
+// for M = m (kernels are templated on the mode, so loops hoist this). Host lambdas from CUDA host
+// code are fine: the device instantiation is never used for them.
+#if defined(__CUDACC__)
+#pragma nv_exec_check_disable
+#endif
+template <class F>
+MANTIS_HD decltype(auto) with_rounding(Rounding m, F&& f) {
+  using R = Rounding;
+  switch (m) {
+    case R::rne: return f(std::integral_constant<R, R::rne>{});
+    case R::rna: return f(std::integral_constant<R, R::rna>{});
+    case R::rz: return f(std::integral_constant<R, R::rz>{});
+    case R::ru: return f(std::integral_constant<R, R::ru>{});
+    case R::rd: return f(std::integral_constant<R, R::rd>{});
+    case R::ro: return f(std::integral_constant<R, R::ro>{});
+    case R::sr: return f(std::integral_constant<R, R::sr>{});
+    case R::sre: break;
+  }
+  return f(std::integral_constant<R, R::sre>{});  // the enum has no other value
+}
+
+// Runtime-mode rounding of one value (scalar use: CLI, tests); loops should hoist the dispatch.
 template <class T>
 MANTIS_HD T round_value(T x, const Target<T>& t, Rounding m, uint32_t rnd = 0) {
-  switch (m) {
-    case Rounding::rne: return round_value<Rounding::rne>(x, t, rnd);
-    case Rounding::rna: return round_value<Rounding::rna>(x, t, rnd);
-    case Rounding::rz: return round_value<Rounding::rz>(x, t, rnd);
-    case Rounding::ru: return round_value<Rounding::ru>(x, t, rnd);
-    case Rounding::rd: return round_value<Rounding::rd>(x, t, rnd);
-    case Rounding::ro: return round_value<Rounding::ro>(x, t, rnd);
-    case Rounding::sr: return round_value<Rounding::sr>(x, t, rnd);
-    case Rounding::sre: return round_value<Rounding::sre>(x, t, rnd);
-  }
-  return x;
+  return with_rounding(m, [&](auto mode) { return round_value<decltype(mode)::value>(x, t, rnd); });
 }
 
 // ---------------------------------------------------------------- exact sums for accumulation

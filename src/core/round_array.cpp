@@ -38,7 +38,7 @@ template <Rounding M, class T, class Tout>
 void kernel(const T* in, Tout* out, size_t begin, size_t end, const Target<T>& target, uint64_t seed,
             uint64_t stream, uint64_t index0) {
   const Target<T> t = target;  // a local copy: its fields stay in registers across stores to out
-  constexpr bool kRandom = M == Rounding::sr || M == Rounding::sre;
+  constexpr bool kRandom = is_stochastic(M);
   alignas(64) uint32_t rnd[kChunk + 8];
   for (size_t c = begin; c < end; c += kChunk) {
     const size_t len = std::min(kChunk, end - c);
@@ -86,17 +86,7 @@ void run(const T* in, Tout* out, size_t n, const Target<T>& t, uint64_t seed, ui
 template <class T, class Tout>
 void dispatch(const T* in, Tout* out, size_t n, const Target<T>& t, const RoundPlan& p, uint64_t stream,
               uint64_t index0) {
-  const uint64_t seed = p.seed;
-  switch (p.mode) {
-    case Rounding::rne: return run<Rounding::rne>(in, out, n, t, seed, stream, index0);
-    case Rounding::rna: return run<Rounding::rna>(in, out, n, t, seed, stream, index0);
-    case Rounding::rz: return run<Rounding::rz>(in, out, n, t, seed, stream, index0);
-    case Rounding::ru: return run<Rounding::ru>(in, out, n, t, seed, stream, index0);
-    case Rounding::rd: return run<Rounding::rd>(in, out, n, t, seed, stream, index0);
-    case Rounding::ro: return run<Rounding::ro>(in, out, n, t, seed, stream, index0);
-    case Rounding::sr: return run<Rounding::sr>(in, out, n, t, seed, stream, index0);
-    case Rounding::sre: return run<Rounding::sre>(in, out, n, t, seed, stream, index0);
-  }
+  with_rounding(p.mode, [&](auto mode) { run<decltype(mode)::value>(in, out, n, t, p.seed, stream, index0); });
 }
 
 }  // namespace

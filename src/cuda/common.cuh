@@ -1,4 +1,4 @@
-// Internal to src/cuda: error checking, device buffers, launch shapes, mode dispatch.
+// Internal to src/cuda: error checking, device buffers, launch shapes (mode dispatch: round.h).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -53,23 +53,6 @@ constexpr size_t kMaxBlocks = size_t(1) << 20;  // grid-stride loops above this
 inline unsigned blocks_for(size_t work) {
   const size_t b = (work + kThreads - 1) / kThreads;
   return unsigned(b < kMaxBlocks ? (b ? b : 1) : kMaxBlocks);
-}
-
-constexpr bool is_stochastic(Rounding m) { return m == Rounding::sr || m == Rounding::sre; }
-
-// Calls f.template operator()<M>() for the runtime mode m (kernels are templated on the mode).
-template <class F> void dispatch_mode(Rounding m, F&& f) {
-  switch (m) {
-    case Rounding::rne: f.template operator()<Rounding::rne>(); return;
-    case Rounding::rna: f.template operator()<Rounding::rna>(); return;
-    case Rounding::rz: f.template operator()<Rounding::rz>(); return;
-    case Rounding::ru: f.template operator()<Rounding::ru>(); return;
-    case Rounding::rd: f.template operator()<Rounding::rd>(); return;
-    case Rounding::ro: f.template operator()<Rounding::ro>(); return;
-    case Rounding::sr: f.template operator()<Rounding::sr>(); return;
-    case Rounding::sre: f.template operator()<Rounding::sre>(); return;
-  }
-  throw std::invalid_argument("mantis cuda: unknown rounding mode");
 }
 
 // Rounds the device array d[0..n) in place to target t; element i uses

@@ -34,66 +34,36 @@ struct Words {
   }
 };
 
-// The steps of accumulate.h for output o = i·N + j; b points at column j of B (stride N).
-template <Rounding M>
-__global__ void gemm_strict_kernel(const float* __restrict__ A, const float* __restrict__ B,
-                                   double* __restrict__ C, size_t Mr, size_t N, size_t K,
-                                   Target<double> t, uint64_t seed, uint64_t stream) {
-  constexpr bool kRand = M == Rounding::sr || M == Rounding::sre;
+// The steps of accumulate.h for output o = i·N + j; b points at column j of B (stride N); kb is
+// the block of blocked accumulation (unused otherwise).
+template <Rounding M, Accumulation kAcc>
+__global__ void gemm_kernel(const float* __restrict__ A, const float* __restrict__ B,
+                            double* __restrict__ C, size_t Mr, size_t N, size_t K, size_t kb,
+                            Target<double> t, uint64_t seed, uint64_t stream) {
   const size_t total = Mr * N;
   const size_t stride = size_t(gridDim.x) * blockDim.x;
   for (size_t o = size_t(blockIdx.x) * blockDim.x + threadIdx.x; o < total; o += stride) {
     const size_t i = o / N, j = o - i * N;
     const float* a = A + i * K;
     const float* b = B + j;
-    Words<kRand> rs{seed, stream};
+    Words<is_stochastic(M)> rs{seed, stream};
     double acc = 0.0;
-    for (size_t k = 0; k < K; ++k)
-      acc = round_value<M>(strict_value(acc, a[k], b[k * N]), t, rs.at(strict_index(o, K, k)));
-    C[o] = acc;
-  }
-}
-
-template <Rounding M>
-__global__ void gemm_unfused_kernel(const float* __restrict__ A, const float* __restrict__ B,
-                                    double* __restrict__ C, size_t Mr, size_t N, size_t K,
-                                    Target<double> t, uint64_t seed, uint64_t stream) {
-  constexpr bool kRand = M == Rounding::sr || M == Rounding::sre;
-  const size_t total = Mr * N;
-  const size_t stride = size_t(gridDim.x) * blockDim.x;
-  for (size_t o = size_t(blockIdx.x) * blockDim.x + threadIdx.x; o < total; o += stride) {
-    const size_t i = o / N, j = o - i * N;
-    const float* a = A + i * K;
-    const float* b = B + j;
-    Words<kRand> rs{seed, stream};
-    double acc = 0.0;
-    for (size_t k = 0; k < K; ++k) {
-      const double q = round_value<M>(exact_product(a[k], b[k * N]), t, rs.at(unfused_product_index(o, K, k)));
-      acc = round_value<M>(sum_value(acc, q), t, rs.at(unfused_sum_index(o, K, k)));
-    }
-    C[o] = acc;
-  }
-}
-
-template <Rounding M>
-__global__ void gemm_blocked_kernel(const float* __restrict__ A, const float* __restrict__ B,
-                                    double* __restrict__ C, size_t Mr, size_t N, size_t K,
-                                    size_t kb, Target<double> t, uint64_t seed, uint64_t stream) {
-  constexpr bool kRand = M == Rounding::sr || M == Rounding::sre;
-  const size_t total = Mr * N;
-  const size_t nchunks = chunk_count(K, kb);
-  const size_t stride = size_t(gridDim.x) * blockDim.x;
-  for (size_t o = size_t(blockIdx.x) * blockDim.x + threadIdx.x; o < total; o += stride) {
-    const size_t i = o / N, j = o - i * N;
-    const float* a = A + i * K;
-    const float* b = B + j;
-    Words<kRand> rs{seed, stream};
-    double acc = 0.0;
-    for (size_t c = 0; c < nchunks; ++c) {
-      const size_t k1 = (c + 1) * kb < K ? (c + 1) * kb : K;
-      float cs = 0.0f;
-      for (size_t k = c * kb; k < k1; ++k) cs = chunk_step(cs, a[k], b[k * N]);
-      acc = round_value<M>(sum_value(acc, double(cs)), t, rs.at(blocked_index(o, nchunks, c)));
+    if constexpr (kAcc == Accumulation::strict) {
+      for (size_t k = 0; k < K; ++k)
+        acc = round_value<M>(strict_value(acc, a[k], b[k * N]), t, rs.at(strict_index(o, K, k)));
+    } else if constexpr (kAcc == Accumulation::unfused) {
+      for (size_t k = 0; k < K; ++k) {
+        const double q = round_value<M>(exact_product(a[k], b[k * N]), t, rs.at(unfused_product_index(o, K, k)));
+        acc = round_value<M>(sum_value(acc, q), t, rs.at(unfused_sum_index(o, K, k)));
+      }
+    } else {
+      const size_t nchunks = chunk_count(K, kb);
+      for (size_t c = 0; c < nchunks; ++c) {
+        const size_t k1 = (c + 1) * kb < K ? (c + 1) * kb : K;
+        float cs = 0.0f;
+        for (size_t k = c * kb; k < k1; ++k) cs = chunk_step(cs, a[k], b[k * N]);
+        acc = round_value<M>(sum_value(acc, double(cs)), t, rs.at(blocked_index(o, nchunks, c)));
+      }
     }
     C[o] = acc;
   }
@@ -120,20 +90,15 @@ void cuda_gemm(const float* A, const float* B, double* C, size_t M, size_t N, si
   }
 
   const unsigned grid = blocks_for(M * N);
-  dispatch_mode(p.acc_mode, [&]<Rounding R>() {
+  with_rounding(p.acc_mode, [&](auto mode) {
+    constexpr Rounding R = decltype(mode)::value;
+    auto launch = [&](auto kernel) {
+      kernel<<<grid, kThreads>>>(dA.get(), dB.get(), dC.get(), M, N, K, p.block, t, p.seed, s.stream);
+    };
     switch (p.accumulation) {
-      case Accumulation::strict:
-        gemm_strict_kernel<R><<<grid, kThreads>>>(dA.get(), dB.get(), dC.get(), M, N, K, t,
-                                                  p.seed, s.stream);
-        break;
-      case Accumulation::unfused:
-        gemm_unfused_kernel<R><<<grid, kThreads>>>(dA.get(), dB.get(), dC.get(), M, N, K, t,
-                                                   p.seed, s.stream);
-        break;
-      case Accumulation::blocked:
-        gemm_blocked_kernel<R><<<grid, kThreads>>>(dA.get(), dB.get(), dC.get(), M, N, K,
-                                                   p.block, t, p.seed, s.stream);
-        break;
+      case Accumulation::strict: launch(gemm_kernel<R, Accumulation::strict>); break;
+      case Accumulation::unfused: launch(gemm_kernel<R, Accumulation::unfused>); break;
+      case Accumulation::blocked: launch(gemm_kernel<R, Accumulation::blocked>); break;
     }
     MANTIS_CUDA_CHECK_LAUNCH();
   });

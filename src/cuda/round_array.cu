@@ -48,8 +48,9 @@ template <class T>
 void round_device_impl(T* d, size_t n, const Target<T>& t, Rounding m, uint64_t seed,
                        uint64_t stream, uint64_t index0) {
   if (n == 0) return;
-  dispatch_mode(m, [&]<Rounding M>() {
-    if constexpr (M == Rounding::sr || M == Rounding::sre) {
+  with_rounding(m, [&](auto mode) {
+    constexpr Rounding M = decltype(mode)::value;
+    if constexpr (is_stochastic(M)) {
       const size_t groups = ((index0 & 3) + n + 3) >> 2;
       round_stochastic_kernel<M, T><<<blocks_for(groups), kThreads>>>(d, n, t, seed, stream, index0);
     } else {

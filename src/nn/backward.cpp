@@ -11,6 +11,7 @@
 #include <type_traits>
 
 #include "core/philox.h"
+#include "core/quant.h"
 #include "nn/activation.h"
 #include "nn/attention.h"
 #include "nn/norm.h"
@@ -56,29 +57,7 @@ void quantize_saved(const T* x, T* out, size_t rows, size_t cols, const SavedQua
     if (out != x) std::copy(x, x + rows * cols, out);
     return;
   }
-  const size_t group = q.block == 0 ? cols : size_t(q.block);
-  const double Q = double((1 << (q.bits - 1)) - 1);
-#pragma omp parallel for schedule(static)
-  for (size_t r = 0; r < rows; ++r)
-    for (size_t g0 = 0; g0 < cols; g0 += group) {
-      const size_t g1 = std::min(cols, g0 + group);
-      T amax = 0;
-      for (size_t i = g0; i < g1; ++i) amax = std::max(amax, std::abs(x[r * cols + i]));
-      const T s = T(double(amax) / Q);  // the stored scale
-      for (size_t i = g0; i < g1; ++i) {
-        const size_t idx = r * cols + i;
-        if (s == T(0)) {
-          out[idx] = T(0);
-          continue;
-        }
-        const double v = double(x[idx]) / double(s);
-        double k = q.rounding == Rounding::sr
-                       ? std::floor(v + double(random_word(q.seed, stream, idx)) * 0x1p-32)
-                       : std::nearbyint(v);
-        k = std::clamp(k, -Q, Q);
-        out[idx] = T(k) * s;
-      }
-    }
+  quantize_absmax(x, out, rows, cols, AbsmaxQuant{q.bits, size_t(q.block), q.rounding, q.seed}, stream);
 }
 
 template void quantize_saved<float>(const float*, float*, size_t, size_t, const SavedQuant&, uint64_t);

@@ -60,7 +60,7 @@ size_t lamp_select_row(const LampSpec& s, std::span<const float> y, int64_t row,
     std::vector<uint32_t> idx(n);
     std::iota(idx.begin(), idx.end(), 0u);
     for (size_t k = 0; k < count; ++k) {
-      const uint64_t w = uint64_t(random_word(s.seed, stream, 2 * k)) << 32 | random_word(s.seed, stream, 2 * k + 1);
+      const uint64_t w = random_word64(s.seed, stream, k);
       const size_t pick = k + size_t(w % uint64_t(n - k));  // bias ≤ n/2^64
       std::swap(idx[k], idx[pick]);
     }

@@ -362,14 +362,14 @@ Policy lamp_policy(int mu) {
 
 Policy salted(const Policy& p, uint64_t salt) {
   Policy q = p;
-  auto salt_one = [&](SitePolicy& s) { s.seed = uint64_t(random_word(s.seed, salt, 0)) << 32 | random_word(s.seed, salt, 1); };
+  auto salt_one = [&](SitePolicy& s) { s.seed = random_word64(s.seed, salt, 0); };
   for (auto& s : q.all) salt_one(s);
   for (auto& [k, s] : q.layer) salt_one(s);
   for (int g = 0; g < 2; ++g) {
     for (auto& s : q.grad_all[g]) salt_one(s);
     for (auto& [k, s] : q.grad_layer[g]) salt_one(s);
   }
-  if (q.lamp) q.lamp->seed = uint64_t(random_word(q.lamp->seed, salt, 0)) << 32 | random_word(q.lamp->seed, salt, 1);
+  if (q.lamp) q.lamp->seed = random_word64(q.lamp->seed, salt, 0);
   return q;
 }
 

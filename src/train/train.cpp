@@ -193,10 +193,6 @@ TrainConfig load_train_config(const std::string& path) { return train_config_fro
 
 namespace {
 
-uint64_t philox64(uint64_t seed, uint64_t stream, uint64_t k) {
-  return uint64_t(random_word(seed, stream, 2 * k)) << 32 | random_word(seed, stream, 2 * k + 1);
-}
-
 constexpr uint64_t kDataStream = 0x7a11;
 
 std::string fmt_num(double x) { return std::isfinite(x) ? fmt::format("{:.9g}", x) : ""; }
@@ -352,7 +348,7 @@ StepRecord Trainer::step() {
 #pragma omp parallel for schedule(dynamic, 1)
   for (size_t i = 0; i < nseq; ++i) try {
     const uint64_t k = k0 + i;
-    const size_t start = size_t(philox64(c_.seed, kDataStream, k) % span);
+    const size_t start = size_t(random_word64(c_.seed, kDataStream, k) % span);
     std::vector<int32_t> in(T), tgt(T);  // [T]
     for (size_t t = 0; t < T; ++t) {
       in[t] = int32_t(train_.tokens[start + t]);
