@@ -160,14 +160,22 @@ TrainConfig train_config_from_toml(const std::string& text, const std::string& p
   if (!(c.schedule.lr > 0) || c.schedule.min_lr < 0 || c.grad_clip < 0)
     throw InputError(fmt::format("{}: [train] lr must be > 0, min_lr and grad_clip ≥ 0", path));
 
-  const auto* opt = r.table("optimizer", {"name", "beta1", "beta2", "eps", "weight_decay"});
-  std::string oname = "adamw";
-  r.get(opt, "optimizer", "name", oname);
-  if (oname != "adamw") throw InputError(fmt::format("{}: [optimizer] name = '{}' (known: adamw)", path, oname));
-  r.get(opt, "optimizer", "beta1", c.adamw.beta1);
-  r.get(opt, "optimizer", "beta2", c.adamw.beta2);
-  r.get(opt, "optimizer", "eps", c.adamw.eps);
-  r.get(opt, "optimizer", "weight_decay", c.adamw.weight_decay);
+  // [optimizer]: `name` picks the registry's entry, which reads the other keys (optim/optimizer.h).
+  c.optimizer.source = path;
+  if (const toml::node* n = root.get("optimizer")) {
+    if (!n->is_table()) throw InputError(fmt::format("{}: 'optimizer' must be a table ([optimizer])", r.line(*n)));
+    for (auto&& [k, v] : *n->as_table()) {
+      if (k.str() == "name") continue;
+      OptionValue& o = c.optimizer.values[std::string(k.str())];
+      o.where = r.line(v);
+      if (v.is_boolean()) o.value = v.as_boolean()->get();
+      else if (v.is_integer()) o.value = v.as_integer()->get();
+      else if (v.is_floating_point()) o.value = v.as_floating_point()->get();
+      else if (v.is_string()) o.value = v.as_string()->get();
+    }
+    r.get(n->as_table(), "optimizer", "name", c.optimizer.name);
+  }
+  check_optimizer(c.optimizer);
 
   const auto* prec = r.table("precision", {"policy"});
   r.get(prec, "precision", "policy", c.policy);
@@ -330,7 +338,7 @@ Trainer::Trainer(TrainConfig c, TrainController* controller)
     throw InputError(fmt::format("validation data '{}': {}", c_.val_data, e.what()));
   }
   model_ = init_model(c_.model, c_.init_seed);
-  opt_ = make_adamw(model_, c_.adamw);
+  opt_ = make_optimizer(model_, c_.optimizer);
   if (!c_.out.empty()) remove_stale(c_.out);
 }
 

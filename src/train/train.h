@@ -9,7 +9,8 @@
 //   the buffers are summed in sequence order: bit-identical for any thread count;
 //   its policy is the run's policy with every seed replaced by Philox64(seed, k) (policy.h
 //   salted), so stochastic rounding differs between sequences and steps but not between runs;
-//   global-norm clipping, then the optimizer at the schedule's learning rate (optim/optimizer.h).
+//   global-norm clipping (optim/clip.h), then the optimizer ([optimizer] name, optim/optimizer.h)
+//   at the schedule's learning rate (optim/schedule.h).
 // Loss reported for a step: the mean cross-entropy of its sequences (before the update).
 // Validation: the FP32 (native) mean cross-entropy of val_seqs fixed windows of ctx+1 tokens of
 // the validation data (dataset.h window_starts), every val_every steps and after the last step.
@@ -49,7 +50,9 @@
 #include "nn/backward.h"
 #include "io/dataset.h"
 #include "nn/model.h"
+#include "optim/clip.h"
 #include "optim/optimizer.h"
+#include "optim/schedule.h"
 #include "nn/policy.h"
 
 namespace mantis {
@@ -62,7 +65,7 @@ struct TrainConfig {
   int batch = 8, accum = 1;
   Schedule schedule;  // lr, min_lr, warmup (steps is set from `steps`)
   double grad_clip = 1.0;
-  AdamWConfig adamw;
+  OptimizerOptions optimizer;  // [optimizer]: the registry's name and that optimizer's keys
   uint64_t seed = 1;
   uint64_t val_every = 0;  // 0: only after the last step
   int val_seqs = 16;
