@@ -2,7 +2,9 @@
 // schedule and clipping.
 #include <catch2/catch.hpp>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
+#include <algorithm>
 #include <cmath>
 #include <nlohmann/json.hpp>
 
@@ -125,4 +127,66 @@ TEST_CASE("registry: the name picks the optimizer, which reads and checks its ow
   o.values.clear();
   CHECK(make_optimizer(init_model(tiny_model(), 1), o) == nullptr);
   CHECK(make_optimizer(init_model(tiny_model(), 1), OptimizerOptions{})->name() == "adamw");
+}
+
+TEST_CASE("typed state: dtypes, tensors, the exact byte count, and load_state's checks") {
+  for (const char* n : {"f64", "f32", "f16", "bf16", "i64", "i32", "i16", "i8", "u64", "u32", "u16", "u8"}) {
+    const auto d = dtype_from_string(n);
+    REQUIRE(d);
+    CHECK(std::string(to_string(*d)) == n);
+  }
+  CHECK(dtype_size(DType::bf16) == 2);
+  CHECK(dtype_size(DType::u64) == 8);
+  CHECK_FALSE(dtype_from_string("float32"));
+  const std::vector<uint8_t> codes = {0, 7, 255, 128, 1, 2};
+  const StateTensor t = StateTensor::of<uint8_t>("w.code", {2, 3}, codes);
+  CHECK(t.dtype == DType::u8);
+  CHECK(t.numel() == 6);
+  CHECK(t.bytes.size() == 6);
+  CHECK(t.describe() == "u8 [2, 3]");
+  std::vector<uint8_t> back(6);
+  t.copy_to(std::span<uint8_t>(back));
+  CHECK(back == codes);
+  CHECK(StateTensor{"s", DType::f64, {}, {}}.numel() == 1);  // a scalar
+
+  Model m = init_model(tiny_model(), 1);
+  auto opt = make_adamw(m, {});
+  GradMap<float> g = zero_grads<float>(m);
+  g.at("wte")[3] = 1;
+  opt->step(m, g, 1e-3);
+  const auto st = opt->state();
+  uint64_t bytes = 8;
+  for (auto& s : st) {
+    CHECK(s.dtype == DType::f32);
+    bytes += s.bytes.size();
+  }
+  CHECK(opt->state_bytes() == bytes);
+  CHECK(st.size() == 2 * parameter_shapes(m.cfg).size());
+  CHECK(std::is_sorted(st.begin(), st.end(), [](auto& a, auto& b) { return a.name < b.name; }));
+
+  auto other = make_adamw(m, {});
+  other->load_state(st, 1);
+  CHECK(other->steps() == 1);
+  const auto again = other->state();
+  REQUIRE(again.size() == st.size());
+  for (size_t i = 0; i < st.size(); ++i) CHECK((again[i].name == st[i].name && again[i].bytes == st[i].bytes));
+  auto bad = st;
+  bad[0].dtype = DType::i32;
+  CHECK_THROWS_WITH(other->load_state(bad, 1),
+                    fmt::format("optimizer state: tensor '{}' is i32 [{}], expected f32 [{}]", st[0].name,
+                                fmt::join(st[0].shape, ", "), fmt::join(st[0].shape, ", ")));
+  bad = st;
+  std::reverse(bad[1].shape.begin(), bad[1].shape.end());
+  bad[1].shape.push_back(1);
+  CHECK_THROWS_WITH(other->load_state(bad, 1), Catch::Contains("optimizer state: tensor '" + st[1].name + "' is f32 ["));
+  bad = st;
+  bad[2].bytes.pop_back();
+  CHECK_THROWS_WITH(other->load_state(bad, 1), Catch::Contains("holds"));
+  bad = st;
+  bad.erase(bad.begin());
+  CHECK_THROWS_WITH(other->load_state(bad, 1), "optimizer state: missing tensor '" + st[0].name + "'");
+  bad = st;
+  bad.push_back(StateTensor::of<uint8_t>("extra", {6}, codes));
+  CHECK_THROWS_WITH(other->load_state(bad, 1), fmt::format("optimizer state: {} tensors, expected {}", st.size() + 1, st.size()));
+  CHECK(other->steps() == 1);  // a refused state changes nothing
 }

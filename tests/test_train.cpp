@@ -11,6 +11,7 @@
 #include <fstream>
 #include <functional>
 #include <map>
+#include <set>
 #include <sstream>
 #include <nlohmann/json.hpp>
 
@@ -402,4 +403,197 @@ TEST_CASE("temporaries of killed runs are removed when a run directory is opened
   for (auto& f : kept) fs::remove(f);
   t.resume(dir);
   CHECK(t.next_step() == 2);
+}
+
+namespace {
+
+// A test optimizer with state of several dtypes, as Gefen's will be: per parameter u8 codes of
+// a momentum (per-block f32 scales, blocks of 16) and an i16 count of sign flips; an f64 running
+// sum of the learning rates; a u32 counter. Its update depends on all of them.
+class MixedOptimizer final : public Optimizer {
+ public:
+  explicit MixedOptimizer(const Model& m) {
+    for (auto& [name, shape] : parameter_shapes(m.cfg)) {
+      Slot s{name, std::vector<uint64_t>(shape.begin(), shape.end()), {}, {}, {}};
+      const size_t n = StateTensor{name, DType::u8, s.shape, {}}.numel();
+      s.code.assign(n, 128), s.scale.assign((n + 15) / 16, 0.0f), s.flips.assign(s.scale.size(), 0);
+      slots_.push_back(std::move(s));
+    }
+  }
+  std::string name() const override { return "test-mixed"; }
+  uint64_t steps() const override { return t_; }
+  uint64_t state_bytes() const override {
+    uint64_t b = 8 + 8 + 4;
+    for (auto& s : slots_) b += s.code.size() + 4 * s.scale.size() + 2 * s.flips.size();
+    return b;
+  }
+  void step(Model& m, const GradMap<float>& g, double lr) override {
+    ++t_, ++calls_, lr_sum_ += lr;
+    for (auto& s : slots_) {
+      float* p = m.params.at(s.name).data.data();
+      const auto& gr = g.at(s.name);
+      for (size_t b = 0; b < s.scale.size(); ++b) {
+        const size_t lo = 16 * b, hi = std::min(gr.size(), lo + 16);
+        float mom[16], absmax = 0;
+        for (size_t i = lo; i < hi; ++i) {
+          mom[i - lo] = 0.9f * (float(int(s.code[i]) - 128) * s.scale[b]) + gr[i];
+          absmax = std::max(absmax, std::abs(mom[i - lo]));
+        }
+        s.scale[b] = absmax / 127;
+        for (size_t i = lo; i < hi; ++i) {
+          const int q = absmax > 0 ? int(std::lround(mom[i - lo] / s.scale[b])) : 0;
+          s.flips[b] += int16_t((q < 0) != (int(s.code[i]) < 128));
+          s.code[i] = uint8_t(q + 128);
+          p[i] -= float(lr_sum_ / double(calls_)) * float(q) * s.scale[b] * (1 + 1e-3f * float(s.flips[b] % 7));
+        }
+      }
+    }
+  }
+  std::vector<StateTensor> state() const override {
+    std::vector<StateTensor> out;
+    for (auto& s : slots_) {
+      out.push_back(StateTensor::of<uint8_t>(s.name + ".code", s.shape, s.code));
+      out.push_back(StateTensor::of<float>(s.name + ".scale", {s.scale.size()}, s.scale));
+      out.push_back(StateTensor::of<int16_t>(s.name + ".flips", {s.flips.size()}, s.flips));
+    }
+    out.push_back(StateTensor::of<double>("lr_sum", {}, std::span<const double>(&lr_sum_, 1)));
+    out.push_back(StateTensor::of<uint32_t>("calls", {1}, std::span<const uint32_t>(&calls_, 1)));
+    return out;
+  }
+  void load_state(const std::vector<StateTensor>& st, uint64_t steps) override {
+    for (auto& s : slots_) {
+      expect_state(st, s.name + ".code", DType::u8, s.shape).copy_to(std::span<uint8_t>(s.code));
+      expect_state(st, s.name + ".scale", DType::f32, {s.scale.size()}).copy_to(std::span<float>(s.scale));
+      expect_state(st, s.name + ".flips", DType::i16, {s.flips.size()}).copy_to(std::span<int16_t>(s.flips));
+    }
+    expect_state(st, "lr_sum", DType::f64, {}).copy_to(std::span<double>(&lr_sum_, 1));
+    expect_state(st, "calls", DType::u32, {1}).copy_to(std::span<uint32_t>(&calls_, 1));
+    expect_state_count(st, 3 * slots_.size() + 2);
+    t_ = steps;
+  }
+
+ private:
+  struct Slot {
+    std::string name;
+    std::vector<uint64_t> shape;
+    std::vector<uint8_t> code;
+    std::vector<float> scale;
+    std::vector<int16_t> flips;
+  };
+  std::vector<Slot> slots_;
+  double lr_sum_ = 0;
+  uint32_t calls_ = 0;
+  uint64_t t_ = 0;
+};
+
+const std::string kMixed = "[optimizer]\nname = \"test-mixed\"\n";
+
+void register_mixed() {
+  static const bool done = [] {
+    register_optimizer({"test-mixed", "test_train's mixed-dtype state", {},
+                        [](const OptimizerOptions& o) { OptionReader(o, {}); },
+                        [](const Model& m, const OptimizerOptions&) -> std::unique_ptr<Optimizer> {
+                          return std::make_unique<MixedOptimizer>(m);
+                        }});
+    return true;
+  }();
+  (void)done;
+}
+
+bool same_state(const Optimizer& a, const Optimizer& b) {
+  const auto x = a.state(), y = b.state();
+  if (x.size() != y.size()) return false;
+  for (size_t i = 0; i < x.size(); ++i)
+    if (x[i].name != y[i].name || x[i].dtype != y[i].dtype || x[i].shape != y[i].shape || x[i].bytes != y[i].bytes)
+      return false;
+  return a.steps() == b.steps() && a.state_bytes() == b.state_bytes();
+}
+
+}  // namespace
+
+TEST_CASE("optimizer state of mixed dtypes goes through a checkpoint exactly; resume stays bit-identical") {
+  register_mixed();
+  const std::string whole = (scratch() / "mixed-whole").string(), dir = (scratch() / "mixed-resume").string();
+  Trainer one(tiny("gpt2", whole, kMixed));
+  one.run();
+  {
+    Trainer part(tiny("gpt2", dir, kMixed));
+    part.run({}, 4);
+    part.step();  // lost work
+  }
+  Trainer rest(tiny("gpt2", dir, kMixed));
+  rest.resume(dir);
+  CHECK(rest.next_step() == 4);
+  {
+    Trainer at4(tiny("gpt2", whole + "-4", kMixed));
+    at4.run({}, 4);
+    CHECK(same_state(rest.optimizer(), at4.optimizer()));
+  }
+  rest.run();
+  CHECK(same_params(rest.model(), one.model()));
+  CHECK(same_state(rest.optimizer(), one.optimizer()));
+  for (size_t i = 0; i < 6; ++i) CHECK(rest.log()[i].loss == one.log()[i].loss);
+
+  // what trainer.json records: each tensor's dtype and shape, and the real byte total
+  const auto j = nlohmann::json::parse(read_file(dir + "/checkpoint-00000006/trainer.json"));
+  const auto& o = j["optimizer"];
+  CHECK(o["format"] == 2);
+  CHECK(o["state_bytes"] == one.optimizer().state_bytes());
+  std::set<std::string> dtypes;
+  for (auto& t : o["tensors"]) dtypes.insert(t["dtype"].get<std::string>());
+  CHECK(dtypes == std::set<std::string>{"f32", "f64", "i16", "u32", "u8"});
+  CHECK(o["tensors"].back()["name"] == "calls");
+  CHECK(o["tensors"].back()["shape"] == nlohmann::json::array({1}));
+  CHECK(o["tensors"][o["tensors"].size() - 2]["shape"] == nlohmann::json::array());
+}
+
+TEST_CASE("optimizer.bin: a malformed dtype or shape is a one-line error; the older binary32 layout still resumes") {
+  const std::string dir = (scratch() / "optim-format").string();
+  {
+    Trainer t(tiny("gpt2", dir));
+    t.run({}, 4);
+  }
+  const std::string ck = dir + "/checkpoint-00000004";
+  const auto good = snapshot(ck);
+  auto forged = [&](const std::function<void(nlohmann::json&)>& edit) {
+    restore(ck, good);
+    forge_trainer_json(ck, edit);
+    const std::string e = resume_error(dir);
+    CHECK(e.find('\n') == std::string::npos);
+    return e;
+  };
+  const nlohmann::json t0 = nlohmann::json::parse(good.at("trainer.json"))["optimizer"]["tensors"][0];
+  const std::string name = t0["name"];
+  CHECK_THAT(forged([](auto& j) { j["optimizer"]["tensors"][0]["dtype"] = "f33"; }),
+             Catch::Contains("trainer.json: optimizer tensor '" + name + "': dtype \"f33\" (known: f64, f32, f16, bf16"));
+  CHECK_THAT(forged([](auto& j) { j["optimizer"]["tensors"][0]["dtype"] = 7; }), Catch::Contains("dtype 7 (known:"));
+  CHECK_THAT(forged([](auto& j) { j["optimizer"]["tensors"][0]["shape"] = {3}; }),
+             Catch::Contains("optimizer tensor '" + name + "': shape [3] does not hold its"));
+  CHECK_THAT(forged([](auto& j) { j["optimizer"]["tensors"][0]["shape"] = "[2,3]"; }),
+             Catch::Contains("shape \"[2,3]\" does not hold its"));
+  CHECK_THAT(forged([](auto& j) { j["optimizer"]["tensors"][0]["shape"] = {uint64_t(1) << 40, uint64_t(1) << 40, 0}; }),
+             Catch::Contains("does not hold its"));
+  CHECK_THAT(forged([](auto& j) { j["optimizer"]["tensors"][0]["shape"] = {-1}; }), Catch::Contains("does not hold its"));
+  CHECK_THAT(forged([](auto& j) { j["optimizer"]["format"] = 3; }), Catch::Contains("optimizer.format is 3 (known: 1, 2)"));
+  CHECK_THAT(forged([](auto& j) { j["optimizer"]["tensors"][0]["dtype"] = "i32"; }),  // well formed, not AdamW's
+             Catch::Contains("optimizer state: tensor '" + name + "' is i32 ["));
+  CHECK_THAT(forged([](auto& j) {  // wte's moment, flat
+               for (auto& t : j["optimizer"]["tensors"])
+                 if (t["name"] == "wte.m") t["shape"] = {t["values"]};
+             }),
+             Catch::Contains("optimizer state: tensor 'wte.m' is f32 [8192], expected f32 [256, 32]"));
+  CHECK_THAT(forged([](auto& j) { j["optimizer"]["state_bytes"] = 12; }), Catch::Contains("optimizer.state_bytes is 12, expected"));
+
+  // format 1 (before dtypes and shapes were recorded): binary32, flat; resumed bit-identically
+  restore(ck, good);
+  forge_trainer_json(ck, [](auto& j) {
+    j["optimizer"].erase("format");
+    for (auto& t : j["optimizer"]["tensors"]) t.erase("dtype"), t.erase("shape");
+  });
+  Trainer old(tiny("gpt2", dir));
+  old.resume(dir);
+  old.run();
+  Trainer whole(tiny("gpt2", (scratch() / "optim-format-whole").string()));
+  whole.run();
+  CHECK(same_params(old.model(), whole.model()));
 }

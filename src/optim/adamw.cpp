@@ -15,9 +15,9 @@ class AdamW final : public Optimizer {
  public:
   AdamW(const Model& m, const AdamWConfig& c) : c_(c) {
     for (auto& [name, shape] : parameter_shapes(m.cfg)) {
-      int64_t n = 1;
-      for (int64_t d : shape) n *= d;
-      slots_.push_back({name, shape.size() >= 2, std::vector<float>(size_t(n)), std::vector<float>(size_t(n))});
+      const std::vector<uint64_t> dims(shape.begin(), shape.end());
+      const size_t n = StateTensor{name, DType::f32, dims, {}}.numel();
+      slots_.push_back({name, dims, shape.size() >= 2, std::vector<float>(n), std::vector<float>(n)});
     }
   }
   std::string name() const override { return "adamw"; }
@@ -51,29 +51,31 @@ class AdamW final : public Optimizer {
     }
   }
 
-  std::map<std::string, std::vector<float>> state() const override {
-    std::map<std::string, std::vector<float>> out;
-    for (auto& s : slots_) out[s.name + ".m"] = s.m, out[s.name + ".v"] = s.v;
+  // m and v of every parameter, in name order (the order optimizer.bin had before it recorded dtypes).
+  std::vector<StateTensor> state() const override {
+    std::map<std::string, StateTensor> by_name;
+    for (auto& s : slots_)
+      for (auto [suffix, v] : {std::pair<const char*, const std::vector<float>*>{".m", &s.m}, {".v", &s.v}})
+        by_name.emplace(s.name + suffix, StateTensor::of<float>(s.name + suffix, s.shape, *v));
+    std::vector<StateTensor> out;
+    for (auto& [k, t] : by_name) out.push_back(std::move(t));
     return out;
   }
-  void load_state(const std::map<std::string, std::vector<float>>& st, uint64_t steps) override {
-    for (auto& s : slots_)
-      for (auto [suffix, dst] : {std::pair<const char*, std::vector<float>*>{".m", &s.m}, {".v", &s.v}}) {
-        auto it = st.find(s.name + suffix);
-        if (it == st.end()) throw InputError(fmt::format("optimizer state: missing tensor '{}{}'", s.name, suffix));
-        if (it->second.size() != dst->size())
-          throw InputError(fmt::format("optimizer state: tensor '{}{}' has {} values, expected {}", s.name, suffix,
-                                       it->second.size(), dst->size()));
-        *dst = it->second;
-      }
-    if (st.size() != 2 * slots_.size())
-      throw InputError(fmt::format("optimizer state: {} tensors, expected {}", st.size(), 2 * slots_.size()));
+  void load_state(const std::vector<StateTensor>& st, uint64_t steps) override {
+    for (auto& s : slots_)  // every tensor checked before any is taken
+      for (const char* suffix : {".m", ".v"}) expect_state(st, s.name + suffix, DType::f32, s.shape);
+    expect_state_count(st, 2 * slots_.size());
+    for (auto& s : slots_) {
+      expect_state(st, s.name + ".m", DType::f32, s.shape).copy_to(std::span<float>(s.m));
+      expect_state(st, s.name + ".v", DType::f32, s.shape).copy_to(std::span<float>(s.v));
+    }
     t_ = steps;
   }
 
  private:
   struct Slot {
     std::string name;
+    std::vector<uint64_t> shape;
     bool decay;
     std::vector<float> m, v;
   };

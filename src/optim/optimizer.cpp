@@ -1,8 +1,10 @@
 #include "optim/optimizer.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <cmath>
+#include <stdexcept>
 
 #include "core/error.h"
 #include "optim/adamw.h"
@@ -23,6 +25,68 @@ std::string known_names() {
 }
 
 }  // namespace
+
+namespace {
+
+struct DTypeInfo {
+  DType dtype;
+  const char* name;
+  size_t size;
+};
+constexpr DTypeInfo kDTypes[] = {{DType::f64, "f64", 8}, {DType::f32, "f32", 4}, {DType::f16, "f16", 2},
+                                 {DType::bf16, "bf16", 2}, {DType::i64, "i64", 8}, {DType::i32, "i32", 4},
+                                 {DType::i16, "i16", 2},   {DType::i8, "i8", 1},   {DType::u64, "u64", 8},
+                                 {DType::u32, "u32", 4},   {DType::u16, "u16", 2}, {DType::u8, "u8", 1}};
+
+const DTypeInfo& info(DType d) {
+  for (auto& i : kDTypes)
+    if (i.dtype == d) return i;
+  throw std::logic_error("DType out of range");
+}
+
+}  // namespace
+
+const char* to_string(DType d) { return info(d).name; }
+size_t dtype_size(DType d) { return info(d).size; }
+
+std::optional<DType> dtype_from_string(std::string_view s) {
+  for (auto& i : kDTypes)
+    if (s == i.name) return i.dtype;
+  return std::nullopt;
+}
+
+std::string dtype_names() {
+  std::string s;
+  for (auto& i : kDTypes) s += (s.empty() ? "" : ", ") + std::string(i.name);
+  return s;
+}
+
+uint64_t StateTensor::numel() const {
+  uint64_t n = 1;
+  for (uint64_t d : shape) n *= d;
+  return n;
+}
+
+std::string StateTensor::describe() const { return fmt::format("{} [{}]", to_string(dtype), fmt::join(shape, ", ")); }
+
+const StateTensor& expect_state(const std::vector<StateTensor>& s, const std::string& name, DType dtype,
+                                const std::vector<uint64_t>& shape) {
+  for (auto& t : s)
+    if (t.name == name) {
+      if (t.dtype != dtype || t.shape != shape)
+        throw InputError(fmt::format("optimizer state: tensor '{}' is {}, expected {}", name, t.describe(),
+                                     StateTensor{name, dtype, shape, {}}.describe()));
+      if (t.bytes.size() != t.numel() * dtype_size(dtype))  // a tensor built in code, not read from a file
+        throw InputError(fmt::format("optimizer state: tensor '{}' holds {} bytes, expected {}", name, t.bytes.size(),
+                                     t.numel() * dtype_size(dtype)));
+      return t;
+    }
+  throw InputError(fmt::format("optimizer state: missing tensor '{}'", name));
+}
+
+void expect_state_count(const std::vector<StateTensor>& s, size_t count) {
+  if (s.size() != count) throw InputError(fmt::format("optimizer state: {} tensors, expected {}", s.size(), count));
+}
 
 OptionReader::OptionReader(const OptimizerOptions& o, std::vector<std::string> known) : o_(o) {
   for (auto& [k, v] : o.values) {

@@ -1,8 +1,9 @@
 // optimizer — the Optimizer interface and the registry of optimizers by name.
 //
 // Optimizer: one update of every parameter from its gradient at a given learning rate; reports
-// its exact state size in bytes; saves and restores its state as named binary32 tensors plus a
-// step count (checkpoints). Parameters are visited in parameter_shapes order.
+// its exact state size in bytes; saves and restores its state as named typed tensors (dtype,
+// shape, bytes: binary32 moments, 8-bit codes, block scales, codebooks) plus a step count
+// (checkpoints, train/state.h). Parameters are visited in parameter_shapes order.
 //
 // Registry: each optimizer is an entry {name, description, its keys, a parser / validator of
 // its settings, a factory}. A training configuration's [optimizer] table gives `name` and that
@@ -11,11 +12,17 @@
 // themselves live in files of their own (adamw.h); optimizer.cpp lists them.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
+#include <span>
 #include <string>
+#include <string_view>
+#include <type_traits>
 #include <variant>
 #include <vector>
 
@@ -24,18 +31,75 @@
 
 namespace mantis {
 
+// The element type of a state tensor; names as in optimizer.bin's index ("f32", "u8", …).
+// f16 and bf16 are stored as their 16-bit patterns (no C++ arithmetic type here).
+enum class DType : uint8_t { f64, f32, f16, bf16, i64, i32, i16, i8, u64, u32, u16, u8 };
+const char* to_string(DType d);
+size_t dtype_size(DType d);  // bytes per element
+std::optional<DType> dtype_from_string(std::string_view s);
+std::string dtype_names();  // "f64, f32, …, u8"
+
+template <class T>
+constexpr DType dtype_of() {
+  if constexpr (std::is_same_v<T, double>) return DType::f64;
+  else if constexpr (std::is_same_v<T, float>) return DType::f32;
+  else if constexpr (std::is_same_v<T, int64_t>) return DType::i64;
+  else if constexpr (std::is_same_v<T, int32_t>) return DType::i32;
+  else if constexpr (std::is_same_v<T, int16_t>) return DType::i16;
+  else if constexpr (std::is_same_v<T, int8_t>) return DType::i8;
+  else if constexpr (std::is_same_v<T, uint64_t>) return DType::u64;
+  else if constexpr (std::is_same_v<T, uint32_t>) return DType::u32;
+  else if constexpr (std::is_same_v<T, uint16_t>) return DType::u16;
+  else {
+    static_assert(std::is_same_v<T, uint8_t>, "no DType for this type");
+    return DType::u8;
+  }
+}
+
+// One tensor of an optimizer's state, at the dtype it is stored in: 8-bit codes, per-block
+// scales, codebooks and full-precision moments alike. bytes holds numel() elements row-major,
+// little-endian (the byte order mantis builds for).
+struct StateTensor {
+  std::string name;  // "<param>.<slot>" for per-parameter state
+  DType dtype = DType::f32;
+  std::vector<uint64_t> shape;  // {} = a scalar
+  std::vector<std::byte> bytes;
+
+  uint64_t numel() const;  // the product of shape (1 for a scalar)
+  std::string describe() const;  // "f32 [4, 32]"
+  template <class T>
+  static StateTensor of(std::string name, std::vector<uint64_t> shape, std::span<const T> values) {
+    StateTensor t{std::move(name), dtype_of<T>(), std::move(shape), std::vector<std::byte>(values.size_bytes())};
+    std::memcpy(t.bytes.data(), values.data(), values.size_bytes());
+    return t;
+  }
+  // Copies the elements into `out` (out.size() must equal numel(); the dtype must be T's).
+  template <class T>
+  void copy_to(std::span<T> out) const {
+    std::memcpy(out.data(), bytes.data(), out.size_bytes());
+  }
+};
+
 class Optimizer {
  public:
   virtual ~Optimizer() = default;
   virtual std::string name() const = 0;
   virtual void step(Model& m, const GradMap<float>& g, double lr) = 0;
+  // Exactly what the state holds: Σ bytes of state() + 8 for the step count.
   virtual uint64_t state_bytes() const = 0;
   virtual uint64_t steps() const = 0;
-  // State as named tensors (names "<param>.<slot>") and its step count; load_state checks that
-  // every tensor is present with the right size (InputError naming the offender).
-  virtual std::map<std::string, std::vector<float>> state() const = 0;
-  virtual void load_state(const std::map<std::string, std::vector<float>>& s, uint64_t steps) = 0;
+  // The state as typed tensors in a fixed order, and its step count; load_state checks that
+  // every tensor is present with the right dtype and shape (InputError naming the offender).
+  virtual std::vector<StateTensor> state() const = 0;
+  virtual void load_state(const std::vector<StateTensor>& s, uint64_t steps) = 0;
 };
+
+// For load_state: the tensor of `s` named `name`, which must have this dtype and shape;
+// InputError "optimizer state: …" naming it otherwise.
+const StateTensor& expect_state(const std::vector<StateTensor>& s, const std::string& name, DType dtype,
+                                const std::vector<uint64_t>& shape);
+// InputError unless `s` holds exactly `count` tensors (after each expected one was found).
+void expect_state_count(const std::vector<StateTensor>& s, size_t count);
 
 // One setting as the configuration gave it. monostate: a value of another kind (an array, a
 // table, a date), which no optimizer key accepts. `where` locates it in messages ("FILE:LINE").

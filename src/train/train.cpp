@@ -6,6 +6,7 @@
 #include <stdio.h>  // renameat2
 
 #include <algorithm>
+#include <bit>
 #include <charconv>
 #include <chrono>
 #include <cstring>
@@ -18,6 +19,7 @@
 #include <set>
 #include <toml++/toml.h>
 
+#include "core/error.h"
 #include "io/checkpoint.h"
 #include "nn/forward.h"
 #include "core/file.h"
@@ -273,6 +275,71 @@ double logged_number(const nlohmann::json& v, bool may_be_empty, const std::stri
   return x;
 }
 
+// optimizer.bin: the state tensors' bytes back to back, in state() order. trainer.json's
+// "optimizer" object indexes them: "format": 2, "tensors": [{name, dtype, shape, values}], values
+// the element count. Format 1 (no "format"; mantis before typed state): every tensor binary32,
+// {name, values} only, its shape that of the optimizer's tensor of that name.
+constexpr uint64_t kOptimizerFormat = 2;
+static_assert(std::endian::native == std::endian::little, "optimizer.bin is little-endian");
+
+std::string encode_optimizer_state(const std::vector<StateTensor>& st, nlohmann::ordered_json& index) {
+  std::string bin;
+  index = nlohmann::ordered_json::array();
+  for (auto& t : st) {
+    index.push_back({{"name", t.name}, {"dtype", to_string(t.dtype)}, {"shape", t.shape}, {"values", t.numel()}});
+    bin.append(reinterpret_cast<const char*>(t.bytes.data()), t.bytes.size());
+  }
+  return bin;
+}
+
+// The tensors `o` (trainer.json's "optimizer") indexes in `bin`; `opt` gives format 1's shapes.
+std::vector<StateTensor> decode_optimizer_state(const std::string& bin, const nlohmann::json& o, const Optimizer& opt,
+                                                const std::string& ck, const std::string& tf) {
+  const uint64_t format = o.contains("format") ? get_u64(o, "format", tf) : 1;
+  if (format != 1 && format != kOptimizerFormat)
+    throw InputError(fmt::format("{}: optimizer.format is {} (known: 1, {})", tf, format, kOptimizerFormat));
+  std::map<std::string, std::vector<uint64_t>> v1_shapes;
+  if (format == 1)
+    for (auto& t : opt.state()) v1_shapes[t.name] = t.shape;
+  std::vector<StateTensor> st;
+  size_t off = 0;
+  for (auto& e : o.at("tensors")) {
+    StateTensor t;
+    t.name = e.at("name").get<std::string>();
+    const std::string what = fmt::format("optimizer tensor '{}'", escape_control(t.name.substr(0, 80)));
+    if (format != 1) {
+      const auto d = dtype_from_string(e.at("dtype").is_string() ? e.at("dtype").get<std::string>() : "");
+      if (!d) throw InputError(fmt::format("{}: {}: dtype {} (known: {})", tf, what, shown(e.at("dtype")), dtype_names()));
+      t.dtype = *d;
+    }
+    const uint64_t n = get_u64(e, "values", tf), size = dtype_size(t.dtype);
+    if (n > (bin.size() - off) / size) throw InputError(fmt::format("{}/optimizer.bin: truncated", ck));
+    if (format == 1) {
+      const auto it = v1_shapes.find(t.name);
+      t.shape = it != v1_shapes.end() && StateTensor{t.name, t.dtype, it->second, {}}.numel() == n
+                    ? it->second : std::vector<uint64_t>{n};
+    } else {
+      const auto& sh = e.at("shape");
+      uint64_t count = 1;
+      bool ok = sh.is_array();
+      for (size_t i = 0; ok && i < sh.size(); ++i) {
+        ok = sh[i].is_number_unsigned();
+        if (ok) t.shape.push_back(sh[i].get<uint64_t>());
+        ok = ok && (t.shape.back() == 0 || count <= UINT64_MAX / t.shape.back());
+        if (ok) count *= t.shape.back();
+      }
+      if (!ok || count != n)
+        throw InputError(fmt::format("{}: {}: shape {} does not hold its {} values", tf, what, shown(sh), n));
+    }
+    t.bytes.resize(n * size);
+    std::memcpy(t.bytes.data(), bin.data() + off, t.bytes.size());
+    off += t.bytes.size();
+    st.push_back(std::move(t));
+  }
+  if (off != bin.size()) throw InputError(fmt::format("{}/optimizer.bin: {} trailing bytes", ck, bin.size() - off));
+  return st;
+}
+
 // Reads and verifies every file of checkpoint CK against its manifest; returns the files' bytes.
 std::map<std::string, std::string> read_verified(const std::string& ck, uint64_t step) {
   const std::string mf = ck + "/" + kManifest;
@@ -484,21 +551,16 @@ void Trainer::save_checkpoint() {
   try {
     if (!fs::create_directory(tmp, ec)) throw InputError(fmt::format("cannot create {}: {}", tmp, ec.message()));
     save_model(model_, tmp);
-    // optimizer.bin: every state tensor in name order, binary32 little-endian
-    const auto st = opt_->state();
-    std::string bin;
-    nlohmann::ordered_json tensors = nlohmann::ordered_json::array();
-    for (auto& [k, v] : st) {
-      tensors.push_back({{"name", k}, {"values", v.size()}});
-      bin.append(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(float));
-    }
+    nlohmann::ordered_json tensors;
+    const std::string bin = encode_optimizer_state(opt_->state(), tensors);
     write_file_atomic(tmp + "/optimizer.bin", bin);
     nlohmann::ordered_json j;
     j["step"] = step_;
     j["sequences_done"] = step_ * uint64_t(c_.batch) * uint64_t(c_.accum);
     j["config_sha256"] = c_.hash();
     j["optimizer"] = {{"name", opt_->name()}, {"steps", opt_->steps()}, {"state_bytes", opt_->state_bytes()},
-                      {"file", "optimizer.bin"}, {"sha256", sha256_hex(bin)}, {"tensors", tensors}};
+                      {"file", "optimizer.bin"}, {"sha256", sha256_hex(bin)}, {"format", kOptimizerFormat},
+                      {"tensors", tensors}};
     j["data"] = {{"seed", c_.seed}, {"rule", "sequence k starts at philox64(seed, 0x7a11, k) mod (n - ctx)"}};
     nlohmann::ordered_json log = nlohmann::ordered_json::array();
     for (auto& r : log_)
@@ -572,20 +634,12 @@ void Trainer::resume(const std::string& dir) {
       throw InputError(fmt::format("{}: optimizer {} / file {}, expected {} / optimizer.bin", tf, shown(o.at("name")),
                                    shown(o.at("file")), opt_->name()));
     expect_equal(get_u64(o, "steps", tf), step, "optimizer.steps", tf);
-    expect_equal(get_u64(o, "state_bytes", tf), opt_->state_bytes(), "optimizer.state_bytes", tf);
     if (sha256_hex(bin) != o.at("sha256").get<std::string>())
       throw InputError(fmt::format("{}/optimizer.bin: SHA-256 mismatch (corrupt checkpoint)", ck));
-    std::map<std::string, std::vector<float>> st;
-    size_t off = 0;
-    for (auto& t : o.at("tensors")) {
-      const uint64_t n = get_u64(t, "values", tf);
-      if (n > (bin.size() - off) / 4) throw InputError(fmt::format("{}/optimizer.bin: truncated", ck));
-      std::vector<float> v(n);
-      std::memcpy(v.data(), bin.data() + off, n * 4);
-      off += n * 4;
-      st.emplace(t.at("name").get<std::string>(), std::move(v));
-    }
-    if (off != bin.size()) throw InputError(fmt::format("{}/optimizer.bin: {} trailing bytes", ck, bin.size() - off));
+    const std::vector<StateTensor> st = decode_optimizer_state(bin, o, *opt_, ck, tf);
+    uint64_t st_bytes = 8;  // the step count
+    for (auto& t : st) st_bytes += t.bytes.size();
+    expect_equal(get_u64(o, "state_bytes", tf), st_bytes, "optimizer.state_bytes", tf);
 
     const auto& jl = j.at("log");
     expect_equal(jl.size(), step, "the number of log rows", tf);
@@ -621,7 +675,11 @@ void Trainer::resume(const std::string& dir) {
                                      i / per_step));
       units.push_back(u);
     }
-    opt_->load_state(st, step);  // the last check; nothing below can fail
+    try {  // the last check; nothing below can fail
+      opt_->load_state(st, step);
+    } catch (const InputError& e) {
+      throw InputError(fmt::format("{}/optimizer.bin: {}", ck, e.what()));
+    }
     model_ = std::move(m);
     step_ = step;
     log_ = std::move(log);

@@ -24,9 +24,10 @@
 //   config.toml            the configuration the run was started with
 //   log.csv                step,loss,val_loss,lr,grad_norm,tokens,seconds (val_loss empty when not run)
 //   units.csv              step,layer,unit,bits,grad_norm,act_rms,act_absmax,quant_rel_rms
-//   checkpoint-<step>/     model.safetensors + config.json (checkpoint.h), optimizer.bin, trainer.json,
-//                          manifest.json (each of those files' size and SHA-256, and its own SHA-256
-//                          of the rest of it)
+//   checkpoint-<step>/     model.safetensors + config.json (checkpoint.h), optimizer.bin (the
+//                          optimizer's state tensors, indexed in trainer.json with each one's dtype
+//                          and shape), trainer.json, manifest.json (each of those files' size and
+//                          SHA-256, and its own SHA-256 of the rest of it)
 //   latest                 the name of the newest complete checkpoint directory
 // Every file is written atomically; a checkpoint directory is built under a temporary name and
 // renamed into place whole before `latest` names it. Temporaries of killed runs (a dead writer's
