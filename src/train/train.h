@@ -48,64 +48,18 @@
 #include <string>
 #include <vector>
 
-#include "nn/backward.h"
 #include "io/dataset.h"
+#include "nn/backward.h"
 #include "nn/model.h"
+#include "nn/policy.h"
 #include "optim/clip.h"
 #include "optim/optimizer.h"
 #include "optim/schedule.h"
-#include "nn/policy.h"
+#include "train/config.h"
+#include "train/controller.h"
+#include "train/state.h"
 
 namespace mantis {
-
-struct TrainConfig {
-  ModelConfig model;
-  uint64_t init_seed = 1;
-  std::string tokenizer = "bytes", train_data = "train", val_data = "validation";
-  uint64_t steps = 100;
-  int batch = 8, accum = 1;
-  Schedule schedule;  // lr, min_lr, warmup (steps is set from `steps`)
-  double grad_clip = 1.0;
-  OptimizerOptions optimizer;  // [optimizer]: the registry's name and that optimizer's keys
-  uint64_t seed = 1;
-  uint64_t val_every = 0;  // 0: only after the last step
-  int val_seqs = 16;
-  uint64_t checkpoint_every = 0;  // 0: only after the last step
-  std::string policy = "native";  // policy_from_spec
-  SavedQuant act_quant;           // bits 0: none
-  std::string out;                // output directory (the CLI may override)
-  std::string text, path;         // the TOML source and its path
-  std::string hash() const;       // SHA-256 of `text`
-};
-
-// Parses the TOML form (experiments/train-*.toml); unknown tables or keys are InputErrors naming
-// the key and the file.
-TrainConfig train_config_from_toml(const std::string& text, const std::string& path);
-TrainConfig load_train_config(const std::string& path);
-
-struct UnitStep {
-  int layer;
-  Unit unit;
-  SavedQuant path;
-  double grad_norm;
-  UnitActivation act;
-};
-
-class TrainController {
- public:
-  virtual ~TrainController() = default;
-  // Before step `step`: paths[l·kUnitCount + u] holds the default; change any.
-  virtual void choose(uint64_t step, std::vector<SavedQuant>& paths) { (void)step, (void)paths; }
-  // After the backward pass of `step`.
-  virtual void observe(uint64_t step, std::span<const UnitStep> units) { (void)step, (void)units; }
-};
-
-struct StepRecord {
-  uint64_t step = 0;
-  double loss = 0, val_loss = 0, lr = 0, grad_norm = 0;  // val_loss NaN when not run
-  uint64_t tokens = 0;                                   // tokens processed so far
-  double seconds = 0;                                    // wall time of the step
-};
 
 class Trainer {
  public:
@@ -130,6 +84,7 @@ class Trainer {
   const Optimizer& optimizer() const { return *opt_; }
 
  private:
+  RunIdentity identity() const;  // what every checkpoint of this run must match
   void write_logs() const;
   TrainConfig c_;
   TrainController* controller_;
