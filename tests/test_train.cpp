@@ -120,8 +120,8 @@ TEST_CASE("training is bit-identical for 1 and 2 threads, and across a resume") 
 TEST_CASE("the controller chooses saved-activation paths per step and sees every unit") {
   struct Recorder : TrainController {
     std::vector<std::pair<uint64_t, UnitStep>> seen;
-    void choose(uint64_t step, std::vector<SavedQuant>& paths) override {
-      if (step >= 1) paths[1 * kUnitCount + int(Unit::fc)] = SavedQuant{4, 8, Rounding::sr, 3};
+    void choose(uint64_t step, std::vector<UnitPath>& paths) override {
+      if (step >= 1) paths[1 * kUnitCount + int(Unit::fc)].saved = SavedQuant{4, 8, Rounding::sr, 3};
     }
     void observe(uint64_t step, std::span<const UnitStep> units) override {
       for (auto& u : units) seen.emplace_back(step, u);
@@ -136,7 +136,7 @@ TEST_CASE("the controller chooses saved-activation paths per step and sees every
     CHECK(u.grad_norm > 0);
     CHECK(u.act.count > 0);
     const bool quantised = step == 1 && u.layer == 1 && u.unit == Unit::fc;
-    CHECK((u.path.bits == 4) == quantised);
+    CHECK((u.path.saved.bits == 4) == quantised);
     CHECK((u.act.err_sq > 0) == quantised);
   }
   // all units at 4 bits: a different but finite run
@@ -596,4 +596,75 @@ TEST_CASE("optimizer.bin: a malformed dtype or shape is a one-line error; the ol
   Trainer whole(tiny("gpt2", (scratch() / "optim-format-whole").string()));
   whole.run();
   CHECK(same_params(old.model(), whole.model()));
+}
+
+TEST_CASE("the controller routes a unit's GEMMs to other formats: bit-identical to that static layer entry") {
+  const std::string file = (scratch() / "route.toml").string();
+  write_file_atomic(file, R"([site."layer.1.mlp.fc"]
+input = "bf16"
+output = "bf16"
+[site."layer.1.mlp.fc".dx]
+input = "e4m3"
+[site."layer.1.mlp.fc".dw]
+accumulation = "strict"
+accumulator = "bf16"
+rounding = "sr"
+seed = 5
+)");
+  const Policy st = load_policy(file);
+  const std::pair<int, Site> at{1, Site::mlp_fc};
+  struct Router : TrainController {
+    std::optional<SitePolicy> fwd, dx, dw;
+    std::vector<UnitStep> seen;
+    void choose(uint64_t, std::vector<UnitPath>& paths) override {
+      auto& p = paths[1 * kUnitCount + int(Unit::fc)];
+      p.forward = fwd, p.dx = dx, p.dw = dw;
+    }
+    void observe(uint64_t, std::span<const UnitStep> units) override { seen.assign(units.begin(), units.end()); }
+  };
+  auto run = [](const std::string& policy, TrainController* ctl) {
+    Trainer t(tiny("llama", "", "[precision]\npolicy = \"" + policy + "\"\n"), ctl);
+    std::vector<double> losses;
+    for (int s = 0; s < 3; ++s) losses.push_back(t.step().loss);
+    return std::pair{losses, t.model()};
+  };
+  Router to_low;
+  to_low.fwd = st.layer.at(at), to_low.dx = st.grad_layer[0].at(at), to_low.dw = st.grad_layer[1].at(at);
+  const auto [routed, routed_model] = run("native", &to_low);
+  const auto [fixed, fixed_model] = run(file, nullptr);
+  const auto [native, native_model] = run("native", nullptr);
+  CHECK(routed == fixed);
+  CHECK(same_params(routed_model, fixed_model));
+  CHECK_FALSE(same_params(routed_model, native_model));
+  REQUIRE(to_low.seen.size() == 2 * kUnitCount);
+  CHECK(to_low.seen[1 * kUnitCount + int(Unit::fc)].path.dw->accumulator->name == "bf16");
+  CHECK_FALSE(to_low.seen[0].path.forward);
+
+  // an override replaces the run's entry there as a whole: native overrides undo the file's
+  Router to_native;
+  to_native.fwd = to_native.dx = to_native.dw = SitePolicy{};
+  const auto [undone, undone_model] = run(file, &to_native);
+  CHECK(undone == native);
+  CHECK(same_params(undone_model, native_model));
+
+  // an invalid override is refused before the step runs
+  Router bad;
+  bad.dw = SitePolicy{};
+  bad.dw->accumulation = Accumulation::strict;  // no accumulator
+  Trainer t(tiny("llama", ""), &bad);
+  std::string msg;
+  try {
+    t.step();
+  } catch (const InputError& e) {
+    msg = e.what();
+  }
+  CHECK_THAT(msg, Catch::StartsWith("step 0: unit layer.1.mlp.fc: dw override: "));
+  CHECK(msg.find('\n') == std::string::npos);
+  CHECK(t.next_step() == 0);
+  CHECK(t.log().empty());
+  struct Shrinker : TrainController {
+    void choose(uint64_t, std::vector<UnitPath>& paths) override { paths.pop_back(); }
+  } shrink;
+  Trainer t2(tiny("gpt2", ""), &shrink);
+  CHECK_THROWS_WITH(t2.step(), "step 0: the controller left 7 unit paths, expected 8 (2 layers × 4 units)");
 }

@@ -79,9 +79,14 @@ StepRecord Trainer::step() {
   const ModelConfig& mc = c_.model;
   const size_t T = size_t(mc.ctx), nseq = size_t(c_.batch) * size_t(c_.accum);
   const uint64_t k0 = step_ * nseq;
-  std::vector<SavedQuant> paths(size_t(mc.layers * kUnitCount), c_.act_quant);
+  std::vector<UnitPath> paths(size_t(mc.layers * kUnitCount), UnitPath{c_.act_quant, {}, {}, {}});
   controller_->choose(step_, paths);
-  for (auto& p : paths) validate(p);
+  check_paths(paths, mc, step_);
+  // The step's policy: the run's, or with the controller's GEMM overrides as layer entries.
+  Policy routed;
+  const bool overrides = has_overrides(paths);
+  if (overrides) routed = with_overrides(policy_, paths);
+  const Policy& policy = overrides ? routed : policy_;
 
   std::vector<GradMap<float>> g(nseq);
   std::vector<LossSum> loss(nseq);
@@ -100,10 +105,10 @@ StepRecord Trainer::step() {
     }
     g[i] = zero_grads<float>(model_);
     BackwardOptions o;
-    o.saved = [&](int l, Unit u) { return paths[size_t(l * kUnitCount + int(u))]; };
+    o.saved = [&](int l, Unit u) { return paths[size_t(l * kUnitCount + int(u))].saved; };
     o.step = k;
     o.activations = &acts[i];
-    loss[i] = sequence_backward<float>(model_, in, tgt, salted(policy_, k), scale, g[i], o);
+    loss[i] = sequence_backward<float>(model_, in, tgt, salted(policy, k), scale, g[i], o);
   } catch (...) {
     errors[i] = std::current_exception();
   }
@@ -163,7 +168,7 @@ StepRecord Trainer::step() {
   for (auto& u : units) {
     const double rms = u.act.count ? std::sqrt(u.act.sum_sq / double(u.act.count)) : 0;
     const double qerr = u.act.sum_sq > 0 ? std::sqrt(u.act.err_sq / u.act.sum_sq) : 0;
-    unit_rows_.push_back(fmt::format("{},{},{},{},{},{},{},{}", step_, u.layer, to_string(u.unit), u.path.bits,
+    unit_rows_.push_back(fmt::format("{},{},{},{},{},{},{},{}", step_, u.layer, to_string(u.unit), u.path.saved.bits,
                                      fmt_num(u.grad_norm), fmt_num(rms), fmt_num(u.act.absmax), fmt_num(qerr)));
   }
   log_.push_back(rec);
