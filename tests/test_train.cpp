@@ -1,5 +1,5 @@
-// test_train — AdamW against PyTorch's trajectory, the schedule, clipping, and the training loop:
-// determinism across threads, bit-identical resume, controller hooks, bad input.
+// test_train — the training loop: determinism across threads, bit-identical resume, controller
+// hooks, bad input (the optimizers, schedule and clipping: test_optim).
 #include <catch2/catch.hpp>
 #include <fmt/format.h>
 #include <sys/wait.h>
@@ -11,6 +11,7 @@
 #include <fstream>
 #include <functional>
 #include <map>
+#include <set>
 #include <sstream>
 #include <nlohmann/json.hpp>
 
@@ -18,17 +19,13 @@
 #include "core/file.h"
 #include "mantis_config.h"
 #include "testutil.h"
-#include "optim/optimizer.h"
 #include "core/round_array.h"
 #include "train/train.h"
 
 using namespace mantis;
-using mantis::test::read_raw;
 namespace fs = std::filesystem;
 
 namespace {
-
-const std::string kRefDir = std::string(MANTIS_SOURCE_DIR) + "/tests/data/reference/";
 
 using mantis::test::error_of;
 const auto& scratch = mantis::test::scratch_dir;
@@ -77,70 +74,6 @@ bool same_params(const Model& a, const Model& b) {
 
 }  // namespace
 
-TEST_CASE("AdamW: 10 steps track PyTorch's float32 trajectory (losses and parameters)") {
-  const auto index = nlohmann::json::parse(read_file(kRefDir + "index.json"));
-  for (auto& entry : index["models"]) {
-    const std::string name = entry["name"];
-    INFO(name);
-    Model m = load_model(kRefDir + name);
-    const auto tokens = read_raw<int32_t>(kRefDir + name + "/tokens.i32");
-    const auto targets = read_raw<int32_t>(kRefDir + name + "/targets.i32");
-    const auto& a = entry["adamw"];
-    AdamWConfig c;
-    c.beta1 = a["betas"][0], c.beta2 = a["betas"][1], c.eps = a["eps"], c.weight_decay = a["weight_decay"];
-    auto opt = make_adamw(m, c);
-    const double lr = a["lr"];
-    for (int s = 0; s < int(a["steps"]); ++s) {
-      GradMap<float> g = zero_grads<float>(m);
-      const LossSum l = sequence_backward<float>(m, tokens, targets, {}, 1.0 / double(tokens.size()), g);
-      CHECK(l.sum / double(l.count) == Approx(a["losses_f32"][size_t(s)].get<double>()).epsilon(1e-5));
-      opt->step(m, g, lr);
-    }
-    const auto want = read_raw<float>(kRefDir + name + "/adamw_params.f32");
-    const auto want64 = read_raw<double>(kRefDir + name + "/adamw_params.f64");
-    std::vector<float> got;
-    for (auto& [pname, shape] : parameter_shapes(m.cfg))
-      got.insert(got.end(), m.params.at(pname).data.begin(), m.params.at(pname).data.end());
-    REQUIRE(got.size() == want.size());
-    // Adam divides by √v: where a gradient is ~0 its rounding noise decides the update's sign, so
-    // single entries may differ by ~2·lr·steps between any two binary32 runs (PyTorch's own f32
-    // and f64 runs do). Checked: the worst entry is no further from binary64 than PyTorch's f32
-    // run is, and 99% of the entries agree with PyTorch's f32 run to 1e-5 of the largest value.
-    double e32 = 0, e64 = 0, ref_err = 0, scale = 0;
-    size_t far = 0;
-    for (size_t i = 0; i < got.size(); ++i) scale = std::max(scale, std::abs(want64[i]));
-    for (size_t i = 0; i < got.size(); ++i) {
-      e32 = std::max(e32, std::abs(double(got[i]) - double(want[i])));
-      far += std::abs(double(got[i]) - double(want[i])) > 1e-5 * scale;
-      e64 = std::max(e64, std::abs(double(got[i]) - want64[i]));
-      ref_err = std::max(ref_err, std::abs(double(want[i]) - want64[i]));
-    }
-    INFO("max |ours − torch f32| " << e32 << ", |ours − torch f64| " << e64 << ", |torch f32 − f64| " << ref_err);
-    CHECK(double(far) <= 0.01 * double(got.size()));
-    CHECK(e64 <= std::max(4 * ref_err, 1e-6 * scale));  // as close to binary64 as PyTorch's binary32 is
-    CHECK(opt->state_bytes() == 8 * got.size() + 8);
-  }
-}
-
-TEST_CASE("schedule: warm-up, cosine decay, floor; clipping by the global norm") {
-  const Schedule s{1.0, 0.1, 10, 110};
-  CHECK(s.at(0) == Approx(0.1));
-  CHECK(s.at(9) == Approx(1.0));
-  CHECK(s.at(10) == Approx(1.0));
-  CHECK(s.at(60) == Approx(0.1 + 0.45));
-  CHECK(s.at(110) == Approx(0.1));
-  CHECK(s.at(1000) == Approx(0.1));
-  Model m = init_model(tiny("gpt2", "").model, 1);
-  GradMap<float> g = zero_grads<float>(m);
-  g.at("wte")[0] = 3, g.at("wpe")[5] = 4;
-  CHECK(grad_norm(m, g) == 5.0);
-  CHECK(clip_grads(m, g, 10) == 5.0);
-  CHECK(g.at("wte")[0] == 3.0f);
-  CHECK(clip_grads(m, g, 1) == 5.0);
-  CHECK(g.at("wte")[0] == Approx(0.6));
-  CHECK(g.at("wpe")[5] == Approx(0.8));
-}
-
 TEST_CASE("training is bit-identical for 1 and 2 threads, and across a resume") {
   for (const char* arch : {"gpt2", "llama"}) {
     INFO(arch);
@@ -187,8 +120,8 @@ TEST_CASE("training is bit-identical for 1 and 2 threads, and across a resume") 
 TEST_CASE("the controller chooses saved-activation paths per step and sees every unit") {
   struct Recorder : TrainController {
     std::vector<std::pair<uint64_t, UnitStep>> seen;
-    void choose(uint64_t step, std::vector<SavedQuant>& paths) override {
-      if (step >= 1) paths[1 * kUnitCount + int(Unit::fc)] = SavedQuant{4, 8, Rounding::sr, 3};
+    void choose(uint64_t step, std::vector<UnitPath>& paths) override {
+      if (step >= 1) paths[1 * kUnitCount + int(Unit::fc)].saved = SavedQuant{4, 8, Rounding::sr, 3};
     }
     void observe(uint64_t step, std::span<const UnitStep> units) override {
       for (auto& u : units) seen.emplace_back(step, u);
@@ -203,7 +136,7 @@ TEST_CASE("the controller chooses saved-activation paths per step and sees every
     CHECK(u.grad_norm > 0);
     CHECK(u.act.count > 0);
     const bool quantised = step == 1 && u.layer == 1 && u.unit == Unit::fc;
-    CHECK((u.path.bits == 4) == quantised);
+    CHECK((u.path.saved.bits == 4) == quantised);
     CHECK((u.act.err_sq > 0) == quantised);
   }
   // all units at 4 bits: a different but finite run
@@ -213,6 +146,16 @@ TEST_CASE("the controller chooses saved-activation paths per step and sees every
     const auto a = tq.step(), b = tf.step();
     CHECK(std::isfinite(a.loss));
     if (s > 0) CHECK(a.loss != b.loss);
+  }
+}
+
+TEST_CASE("the shipped training configurations parse, their optimizer settings as written") {
+  for (const char* f : {"experiments/train-gpt2-bytes.toml", "experiments/train-llama-bytes.toml",
+                        "experiments/train-tiny.toml", "models/gpt2-bytes/train.toml", "models/llama-bytes/train.toml"}) {
+    INFO(f);
+    const TrainConfig c = load_train_config(std::string(MANTIS_SOURCE_DIR) + "/" + f);
+    CHECK(c.optimizer.name == "adamw");
+    for (auto& [k, v] : c.optimizer.values) CHECK((std::holds_alternative<double>(v.value) || std::holds_alternative<int64_t>(v.value)));
   }
 }
 
@@ -226,6 +169,10 @@ TEST_CASE("training: bad configurations, a resume from another run, a diverging 
   CHECK_THAT(err("[activation_quant]\nbits = 9\n"), Catch::Contains("bits = 9"));
   CHECK_THAT(err("[data]\ntokenizer = \"sp\"\n"), Catch::Contains("unknown tokenizer 'sp'"));
   CHECK_THAT(err("[train]\nsteps = 0\n"), Catch::Contains("must be ≥ 1"));
+  CHECK_THAT(err("[optimizer]\nname = \"lion\"\n"), Catch::Contains("bad.toml: [optimizer] name = 'lion' (known: adamw"));
+  CHECK_THAT(err("[optimizer]\nbeta1 = [0.9]\n"), Catch::Contains("bad.toml:2: 'beta1' in [optimizer] must be a number"));
+  CHECK_THAT(err("[optimizer]\nmomentum = 0.9\n"), Catch::Contains("bad.toml:2: unknown key 'momentum' in [optimizer]"));
+  CHECK_THAT(err("optimizer = 1\n"), Catch::Contains("bad.toml:1: 'optimizer' must be a table"));
   CHECK_THROWS_WITH(Trainer(tiny("gpt2", "", "[precision]\npolicy = \"lamp:99\"\n")), Catch::Contains("99"));
 
   const std::string dir = (scratch() / "mismatch").string();
@@ -456,4 +403,261 @@ TEST_CASE("temporaries of killed runs are removed when a run directory is opened
   for (auto& f : kept) fs::remove(f);
   t.resume(dir);
   CHECK(t.next_step() == 2);
+}
+
+namespace {
+
+// A test optimizer with state of several dtypes, as Gefen's will be: per parameter u8 codes of
+// a momentum (per-block f32 scales, blocks of 16) and an i16 count of sign flips; an f64 running
+// sum of the learning rates; a u32 counter. Its update depends on all of them.
+class MixedOptimizer final : public Optimizer {
+ public:
+  explicit MixedOptimizer(const Model& m) {
+    for (auto& [name, shape] : parameter_shapes(m.cfg)) {
+      Slot s{name, std::vector<uint64_t>(shape.begin(), shape.end()), {}, {}, {}};
+      const size_t n = StateTensor{name, DType::u8, s.shape, {}}.numel();
+      s.code.assign(n, 128), s.scale.assign((n + 15) / 16, 0.0f), s.flips.assign(s.scale.size(), 0);
+      slots_.push_back(std::move(s));
+    }
+  }
+  std::string name() const override { return "test-mixed"; }
+  uint64_t steps() const override { return t_; }
+  uint64_t state_bytes() const override {
+    uint64_t b = 8 + 8 + 4;
+    for (auto& s : slots_) b += s.code.size() + 4 * s.scale.size() + 2 * s.flips.size();
+    return b;
+  }
+  void step(Model& m, const GradMap<float>& g, double lr) override {
+    ++t_, ++calls_, lr_sum_ += lr;
+    for (auto& s : slots_) {
+      float* p = m.params.at(s.name).data.data();
+      const auto& gr = g.at(s.name);
+      for (size_t b = 0; b < s.scale.size(); ++b) {
+        const size_t lo = 16 * b, hi = std::min(gr.size(), lo + 16);
+        float mom[16], absmax = 0;
+        for (size_t i = lo; i < hi; ++i) {
+          mom[i - lo] = 0.9f * (float(int(s.code[i]) - 128) * s.scale[b]) + gr[i];
+          absmax = std::max(absmax, std::abs(mom[i - lo]));
+        }
+        s.scale[b] = absmax / 127;
+        for (size_t i = lo; i < hi; ++i) {
+          const int q = absmax > 0 ? int(std::lround(mom[i - lo] / s.scale[b])) : 0;
+          s.flips[b] += int16_t((q < 0) != (int(s.code[i]) < 128));
+          s.code[i] = uint8_t(q + 128);
+          p[i] -= float(lr_sum_ / double(calls_)) * float(q) * s.scale[b] * (1 + 1e-3f * float(s.flips[b] % 7));
+        }
+      }
+    }
+  }
+  std::vector<StateTensor> state() const override {
+    std::vector<StateTensor> out;
+    for (auto& s : slots_) {
+      out.push_back(StateTensor::of<uint8_t>(s.name + ".code", s.shape, s.code));
+      out.push_back(StateTensor::of<float>(s.name + ".scale", {s.scale.size()}, s.scale));
+      out.push_back(StateTensor::of<int16_t>(s.name + ".flips", {s.flips.size()}, s.flips));
+    }
+    out.push_back(StateTensor::of<double>("lr_sum", {}, std::span<const double>(&lr_sum_, 1)));
+    out.push_back(StateTensor::of<uint32_t>("calls", {1}, std::span<const uint32_t>(&calls_, 1)));
+    return out;
+  }
+  void load_state(const std::vector<StateTensor>& st, uint64_t steps) override {
+    for (auto& s : slots_) {
+      expect_state(st, s.name + ".code", DType::u8, s.shape).copy_to(std::span<uint8_t>(s.code));
+      expect_state(st, s.name + ".scale", DType::f32, {s.scale.size()}).copy_to(std::span<float>(s.scale));
+      expect_state(st, s.name + ".flips", DType::i16, {s.flips.size()}).copy_to(std::span<int16_t>(s.flips));
+    }
+    expect_state(st, "lr_sum", DType::f64, {}).copy_to(std::span<double>(&lr_sum_, 1));
+    expect_state(st, "calls", DType::u32, {1}).copy_to(std::span<uint32_t>(&calls_, 1));
+    expect_state_count(st, 3 * slots_.size() + 2);
+    t_ = steps;
+  }
+
+ private:
+  struct Slot {
+    std::string name;
+    std::vector<uint64_t> shape;
+    std::vector<uint8_t> code;
+    std::vector<float> scale;
+    std::vector<int16_t> flips;
+  };
+  std::vector<Slot> slots_;
+  double lr_sum_ = 0;
+  uint32_t calls_ = 0;
+  uint64_t t_ = 0;
+};
+
+const std::string kMixed = "[optimizer]\nname = \"test-mixed\"\n";
+
+void register_mixed() {
+  static const bool done = [] {
+    register_optimizer({"test-mixed", "test_train's mixed-dtype state", {},
+                        [](const OptimizerOptions& o) { OptionReader(o, {}); },
+                        [](const Model& m, const OptimizerOptions&) -> std::unique_ptr<Optimizer> {
+                          return std::make_unique<MixedOptimizer>(m);
+                        }});
+    return true;
+  }();
+  (void)done;
+}
+
+bool same_state(const Optimizer& a, const Optimizer& b) {
+  const auto x = a.state(), y = b.state();
+  if (x.size() != y.size()) return false;
+  for (size_t i = 0; i < x.size(); ++i)
+    if (x[i].name != y[i].name || x[i].dtype != y[i].dtype || x[i].shape != y[i].shape || x[i].bytes != y[i].bytes)
+      return false;
+  return a.steps() == b.steps() && a.state_bytes() == b.state_bytes();
+}
+
+}  // namespace
+
+TEST_CASE("optimizer state of mixed dtypes goes through a checkpoint exactly; resume stays bit-identical") {
+  register_mixed();
+  const std::string whole = (scratch() / "mixed-whole").string(), dir = (scratch() / "mixed-resume").string();
+  Trainer one(tiny("gpt2", whole, kMixed));
+  one.run();
+  {
+    Trainer part(tiny("gpt2", dir, kMixed));
+    part.run({}, 4);
+    part.step();  // lost work
+  }
+  Trainer rest(tiny("gpt2", dir, kMixed));
+  rest.resume(dir);
+  CHECK(rest.next_step() == 4);
+  {
+    Trainer at4(tiny("gpt2", whole + "-4", kMixed));
+    at4.run({}, 4);
+    CHECK(same_state(rest.optimizer(), at4.optimizer()));
+  }
+  rest.run();
+  CHECK(same_params(rest.model(), one.model()));
+  CHECK(same_state(rest.optimizer(), one.optimizer()));
+  for (size_t i = 0; i < 6; ++i) CHECK(rest.log()[i].loss == one.log()[i].loss);
+
+  // what trainer.json records: each tensor's dtype and shape, and the real byte total
+  const auto j = nlohmann::json::parse(read_file(dir + "/checkpoint-00000006/trainer.json"));
+  const auto& o = j["optimizer"];
+  CHECK(o["format"] == 2);
+  CHECK(o["state_bytes"] == one.optimizer().state_bytes());
+  std::set<std::string> dtypes;
+  for (auto& t : o["tensors"]) dtypes.insert(t["dtype"].get<std::string>());
+  CHECK(dtypes == std::set<std::string>{"f32", "f64", "i16", "u32", "u8"});
+  CHECK(o["tensors"].back()["name"] == "calls");
+  CHECK(o["tensors"].back()["shape"] == nlohmann::json::array({1}));
+  CHECK(o["tensors"][o["tensors"].size() - 2]["shape"] == nlohmann::json::array());
+}
+
+TEST_CASE("optimizer.bin: a malformed dtype or shape is a one-line error; the older binary32 layout still resumes") {
+  const std::string dir = (scratch() / "optim-format").string();
+  {
+    Trainer t(tiny("gpt2", dir));
+    t.run({}, 4);
+  }
+  const std::string ck = dir + "/checkpoint-00000004";
+  const auto good = snapshot(ck);
+  auto forged = [&](const std::function<void(nlohmann::json&)>& edit) {
+    restore(ck, good);
+    forge_trainer_json(ck, edit);
+    const std::string e = resume_error(dir);
+    CHECK(e.find('\n') == std::string::npos);
+    return e;
+  };
+  const nlohmann::json t0 = nlohmann::json::parse(good.at("trainer.json"))["optimizer"]["tensors"][0];
+  const std::string name = t0["name"];
+  CHECK_THAT(forged([](auto& j) { j["optimizer"]["tensors"][0]["dtype"] = "f33"; }),
+             Catch::Contains("trainer.json: optimizer tensor '" + name + "': dtype \"f33\" (known: f64, f32, f16, bf16"));
+  CHECK_THAT(forged([](auto& j) { j["optimizer"]["tensors"][0]["dtype"] = 7; }), Catch::Contains("dtype 7 (known:"));
+  CHECK_THAT(forged([](auto& j) { j["optimizer"]["tensors"][0]["shape"] = {3}; }),
+             Catch::Contains("optimizer tensor '" + name + "': shape [3] does not hold its"));
+  CHECK_THAT(forged([](auto& j) { j["optimizer"]["tensors"][0]["shape"] = "[2,3]"; }),
+             Catch::Contains("shape \"[2,3]\" does not hold its"));
+  CHECK_THAT(forged([](auto& j) { j["optimizer"]["tensors"][0]["shape"] = {uint64_t(1) << 40, uint64_t(1) << 40, 0}; }),
+             Catch::Contains("does not hold its"));
+  CHECK_THAT(forged([](auto& j) { j["optimizer"]["tensors"][0]["shape"] = {-1}; }), Catch::Contains("does not hold its"));
+  CHECK_THAT(forged([](auto& j) { j["optimizer"]["format"] = 3; }), Catch::Contains("optimizer.format is 3 (known: 1, 2)"));
+  CHECK_THAT(forged([](auto& j) { j["optimizer"]["tensors"][0]["dtype"] = "i32"; }),  // well formed, not AdamW's
+             Catch::Contains("optimizer state: tensor '" + name + "' is i32 ["));
+  CHECK_THAT(forged([](auto& j) {  // wte's moment, flat
+               for (auto& t : j["optimizer"]["tensors"])
+                 if (t["name"] == "wte.m") t["shape"] = {t["values"]};
+             }),
+             Catch::Contains("optimizer state: tensor 'wte.m' is f32 [8192], expected f32 [256, 32]"));
+  CHECK_THAT(forged([](auto& j) { j["optimizer"]["state_bytes"] = 12; }), Catch::Contains("optimizer.state_bytes is 12, expected"));
+
+  // format 1 (before dtypes and shapes were recorded): binary32, flat; resumed bit-identically
+  restore(ck, good);
+  forge_trainer_json(ck, [](auto& j) {
+    j["optimizer"].erase("format");
+    for (auto& t : j["optimizer"]["tensors"]) t.erase("dtype"), t.erase("shape");
+  });
+  Trainer old(tiny("gpt2", dir));
+  old.resume(dir);
+  old.run();
+  Trainer whole(tiny("gpt2", (scratch() / "optim-format-whole").string()));
+  whole.run();
+  CHECK(same_params(old.model(), whole.model()));
+}
+
+TEST_CASE("the controller routes a unit's GEMMs to other formats: bit-identical to that static layer entry") {
+  const std::string file = (scratch() / "route.toml").string();
+  write_file_atomic(file, R"([site."layer.1.mlp.fc"]
+input = "bf16"
+output = "bf16"
+[site."layer.1.mlp.fc".dx]
+input = "e4m3"
+[site."layer.1.mlp.fc".dw]
+accumulation = "strict"
+accumulator = "bf16"
+rounding = "sr"
+seed = 5
+)");
+  const Policy st = load_policy(file);
+  const std::pair<int, Site> at{1, Site::mlp_fc};
+  struct Router : TrainController {
+    std::optional<SitePolicy> fwd, dx, dw;
+    std::vector<UnitStep> seen;
+    void choose(uint64_t, std::vector<UnitPath>& paths) override {
+      auto& p = paths[1 * kUnitCount + int(Unit::fc)];
+      p.forward = fwd, p.dx = dx, p.dw = dw;
+    }
+    void observe(uint64_t, std::span<const UnitStep> units) override { seen.assign(units.begin(), units.end()); }
+  };
+  auto run = [](const std::string& policy, TrainController* ctl) {
+    Trainer t(tiny("llama", "", "[precision]\npolicy = \"" + policy + "\"\n"), ctl);
+    std::vector<double> losses;
+    for (int s = 0; s < 3; ++s) losses.push_back(t.step().loss);
+    return std::pair{losses, t.model()};
+  };
+  Router to_low;
+  to_low.fwd = st.layer.at(at), to_low.dx = st.grad_layer[0].at(at), to_low.dw = st.grad_layer[1].at(at);
+  const auto [routed, routed_model] = run("native", &to_low);
+  const auto [fixed, fixed_model] = run(file, nullptr);
+  const auto [native, native_model] = run("native", nullptr);
+  CHECK(routed == fixed);
+  CHECK(same_params(routed_model, fixed_model));
+  CHECK_FALSE(same_params(routed_model, native_model));
+  REQUIRE(to_low.seen.size() == 2 * kUnitCount);
+  CHECK(to_low.seen[1 * kUnitCount + int(Unit::fc)].path.dw->accumulator->name == "bf16");
+  CHECK_FALSE(to_low.seen[0].path.forward);
+
+  // an override replaces the run's entry there as a whole: native overrides undo the file's
+  Router to_native;
+  to_native.fwd = to_native.dx = to_native.dw = SitePolicy{};
+  const auto [undone, undone_model] = run(file, &to_native);
+  CHECK(undone == native);
+  CHECK(same_params(undone_model, native_model));
+
+  // an invalid override is refused before the step runs
+  Router bad;
+  bad.dw = SitePolicy{};
+  bad.dw->accumulation = Accumulation::strict;  // no accumulator
+  Trainer t(tiny("llama", ""), &bad);
+  CHECK_THROWS_WITH(t.step(), Catch::StartsWith("step 0: unit layer.1.mlp.fc: dw override: ") && !Catch::Contains("\n"));
+  CHECK(t.next_step() == 0);
+  CHECK(t.log().empty());
+  struct Shrinker : TrainController {
+    void choose(uint64_t, std::vector<UnitPath>& paths) override { paths.pop_back(); }
+  } shrink;
+  Trainer t2(tiny("gpt2", ""), &shrink);
+  CHECK_THROWS_WITH(t2.step(), "step 0: the controller left 7 unit paths, expected 8 (2 layers × 4 units)");
 }

@@ -1,119 +1,165 @@
 #include "optim/optimizer.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <cmath>
-#include <numbers>
+#include <stdexcept>
 
-#include "core/format.h"  // InputError
+#include "core/error.h"
+#include "optim/adamw.h"
 
 namespace mantis {
 
 namespace {
 
-class AdamW final : public Optimizer {
- public:
-  AdamW(const Model& m, const AdamWConfig& c) : c_(c) {
-    for (auto& [name, shape] : parameter_shapes(m.cfg)) {
-      int64_t n = 1;
-      for (int64_t d : shape) n *= d;
-      slots_.push_back({name, shape.size() >= 2, std::vector<float>(size_t(n)), std::vector<float>(size_t(n))});
-    }
-  }
-  std::string name() const override { return "adamw"; }
-  uint64_t steps() const override { return t_; }
-  uint64_t state_bytes() const override {
-    uint64_t b = sizeof(t_);
-    for (auto& s : slots_) b += (s.m.size() + s.v.size()) * sizeof(float);
-    return b;
-  }
+std::vector<OptimizerEntry>& registry() {
+  static std::vector<OptimizerEntry> r = {adamw_entry()};
+  return r;
+}
 
-  void step(Model& m, const GradMap<float>& g, double lr) override {
-    ++t_;
-    const double bc1 = 1 - std::pow(c_.beta1, double(t_)), bc2 = 1 - std::pow(c_.beta2, double(t_));
-    const float b1 = float(c_.beta1), b2 = float(c_.beta2), a1 = float(1 - c_.beta1), a2 = float(1 - c_.beta2);
-    const float step_size = float(lr / bc1), bc2_sqrt = float(std::sqrt(bc2)), eps = float(c_.eps);
-    const float decay = float(1 - lr * c_.weight_decay);
-    for (auto& s : slots_) {
-      float* p = m.params.at(s.name).data.data();
-      const float* gr = g.at(s.name).data();
-      float *mm = s.m.data(), *vv = s.v.data();
-      const size_t n = s.m.size();
-      const bool wd = s.decay && c_.weight_decay != 0;
-#pragma omp parallel for schedule(static) if (n > 65536)
-      for (size_t i = 0; i < n; ++i) {
-        if (wd) p[i] *= decay;
-        mm[i] = b1 * mm[i] + a1 * gr[i];
-        vv[i] = b2 * vv[i] + a2 * gr[i] * gr[i];
-        const float denom = std::sqrt(vv[i]) / bc2_sqrt + eps;
-        p[i] -= step_size * (mm[i] / denom);
-      }
-    }
-  }
-
-  std::map<std::string, std::vector<float>> state() const override {
-    std::map<std::string, std::vector<float>> out;
-    for (auto& s : slots_) out[s.name + ".m"] = s.m, out[s.name + ".v"] = s.v;
-    return out;
-  }
-  void load_state(const std::map<std::string, std::vector<float>>& st, uint64_t steps) override {
-    for (auto& s : slots_)
-      for (auto [suffix, dst] : {std::pair<const char*, std::vector<float>*>{".m", &s.m}, {".v", &s.v}}) {
-        auto it = st.find(s.name + suffix);
-        if (it == st.end()) throw InputError(fmt::format("optimizer state: missing tensor '{}{}'", s.name, suffix));
-        if (it->second.size() != dst->size())
-          throw InputError(fmt::format("optimizer state: tensor '{}{}' has {} values, expected {}", s.name, suffix,
-                                       it->second.size(), dst->size()));
-        *dst = it->second;
-      }
-    if (st.size() != 2 * slots_.size())
-      throw InputError(fmt::format("optimizer state: {} tensors, expected {}", st.size(), 2 * slots_.size()));
-    t_ = steps;
-  }
-
- private:
-  struct Slot {
-    std::string name;
-    bool decay;
-    std::vector<float> m, v;
-  };
-  AdamWConfig c_;
-  std::vector<Slot> slots_;
-  uint64_t t_ = 0;
-};
+std::string known_names() {
+  std::string s;
+  for (auto& e : registry()) s += (s.empty() ? "" : ", ") + e.name;
+  return s;
+}
 
 }  // namespace
 
-std::unique_ptr<Optimizer> make_adamw(const Model& m, const AdamWConfig& c) {
-  if (!(c.beta1 >= 0 && c.beta1 < 1) || !(c.beta2 >= 0 && c.beta2 < 1))
-    throw InputError(fmt::format("adamw: betas ({}, {}) must lie in [0, 1)", c.beta1, c.beta2));
-  if (!(c.eps > 0)) throw InputError(fmt::format("adamw: eps = {} must be positive", c.eps));
-  if (!(c.weight_decay >= 0)) throw InputError(fmt::format("adamw: weight_decay = {} must be ≥ 0", c.weight_decay));
-  return std::make_unique<AdamW>(m, c);
+namespace {
+
+struct DTypeInfo {
+  DType dtype;
+  const char* name;
+  size_t size;
+};
+constexpr DTypeInfo kDTypes[] = {{DType::f64, "f64", 8}, {DType::f32, "f32", 4}, {DType::f16, "f16", 2},
+                                 {DType::bf16, "bf16", 2}, {DType::i64, "i64", 8}, {DType::i32, "i32", 4},
+                                 {DType::i16, "i16", 2},   {DType::i8, "i8", 1},   {DType::u64, "u64", 8},
+                                 {DType::u32, "u32", 4},   {DType::u16, "u16", 2}, {DType::u8, "u8", 1}};
+
+const DTypeInfo& info(DType d) {
+  for (auto& i : kDTypes)
+    if (i.dtype == d) return i;
+  throw std::logic_error("DType out of range");
 }
 
-double Schedule::at(uint64_t s) const {
-  if (s < warmup) return lr * double(s + 1) / double(warmup);
-  if (steps <= warmup) return lr;
-  const double frac = std::min(1.0, double(s - warmup) / double(steps - warmup));
-  return min_lr + 0.5 * (lr - min_lr) * (1 + std::cos(std::numbers::pi * frac));
+}  // namespace
+
+const char* to_string(DType d) { return info(d).name; }
+size_t dtype_size(DType d) { return info(d).size; }
+
+std::optional<DType> dtype_from_string(std::string_view s) {
+  for (auto& i : kDTypes)
+    if (s == i.name) return i.dtype;
+  return std::nullopt;
 }
 
-double grad_norm(const Model& m, const GradMap<float>& g) {
-  double ss = 0;
-  for (auto& [name, shape] : parameter_shapes(m.cfg))
-    for (float x : g.at(name)) ss += double(x) * double(x);
-  return std::sqrt(ss);
+std::string dtype_names() {
+  std::string s;
+  for (auto& i : kDTypes) s += (s.empty() ? "" : ", ") + std::string(i.name);
+  return s;
 }
 
-double clip_grads(const Model& m, GradMap<float>& g, double clip) {
-  const double norm = grad_norm(m, g);
-  if (clip > 0 && norm > clip) {
-    const float k = float(clip / norm);
-    for (auto& [name, v] : g)
-      for (float& x : v) x *= k;
+uint64_t StateTensor::numel() const {
+  uint64_t n = 1;
+  for (uint64_t d : shape) n *= d;
+  return n;
+}
+
+std::string StateTensor::describe() const { return fmt::format("{} [{}]", to_string(dtype), fmt::join(shape, ", ")); }
+
+const StateTensor& expect_state(const std::vector<StateTensor>& s, const std::string& name, DType dtype,
+                                const std::vector<uint64_t>& shape) {
+  for (auto& t : s)
+    if (t.name == name) {
+      if (t.dtype != dtype || t.shape != shape)
+        throw InputError(fmt::format("optimizer state: tensor '{}' is {}, expected {}", name, t.describe(),
+                                     StateTensor{name, dtype, shape, {}}.describe()));
+      if (t.bytes.size() != t.numel() * dtype_size(dtype))  // a tensor built in code, not read from a file
+        throw InputError(fmt::format("optimizer state: tensor '{}' holds {} bytes, expected {}", name, t.bytes.size(),
+                                     t.numel() * dtype_size(dtype)));
+      return t;
+    }
+  throw InputError(fmt::format("optimizer state: missing tensor '{}'", name));
+}
+
+void expect_state_count(const std::vector<StateTensor>& s, size_t count) {
+  if (s.size() != count) throw InputError(fmt::format("optimizer state: {} tensors, expected {}", s.size(), count));
+}
+
+OptionReader::OptionReader(const OptimizerOptions& o, std::vector<std::string> known) : o_(o) {
+  for (auto& [k, v] : o.values) {
+    bool ok = false;
+    std::string list = "name";
+    for (auto& key : known) ok |= k == key, list += ", " + key;
+    if (!ok) throw InputError(fmt::format("{}: unknown key '{}' in [optimizer] (known: {})", v.where, k, list));
   }
-  return norm;
 }
+
+const OptionValue* OptionReader::find(const std::string& key) const {
+  const auto it = o_.values.find(key);
+  return it == o_.values.end() ? nullptr : &it->second;
+}
+
+namespace {
+
+InputError must_be(const OptionValue& v, const std::string& key, const char* what) {
+  return InputError(fmt::format("{}: '{}' in [optimizer] must be {}", v.where, key, what));
+}
+
+}  // namespace
+
+void OptionReader::get(const std::string& key, double& out) const {
+  const OptionValue* v = find(key);
+  if (!v) return;
+  if (auto* i = std::get_if<int64_t>(&v->value)) out = double(*i);
+  else if (auto* d = std::get_if<double>(&v->value)) out = *d;
+  else throw must_be(*v, key, "a number");
+  if (!std::isfinite(out)) throw must_be(*v, key, "finite");
+}
+
+void OptionReader::get(const std::string& key, uint64_t& out) const {
+  const OptionValue* v = find(key);
+  if (!v) return;
+  const auto* i = std::get_if<int64_t>(&v->value);
+  if (!i) throw must_be(*v, key, "an integer");
+  if (*i < 0) throw must_be(*v, key, "a non-negative integer in range");
+  out = uint64_t(*i);
+}
+
+void OptionReader::get(const std::string& key, bool& out) const {
+  const OptionValue* v = find(key);
+  if (!v) return;
+  const auto* b = std::get_if<bool>(&v->value);
+  if (!b) throw must_be(*v, key, "true or false");
+  out = *b;
+}
+
+void OptionReader::get(const std::string& key, std::string& out) const {
+  const OptionValue* v = find(key);
+  if (!v) return;
+  const auto* s = std::get_if<std::string>(&v->value);
+  if (!s) throw must_be(*v, key, "a string");
+  out = *s;
+}
+
+const std::vector<OptimizerEntry>& optimizers() { return registry(); }
+
+void register_optimizer(OptimizerEntry e) {
+  for (auto& r : registry())
+    if (r.name == e.name) throw InputError(fmt::format("optimizer '{}' is already registered", e.name));
+  registry().push_back(std::move(e));
+}
+
+const OptimizerEntry& find_optimizer(const OptimizerOptions& o) {
+  for (auto& e : registry())
+    if (e.name == o.name) return e;
+  throw InputError(fmt::format("{}: [optimizer] name = '{}' (known: {})", o.source, o.name, known_names()));
+}
+
+void check_optimizer(const OptimizerOptions& o) { find_optimizer(o).check(o); }
+
+std::unique_ptr<Optimizer> make_optimizer(const Model& m, const OptimizerOptions& o) { return find_optimizer(o).make(m, o); }
 
 }  // namespace mantis

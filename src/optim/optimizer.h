@@ -1,62 +1,152 @@
-// optim — optimizers over a model's binary32 parameters, learning-rate schedule, clipping.
+// optimizer — the Optimizer interface and the registry of optimizers by name.
 //
 // Optimizer: one update of every parameter from its gradient at a given learning rate; reports
-// its exact state size in bytes; saves and restores its state as named binary32 tensors plus a
-// step count (checkpoints). Parameters are visited in parameter_shapes order.
+// its exact state size in bytes; saves and restores its state as named typed tensors (dtype,
+// shape, bytes: binary32 moments, 8-bit codes, block scales, codebooks) plus a step count
+// (checkpoints, train/state.h). Parameters are visited in parameter_shapes order.
 //
-// AdamW (Loshchilov & Hutter; PyTorch 1.13's torch.optim.AdamW, foreach=False), per element, in
-// binary32 with the scalars computed in binary64 and then rounded to binary32, step t = 1, 2, …:
-//   p ← p·(1 − lr·wd)                       (wd only on tensors with ≥ 2 dimensions)
-//   m ← β1·m + (1 − β1)·g
-//   v ← β2·v + (1 − β2)·g·g
-//   p ← p − (lr / (1 − β1^t)) · m / (√v / √(1 − β2^t) + ε)
-// State: m and v, 8 bytes per parameter (+ the step count).
-//
-// Schedule (llm.c): linear warm-up lr·(s+1)/warmup for s < warmup, then cosine decay from lr to
-// min_lr over the remaining steps: min_lr + ½(lr − min_lr)(1 + cos(π·(s − warmup)/(steps − warmup))).
-// Clipping: the global L2 norm of all gradients (binary64 sum of squares, parameters in order);
-// if it exceeds clip > 0, every gradient is multiplied by clip / norm (binary32).
+// Registry: each optimizer is an entry {name, description, its keys, a parser / validator of
+// its settings, a factory}. A training configuration's [optimizer] table gives `name` and that
+// optimizer's keys (OptimizerOptions); the entry reads them (unknown keys, wrong types and
+// out-of-range values are InputErrors naming the key and where it was given). The optimizers
+// themselves live in files of their own (adamw.h); optimizer.cpp lists them.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <cstring>
+#include <functional>
 #include <map>
 #include <memory>
+#include <optional>
+#include <span>
 #include <string>
+#include <string_view>
+#include <type_traits>
+#include <variant>
 #include <vector>
 
-#include "nn/backward.h"
+#include "nn/backward.h"  // GradMap
 #include "nn/model.h"
 
 namespace mantis {
+
+// The element type of a state tensor; names as in optimizer.bin's index ("f32", "u8", …).
+// f16 and bf16 are stored as their 16-bit patterns (no C++ arithmetic type here).
+enum class DType : uint8_t { f64, f32, f16, bf16, i64, i32, i16, i8, u64, u32, u16, u8 };
+const char* to_string(DType d);
+size_t dtype_size(DType d);  // bytes per element
+std::optional<DType> dtype_from_string(std::string_view s);
+std::string dtype_names();  // "f64, f32, …, u8"
+
+template <class T>
+constexpr DType dtype_of() {
+  if constexpr (std::is_same_v<T, double>) return DType::f64;
+  else if constexpr (std::is_same_v<T, float>) return DType::f32;
+  else if constexpr (std::is_same_v<T, int64_t>) return DType::i64;
+  else if constexpr (std::is_same_v<T, int32_t>) return DType::i32;
+  else if constexpr (std::is_same_v<T, int16_t>) return DType::i16;
+  else if constexpr (std::is_same_v<T, int8_t>) return DType::i8;
+  else if constexpr (std::is_same_v<T, uint64_t>) return DType::u64;
+  else if constexpr (std::is_same_v<T, uint32_t>) return DType::u32;
+  else if constexpr (std::is_same_v<T, uint16_t>) return DType::u16;
+  else {
+    static_assert(std::is_same_v<T, uint8_t>, "no DType for this type");
+    return DType::u8;
+  }
+}
+
+// One tensor of an optimizer's state, at the dtype it is stored in: 8-bit codes, per-block
+// scales, codebooks and full-precision moments alike. bytes holds numel() elements row-major,
+// little-endian (the byte order mantis builds for).
+struct StateTensor {
+  std::string name;  // "<param>.<slot>" for per-parameter state
+  DType dtype = DType::f32;
+  std::vector<uint64_t> shape;  // {} = a scalar
+  std::vector<std::byte> bytes;
+
+  uint64_t numel() const;  // the product of shape (1 for a scalar)
+  std::string describe() const;  // "f32 [4, 32]"
+  template <class T>
+  static StateTensor of(std::string name, std::vector<uint64_t> shape, std::span<const T> values) {
+    StateTensor t{std::move(name), dtype_of<T>(), std::move(shape), std::vector<std::byte>(values.size_bytes())};
+    std::memcpy(t.bytes.data(), values.data(), values.size_bytes());
+    return t;
+  }
+  // Copies the elements into `out` (out.size() must equal numel(); the dtype must be T's).
+  template <class T>
+  void copy_to(std::span<T> out) const {
+    std::memcpy(out.data(), bytes.data(), out.size_bytes());
+  }
+};
 
 class Optimizer {
  public:
   virtual ~Optimizer() = default;
   virtual std::string name() const = 0;
   virtual void step(Model& m, const GradMap<float>& g, double lr) = 0;
+  // Exactly what the state holds: Σ bytes of state() + 8 for the step count.
   virtual uint64_t state_bytes() const = 0;
   virtual uint64_t steps() const = 0;
-  // State as named tensors (names "<param>.<slot>") and its step count; load_state checks that
-  // every tensor is present with the right size (InputError naming the offender).
-  virtual std::map<std::string, std::vector<float>> state() const = 0;
-  virtual void load_state(const std::map<std::string, std::vector<float>>& s, uint64_t steps) = 0;
+  // The state as typed tensors in a fixed order, and its step count; load_state checks that
+  // every tensor is present with the right dtype and shape (InputError naming the offender).
+  virtual std::vector<StateTensor> state() const = 0;
+  virtual void load_state(const std::vector<StateTensor>& s, uint64_t steps) = 0;
 };
 
-struct AdamWConfig {
-  double beta1 = 0.9, beta2 = 0.95, eps = 1e-8, weight_decay = 0.1;
+// For load_state: the tensor of `s` named `name`, which must have this dtype and shape;
+// InputError "optimizer state: …" naming it otherwise.
+const StateTensor& expect_state(const std::vector<StateTensor>& s, const std::string& name, DType dtype,
+                                const std::vector<uint64_t>& shape);
+// InputError unless `s` holds exactly `count` tensors (after each expected one was found).
+void expect_state_count(const std::vector<StateTensor>& s, size_t count);
+
+// One setting as the configuration gave it. monostate: a value of another kind (an array, a
+// table, a date), which no optimizer key accepts. `where` locates it in messages ("FILE:LINE").
+struct OptionValue {
+  std::variant<std::monostate, bool, int64_t, double, std::string> value;
+  std::string where;
 };
 
-// InputError unless 0 ≤ β < 1, ε > 0, wd ≥ 0.
-std::unique_ptr<Optimizer> make_adamw(const Model& m, const AdamWConfig& c);
-
-struct Schedule {
-  double lr = 1e-3, min_lr = 1e-4;
-  uint64_t warmup = 0, steps = 1;
-  double at(uint64_t step) const;
+// The [optimizer] table of a training configuration: the optimizer's name and its other keys.
+struct OptimizerOptions {
+  std::string name = "adamw";
+  std::map<std::string, OptionValue> values;  // every key but `name`
+  std::string source;                         // the configuration's path, for messages
 };
 
-double grad_norm(const Model& m, const GradMap<float>& g);
-// Clips in place; returns the norm before clipping.
-double clip_grads(const Model& m, GradMap<float>& g, double clip);
+// Reads an optimizer's keys: the constructor refuses a key not in `known`; each get leaves `out`
+// unchanged when the key is absent and otherwise requires its type (InputError
+// "WHERE: 'KEY' in [optimizer] must be …").
+class OptionReader {
+ public:
+  OptionReader(const OptimizerOptions& o, std::vector<std::string> known);
+  void get(const std::string& key, double& out) const;  // a finite number (an integer is taken as one)
+  void get(const std::string& key, uint64_t& out) const;
+  void get(const std::string& key, bool& out) const;
+  void get(const std::string& key, std::string& out) const;
+
+ private:
+  const OptionValue* find(const std::string& key) const;
+  const OptimizerOptions& o_;
+};
+
+struct OptimizerEntry {
+  std::string name, description;
+  std::vector<std::string> keys;  // the [optimizer] keys it reads, besides `name`
+  // Parses and validates the settings (InputError naming the key or the value).
+  std::function<void(const OptimizerOptions&)> check;
+  // The same, then the optimizer for m's parameters.
+  std::function<std::unique_ptr<Optimizer>(const Model&, const OptimizerOptions&)> make;
+};
+
+// Every registered optimizer in registration order (the built-in ones first).
+const std::vector<OptimizerEntry>& optimizers();
+// Adds one (say a test's); InputError if the name is taken. Not thread-safe: register before use.
+void register_optimizer(OptimizerEntry e);
+// The entry for o.name; InputError "SOURCE: [optimizer] name = 'X' (known: adamw, …)".
+const OptimizerEntry& find_optimizer(const OptimizerOptions& o);
+void check_optimizer(const OptimizerOptions& o);
+std::unique_ptr<Optimizer> make_optimizer(const Model& m, const OptimizerOptions& o);
 
 }  // namespace mantis

@@ -9,7 +9,8 @@
 //   the buffers are summed in sequence order: bit-identical for any thread count;
 //   its policy is the run's policy with every seed replaced by Philox64(seed, k) (policy.h
 //   salted), so stochastic rounding differs between sequences and steps but not between runs;
-//   global-norm clipping, then the optimizer at the schedule's learning rate (optim/optimizer.h).
+//   global-norm clipping (optim/clip.h), then the optimizer ([optimizer] name, optim/optimizer.h)
+//   at the schedule's learning rate (optim/schedule.h).
 // Loss reported for a step: the mean cross-entropy of its sequences (before the update).
 // Validation: the FP32 (native) mean cross-entropy of val_seqs fixed windows of ctx+1 tokens of
 // the validation data (dataset.h window_starts), every val_every steps and after the last step.
@@ -23,9 +24,10 @@
 //   config.toml            the configuration the run was started with
 //   log.csv                step,loss,val_loss,lr,grad_norm,tokens,seconds (val_loss empty when not run)
 //   units.csv              step,layer,unit,bits,grad_norm,act_rms,act_absmax,quant_rel_rms
-//   checkpoint-<step>/     model.safetensors + config.json (checkpoint.h), optimizer.bin, trainer.json,
-//                          manifest.json (each of those files' size and SHA-256, and its own SHA-256
-//                          of the rest of it)
+//   checkpoint-<step>/     model.safetensors + config.json (checkpoint.h), optimizer.bin (the
+//                          optimizer's state tensors, indexed in trainer.json with each one's dtype
+//                          and shape), trainer.json, manifest.json (each of those files' size and
+//                          SHA-256, and its own SHA-256 of the rest of it)
 //   latest                 the name of the newest complete checkpoint directory
 // Every file is written atomically; a checkpoint directory is built under a temporary name and
 // renamed into place whole before `latest` names it. Temporaries of killed runs (a dead writer's
@@ -46,62 +48,18 @@
 #include <string>
 #include <vector>
 
-#include "nn/backward.h"
 #include "io/dataset.h"
+#include "nn/backward.h"
 #include "nn/model.h"
-#include "optim/optimizer.h"
 #include "nn/policy.h"
+#include "optim/clip.h"
+#include "optim/optimizer.h"
+#include "optim/schedule.h"
+#include "train/config.h"
+#include "train/controller.h"
+#include "train/state.h"
 
 namespace mantis {
-
-struct TrainConfig {
-  ModelConfig model;
-  uint64_t init_seed = 1;
-  std::string tokenizer = "bytes", train_data = "train", val_data = "validation";
-  uint64_t steps = 100;
-  int batch = 8, accum = 1;
-  Schedule schedule;  // lr, min_lr, warmup (steps is set from `steps`)
-  double grad_clip = 1.0;
-  AdamWConfig adamw;
-  uint64_t seed = 1;
-  uint64_t val_every = 0;  // 0: only after the last step
-  int val_seqs = 16;
-  uint64_t checkpoint_every = 0;  // 0: only after the last step
-  std::string policy = "native";  // policy_from_spec
-  SavedQuant act_quant;           // bits 0: none
-  std::string out;                // output directory (the CLI may override)
-  std::string text, path;         // the TOML source and its path
-  std::string hash() const;       // SHA-256 of `text`
-};
-
-// Parses the TOML form (experiments/train-*.toml); unknown tables or keys are InputErrors naming
-// the key and the file.
-TrainConfig train_config_from_toml(const std::string& text, const std::string& path);
-TrainConfig load_train_config(const std::string& path);
-
-struct UnitStep {
-  int layer;
-  Unit unit;
-  SavedQuant path;
-  double grad_norm;
-  UnitActivation act;
-};
-
-class TrainController {
- public:
-  virtual ~TrainController() = default;
-  // Before step `step`: paths[l·kUnitCount + u] holds the default; change any.
-  virtual void choose(uint64_t step, std::vector<SavedQuant>& paths) { (void)step, (void)paths; }
-  // After the backward pass of `step`.
-  virtual void observe(uint64_t step, std::span<const UnitStep> units) { (void)step, (void)units; }
-};
-
-struct StepRecord {
-  uint64_t step = 0;
-  double loss = 0, val_loss = 0, lr = 0, grad_norm = 0;  // val_loss NaN when not run
-  uint64_t tokens = 0;                                   // tokens processed so far
-  double seconds = 0;                                    // wall time of the step
-};
 
 class Trainer {
  public:
@@ -126,6 +84,7 @@ class Trainer {
   const Optimizer& optimizer() const { return *opt_; }
 
  private:
+  RunIdentity identity() const;  // what every checkpoint of this run must match
   void write_logs() const;
   TrainConfig c_;
   TrainController* controller_;

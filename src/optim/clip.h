@@ -1,0 +1,15 @@
+// clip — the global L2 norm of all gradients (binary64 sum of squares, parameters in
+// parameter_shapes order) and clipping by it: if it exceeds clip > 0, every gradient is
+// multiplied by clip / norm (binary32).
+#pragma once
+
+#include "nn/backward.h"  // GradMap
+#include "nn/model.h"
+
+namespace mantis {
+
+double grad_norm(const Model& m, const GradMap<float>& g);
+// Clips in place; returns the norm before clipping.
+double clip_grads(const Model& m, GradMap<float>& g, double clip);
+
+}  // namespace mantis

@@ -1,0 +1,177 @@
+#include "train/config.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <limits>
+#include <set>
+#include <toml++/toml.h>
+
+#include "core/error.h"
+#include "core/file.h"
+#include "io/tokenizer.h"
+
+namespace mantis {
+
+std::string TrainConfig::hash() const { return sha256_hex(text); }
+
+// ---------------------------------------------------------------------------------------------
+// configuration
+
+namespace {
+
+struct TomlReader {
+  const toml::table& root;
+  const std::string& path;
+
+  std::string line(const toml::node& n) const { return fmt::format("{}:{}", path, n.source().begin.line); }
+
+  const toml::table* table(const char* name, std::initializer_list<const char*> keys) const {
+    const toml::node* n = root.get(name);
+    if (!n) return nullptr;
+    if (!n->is_table()) throw InputError(fmt::format("{}: '{}' must be a table ([{}])", line(*n), name, name));
+    for (auto&& [k, v] : *n->as_table()) {
+      bool known = false;
+      std::string list;
+      for (const char* key : keys) known |= k.str() == key, list += (list.empty() ? "" : ", ") + std::string(key);
+      if (!known)
+        throw InputError(fmt::format("{}: unknown key '{}' in [{}] (known: {})", line(v), k.str(), name, list));
+    }
+    return n->as_table();
+  }
+  template <class V>
+  void get(const toml::table* t, const char* table_name, const char* key, V& out) const {
+    if (!t) return;
+    const toml::node* n = t->get(key);
+    if (!n) return;
+    auto bad = [&](const char* what) {
+      return InputError(fmt::format("{}: '{}' in [{}] must be {}", line(*n), key, table_name, what));
+    };
+    if constexpr (std::is_same_v<V, bool>) {
+      if (!n->is_boolean()) throw bad("true or false");
+      out = n->as_boolean()->get();
+    } else if constexpr (std::is_same_v<V, std::string>) {
+      if (!n->is_string()) throw bad("a string");
+      out = n->as_string()->get();
+    } else if constexpr (std::is_floating_point_v<V>) {
+      if (n->is_integer()) out = V(n->as_integer()->get());
+      else if (n->is_floating_point()) out = V(n->as_floating_point()->get());
+      else throw bad("a number");
+      if (!std::isfinite(double(out))) throw bad("finite");
+    } else {
+      if (!n->is_integer()) throw bad("an integer");
+      const int64_t v = n->as_integer()->get();
+      if (v < 0 || uint64_t(v) > uint64_t(std::numeric_limits<V>::max())) throw bad("a non-negative integer in range");
+      out = V(v);
+    }
+  }
+};
+
+}  // namespace
+
+TrainConfig train_config_from_toml(const std::string& text, const std::string& path) {
+  toml::table root;
+  try {
+    root = toml::parse(text, path);
+  } catch (const toml::parse_error& e) {
+    throw InputError(fmt::format("{}:{}: malformed TOML: {}", path, e.source().begin.line, e.description()));
+  }
+  const TomlReader r{root, path};
+  static const std::set<std::string> top = {"out", "model", "data", "train", "optimizer", "precision", "activation_quant"};
+  for (auto&& [k, v] : root)
+    if (!top.count(std::string(k.str())))
+      throw InputError(fmt::format("{}: unknown key '{}' (known: out, [model], [data], [train], [optimizer], "
+                                   "[precision], [activation_quant])", r.line(v), k.str()));
+  TrainConfig c;
+  c.text = text, c.path = path;
+  if (const toml::node* o = root.get("out")) {
+    if (!o->is_string()) throw InputError(fmt::format("{}: 'out' must be a string", r.line(*o)));
+    c.out = o->as_string()->get();
+  }
+  const auto* model = r.table("model", {"arch", "layers", "heads", "kv_heads", "dim", "hidden", "ctx", "gelu_tanh", "tied",
+                                        "norm_eps", "rope_theta", "init_seed"});
+  std::string arch = "gpt2";
+  r.get(model, "model", "arch", arch);
+  if (arch != "gpt2" && arch != "llama")
+    throw InputError(fmt::format("{}: [model] arch = '{}' (known: gpt2, llama)", path, arch));
+  ModelConfig& m = c.model;
+  m.arch = arch == "gpt2" ? Arch::gpt2 : Arch::llama;
+  m.layers = 4, m.heads = 4, m.dim = 128, m.ctx = 128;
+  r.get(model, "model", "layers", m.layers);
+  r.get(model, "model", "heads", m.heads);
+  m.kv_heads = m.heads;
+  r.get(model, "model", "kv_heads", m.kv_heads);
+  r.get(model, "model", "dim", m.dim);
+  m.hidden = 4 * m.dim;
+  r.get(model, "model", "hidden", m.hidden);
+  r.get(model, "model", "ctx", m.ctx);
+  r.get(model, "model", "gelu_tanh", m.gelu_tanh);
+  r.get(model, "model", "tied", m.tied);
+  r.get(model, "model", "norm_eps", m.norm_eps);
+  r.get(model, "model", "rope_theta", m.rope_theta);
+  r.get(model, "model", "init_seed", c.init_seed);
+
+  const auto* data = r.table("data", {"tokenizer", "train", "validation"});
+  r.get(data, "data", "tokenizer", c.tokenizer);
+  r.get(data, "data", "train", c.train_data);
+  r.get(data, "data", "validation", c.val_data);
+  m.vocab = int(make_tokenizer(c.tokenizer)->vocab_size());
+  validate(m);
+
+  const auto* train = r.table("train", {"steps", "batch", "accum", "lr", "min_lr", "warmup", "grad_clip", "seed",
+                                        "val_every", "val_seqs", "checkpoint_every"});
+  r.get(train, "train", "steps", c.steps);
+  r.get(train, "train", "batch", c.batch);
+  r.get(train, "train", "accum", c.accum);
+  r.get(train, "train", "lr", c.schedule.lr);
+  c.schedule.min_lr = c.schedule.lr / 10;
+  r.get(train, "train", "min_lr", c.schedule.min_lr);
+  r.get(train, "train", "warmup", c.schedule.warmup);
+  r.get(train, "train", "grad_clip", c.grad_clip);
+  r.get(train, "train", "seed", c.seed);
+  r.get(train, "train", "val_every", c.val_every);
+  r.get(train, "train", "val_seqs", c.val_seqs);
+  r.get(train, "train", "checkpoint_every", c.checkpoint_every);
+  c.schedule.steps = c.steps;
+  if (c.steps < 1 || c.batch < 1 || c.accum < 1 || c.val_seqs < 1)
+    throw InputError(fmt::format("{}: [train] steps, batch, accum and val_seqs must be ≥ 1", path));
+  if (!(c.schedule.lr > 0) || c.schedule.min_lr < 0 || c.grad_clip < 0)
+    throw InputError(fmt::format("{}: [train] lr must be > 0, min_lr and grad_clip ≥ 0", path));
+
+  // [optimizer]: `name` picks the registry's entry, which reads the other keys (optim/optimizer.h).
+  c.optimizer.source = path;
+  if (const toml::node* n = root.get("optimizer")) {
+    if (!n->is_table()) throw InputError(fmt::format("{}: 'optimizer' must be a table ([optimizer])", r.line(*n)));
+    for (auto&& [k, v] : *n->as_table()) {
+      if (k.str() == "name") continue;
+      OptionValue& o = c.optimizer.values[std::string(k.str())];
+      o.where = r.line(v);
+      if (v.is_boolean()) o.value = v.as_boolean()->get();
+      else if (v.is_integer()) o.value = v.as_integer()->get();
+      else if (v.is_floating_point()) o.value = v.as_floating_point()->get();
+      else if (v.is_string()) o.value = v.as_string()->get();
+    }
+    r.get(n->as_table(), "optimizer", "name", c.optimizer.name);
+  }
+  check_optimizer(c.optimizer);
+
+  const auto* prec = r.table("precision", {"policy"});
+  r.get(prec, "precision", "policy", c.policy);
+  const auto* aq = r.table("activation_quant", {"bits", "block", "rounding", "seed"});
+  r.get(aq, "activation_quant", "bits", c.act_quant.bits);
+  r.get(aq, "activation_quant", "block", c.act_quant.block);
+  std::string rounding = "rne";
+  r.get(aq, "activation_quant", "rounding", rounding);
+  c.act_quant.rounding = rounding_from_string(rounding);
+  r.get(aq, "activation_quant", "seed", c.act_quant.seed);
+  try {
+    validate(c.act_quant);
+  } catch (const InputError& e) {
+    throw InputError(fmt::format("{}: [activation_quant]: {}", path, e.what()));
+  }
+  return c;
+}
+
+TrainConfig load_train_config(const std::string& path) { return train_config_from_toml(read_text_file(path, "training configuration"), path); }
+
+}  // namespace mantis

@@ -1,0 +1,48 @@
+// config — a training run's configuration: the TOML form (experiments/train-*.toml) and its checks.
+//   out = "DIR"
+//   [model]      arch (gpt2 | llama), layers, heads, kv_heads, dim, hidden, ctx, gelu_tanh, tied,
+//                norm_eps, rope_theta, init_seed
+//   [data]       tokenizer, train, validation (corpora, io/dataset.h)
+//   [train]      steps, batch, accum, lr, min_lr, warmup, grad_clip, seed, val_every, val_seqs,
+//                checkpoint_every
+//   [optimizer]  name (the registry's, optim/optimizer.h; default adamw) and that optimizer's keys
+//   [precision]  policy (policy_from_spec)
+//   [activation_quant]  bits, block, rounding, seed (nn/backward.h SavedQuant)
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "nn/backward.h"
+#include "nn/model.h"
+#include "optim/optimizer.h"
+#include "optim/schedule.h"
+
+namespace mantis {
+
+struct TrainConfig {
+  ModelConfig model;
+  uint64_t init_seed = 1;
+  std::string tokenizer = "bytes", train_data = "train", val_data = "validation";
+  uint64_t steps = 100;
+  int batch = 8, accum = 1;
+  Schedule schedule;  // lr, min_lr, warmup (steps is set from `steps`)
+  double grad_clip = 1.0;
+  OptimizerOptions optimizer;  // [optimizer]: the registry's name and that optimizer's keys
+  uint64_t seed = 1;
+  uint64_t val_every = 0;  // 0: only after the last step
+  int val_seqs = 16;
+  uint64_t checkpoint_every = 0;  // 0: only after the last step
+  std::string policy = "native";  // policy_from_spec
+  SavedQuant act_quant;           // bits 0: none
+  std::string out;                // output directory (the CLI may override)
+  std::string text, path;         // the TOML source and its path
+  std::string hash() const;       // SHA-256 of `text`
+};
+
+// Parses the TOML form (experiments/train-*.toml); unknown tables or keys are InputErrors naming
+// the key and the file.
+TrainConfig train_config_from_toml(const std::string& text, const std::string& path);
+TrainConfig load_train_config(const std::string& path);
+
+}  // namespace mantis

@@ -1,0 +1,61 @@
+// controller — the hook that picks each unit's path before every training step and observes
+// every unit after its backward pass (a GNMR-style controller plugs in here; train.h's loop calls
+// it). Units are the projection operators of each layer (nn/backward.h Unit), layer-major:
+// index l·kUnitCount + unit; each one's GEMM site is the site of the same name (nn/policy.h).
+//
+// A unit's path for one step:
+//   saved        the quantisation of the activation its weight gradient uses (SavedQuant)
+//   forward, dx, dw   optional replacements for the run policy's entries of the unit's GEMM at
+//                its layer, forward and the two backward products. Each becomes that step's
+//                layer entry (layer.<l>.<site>, its dx / dw sub-table), replacing whatever the
+//                run's policy holds there as a whole — exactly as the same entry written in a
+//                static policy file would (a test checks it bit for bit). Seeds are salted per
+//                sequence as every policy's are (train.h).
+// The loop checks every path before the step runs (InputError naming the step and the unit).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <vector>
+
+#include "nn/backward.h"
+#include "nn/policy.h"
+
+namespace mantis {
+
+struct UnitPath {
+  SavedQuant saved;
+  std::optional<SitePolicy> forward, dx, dw;
+};
+
+// The GEMM site a unit's path overrides (attn.qkv → Site::attn_qkv, …: the same names).
+Site unit_site(Unit u);
+
+// InputError "step S: unit layer.L.SITE: …" unless paths holds one valid path per unit of the
+// model (saved in range, every override a valid entry for its site).
+void check_paths(const std::vector<UnitPath>& paths, const ModelConfig& m, uint64_t step);
+// True when some path overrides a GEMM entry.
+bool has_overrides(const std::vector<UnitPath>& paths);
+// The run's policy with every override of `paths` written in as a layer entry (header comment).
+Policy with_overrides(const Policy& run, const std::vector<UnitPath>& paths);
+
+struct UnitStep {
+  int layer;
+  Unit unit;
+  UnitPath path;
+  double grad_norm;
+  UnitActivation act;
+};
+
+class TrainController {
+ public:
+  virtual ~TrainController() = default;
+  // Before step `step`: paths[l·kUnitCount + u] holds the default (the run's [activation_quant],
+  // no overrides); change any.
+  virtual void choose(uint64_t step, std::vector<UnitPath>& paths) { (void)step, (void)paths; }
+  // After the backward pass of `step`.
+  virtual void observe(uint64_t step, std::span<const UnitStep> units) { (void)step, (void)units; }
+};
+
+}  // namespace mantis
