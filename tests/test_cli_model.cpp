@@ -662,3 +662,78 @@ TEST_CASE("bad data / policy / output paths: the error names the real problem", 
   check_error(run({"eval", "-m", dir, "-p", write_config("lamp-seed.toml", "[lamp]\nseed = -5\n").string()}),
               {"lamp-seed.toml", "'seed' must be a non-negative integer"});
 }
+
+// The manifest fields every result-writing command records (src/exp/manifest.h).
+void check_run_manifest(const nlohmann::json& m, const std::string& generator) {
+  INFO(m.dump().substr(0, 400));
+  CHECK(m["generator"] == generator);
+  CHECK(m["command"].get<std::string>().find("mantis") != std::string::npos);
+  CHECK(!m["git_commit"].get<std::string>().empty());
+  CHECK(m["host"].is_string());
+  CHECK(!m["build"]["type"].get<std::string>().empty());
+  CHECK(m["build"]["flags"].get<std::string>().find("-ffp-contract=off") != std::string::npos);
+  CHECK(m["build"]["isa"].is_array());
+  CHECK(m["cpu"]["model"].is_string());
+  CHECK(m["cpu"]["isa"].is_array());
+  CHECK(m["seeds"].is_object());
+  CHECK(m["timings_s"].is_object());
+}
+
+TEST_CASE("manifests: eval, lamp sweep and train record command, build, CPU, hashes, seeds, timings", "[cli][manifest]") {
+  const std::string dir = model_dir("bytes-llama", bytes_llama());
+  const fs::path out = scratch_dir() / "eval-manifest";
+  const Result r = run({"eval", "-m", dir, "-p", "lamp:4", "-d", "austen/validation", "--seqs", "2", "--ctx", "16",
+                        "-o", out.string()});
+  INFO(flat(r.err));
+  REQUIRE(r.status == 0);
+  CHECK(r.err.find("eval: 2/2 windows (100.0 %)") != std::string::npos);  // the plain progress line
+  const auto m = nlohmann::json::parse(slurp(out / "manifest.json"));
+  check_run_manifest(m, "mantis eval");
+  CHECK(m["command"].get<std::string>().find("eval -m " + dir) != std::string::npos);
+  CHECK(m["model_files"][0]["sha256"].is_string());
+  CHECK(m["files"]["results.json"] == sha256_hex(slurp(out / "results.json")));
+
+  const fs::path lout = scratch_dir() / "lamp-manifest";
+  const fs::path lcfg = write_config("lamp-manifest.toml", "model = \"" + dir + "\"\nout = \"" + lout.string() +
+                                                               "\"\ndata = \"austen/validation\"\nseqs = 1\nctx = 16\n"
+                                                               "mu = [4]\nstrict_tau = [0]\nrelaxed_tau = []\n");
+  const Result l = run({"lamp", "sweep", lcfg.string()});
+  INFO(flat(l.err));
+  REQUIRE(l.status == 0);
+  CHECK(l.err.find("lamp sweep: 4/4 windows (100.0 %)") != std::string::npos);
+  const auto lm = nlohmann::json::parse(slurp(lout / "manifest.json"));
+  check_run_manifest(lm, "mantis lamp sweep");
+  CHECK(lm["seeds"]["bootstrap"] == 0);
+  CHECK(lm["config_sha256"] == sha256_hex(slurp(lcfg)));
+  CHECK(run({"lamp", "sweep", lcfg.string(), "-q", "--overwrite"}).err.empty());
+
+  const fs::path cfg = write_config("train-manifest.toml", R"(
+[model]
+arch = "llama"
+layers = 1
+heads = 2
+dim = 16
+ctx = 24
+[data]
+tokenizer = "bytes"
+train = "kjv/test"
+validation = "kjv/validation"
+[train]
+steps = 2
+batch = 2
+)");
+  const fs::path tout = scratch_dir() / "train-manifest";
+  const Result t = run({"train", cfg.string(), "--out", tout.string()});
+  INFO(flat(t.err));
+  REQUIRE(t.status == 0);
+  CHECK(t.err.find("train: 2/2 steps (100.0 %)") != std::string::npos);
+  const auto tm = nlohmann::json::parse(slurp(tout / "manifest.json"));
+  check_run_manifest(tm, "mantis train");
+  CHECK(tm["seeds"]["init"] == 1);
+  CHECK(tm["files"]["log.csv"] == sha256_file((tout / "log.csv").string()));
+  CHECK(tm["data"]["train"]["sources"][0]["sha256"].is_string());
+  CHECK(tm["config_sha256"] == sha256_hex(slurp(cfg)));
+  const Result q = run({"train", cfg.string(), "--out", (scratch_dir() / "train-manifest-q").string(), "-q"});
+  CHECK(q.status == 0);
+  CHECK(q.err.empty());
+}
