@@ -317,8 +317,8 @@ TEST_CASE("eval: bad input is one line and status 2", "[cli][eval][errors]") {
   check_error(run({"eval", "-m", dir, "-p", layer9.string()}), {"layer.9.attn.qk", "2 layers"});
 }
 
-TEST_CASE("train: runs a tiny configuration, refuses to overwrite, resumes, reports bad input", "[cli][train]") {
-  const fs::path cfg = write_config("train.toml", R"(
+// A training configuration: 4 steps of a one-layer LLaMA on bytes (seconds to run).
+const char* const kTinyTrain = R"(
 [model]
 arch = "llama"
 layers = 1
@@ -335,7 +335,10 @@ batch = 2
 val_every = 2
 val_seqs = 2
 checkpoint_every = 2
-)");
+)";
+
+TEST_CASE("train: runs a tiny configuration, refuses to overwrite, resumes, reports bad input", "[cli][train]") {
+  const fs::path cfg = write_config("train.toml", kTinyTrain);
   const fs::path out = scratch_dir() / "train-run";
   const Result r = run({"train", cfg.string(), "--out", out.string(), "-q"});
   INFO(flat(r.err) << " | " << flat(r.out));
@@ -707,26 +710,12 @@ TEST_CASE("manifests: eval, lamp sweep and train record command, build, CPU, has
   CHECK(lm["config_sha256"] == sha256_hex(slurp(lcfg)));
   CHECK(run({"lamp", "sweep", lcfg.string(), "-q", "--overwrite"}).err.empty());
 
-  const fs::path cfg = write_config("train-manifest.toml", R"(
-[model]
-arch = "llama"
-layers = 1
-heads = 2
-dim = 16
-ctx = 24
-[data]
-tokenizer = "bytes"
-train = "kjv/test"
-validation = "kjv/validation"
-[train]
-steps = 2
-batch = 2
-)");
+  const fs::path cfg = write_config("train-manifest.toml", kTinyTrain);
   const fs::path tout = scratch_dir() / "train-manifest";
   const Result t = run({"train", cfg.string(), "--out", tout.string()});
   INFO(flat(t.err));
   REQUIRE(t.status == 0);
-  CHECK(t.err.find("train: 2/2 steps (100.0 %)") != std::string::npos);
+  CHECK(t.err.find("train: 4/4 steps (100.0 %)") != std::string::npos);
   const auto tm = nlohmann::json::parse(slurp(tout / "manifest.json"));
   check_run_manifest(tm, "mantis train");
   CHECK(tm["seeds"]["init"] == 1);

@@ -379,7 +379,6 @@ Runner setup_bench(CLI::App& sub) {
   sub.add_option("--dim", a->dim, "forward: width C")->capture_default_str()->check(CLI::Range(1, 65536));
   sub.add_option("--heads", a->heads, "forward: heads (must divide --dim)")->capture_default_str()->check(CLI::Range(1, 4096));
   sub.add_option("--ctx", a->ctx, "forward: tokens in the sequence")->capture_default_str()->check(CLI::Range(1, 1 << 20));
-  add_quiet(sub);
   add_progress(sub);
   return [a] { return run_bench(*a); };
 }

@@ -30,7 +30,6 @@ Runner setup_lamp(CLI::App& sub) {
   sub.add_flag("--allow-partial", o.allow_partial, "merge even with cells missing (the manifest says partial)");
   add_out(sub, o.out, "output directory (overrides the config's out)");
   add_threads(sub);
-  add_quiet(sub);
   add_progress(sub);
   return [a] {
     if (a->list) {

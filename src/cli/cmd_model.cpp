@@ -61,7 +61,6 @@ Runner setup_eval(CLI::App& sub) {
   sub.add_option("--tokenizer,-t", o->tokenizer, "tokenizer of the data (default: bytes for V = 256, gpt2 for V = 50257)");
   add_out(sub, o->out, "write DIR/results.csv, DIR/results.json, DIR/manifest.json (atomically)");
   add_threads(sub);
-  add_quiet(sub);
   add_progress(sub);
   return [o] {
     EvalOptions e = *o;

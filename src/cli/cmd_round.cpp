@@ -20,17 +20,12 @@ std::string shown(std::string_view s) {
   return escape_control(s.substr(0, kMax)) + (s.size() > kMax ? "…" : "");
 }
 
-struct RoundArgs {
-  std::string format, rounding = "rne";
-  uint64_t seed = 0, stream = 0;
-  int sr_bits = 32;
+struct RoundArgs : RoundingArgs {
   bool reference = false;
 };
-struct DotArgs {
-  std::string format, rounding = "rne", accumulation = "strict";
+struct DotArgs : RoundingArgs {
+  std::string accumulation = "strict";
   int block = 32;
-  uint64_t seed = 0, stream = 0;
-  int sr_bits = 32;
   bool reference = false;
 };
 
@@ -132,11 +127,7 @@ Runner setup_round(CLI::App& sub) {
       "each first converted to binary64 by strtod; blank lines at the end are ignored) and print each result "
       "as %a of a double. "
       "Element i (0-based line number) uses the random word (seed, stream, i).");
-  sub.add_option("--format,-f", a->format, format_help())->required();
-  sub.add_option("--rounding,-r", a->rounding, rounding_help())->capture_default_str();
-  sub.add_option("--seed", a->seed, "Philox seed for sr/sre")->capture_default_str()->check(kUint64);
-  sub.add_option("--stream", a->stream, "Philox stream for sr/sre")->capture_default_str()->check(kUint64);
-  sub.add_option("--sr-bits", a->sr_bits, "random bits used by sr (1..32)")->capture_default_str();
+  add_rounding(sub, *a);
   sub.add_flag("--reference", a->reference, "use the MPFR oracle instead of the fast path (same results)");
   add_threads(sub);
   return [a] { return run_round(*a); };
@@ -145,17 +136,13 @@ Runner setup_round(CLI::App& sub) {
 Runner setup_dot(CLI::App& sub) {
   auto a = std::make_shared<DotArgs>();
   sub.description(
-      "dot product with a rounded accumulator. Reads two lines from stdin, each a comma-separated "
+      "dot product with a rounded accumulator (μ ≤ 50). Reads two lines from stdin, each a comma-separated "
       "vector (decimal or hex floats) of equal length; the operands are binary32: every element is "
       "converted with strtof (correctly rounded decimal -> binary32). Prints the accumulated result "
       "as %a of a double. Accumulation step k uses the random word (seed, stream, k).");
-  sub.add_option("--format,-f", a->format, "accumulator format (μ ≤ 50): " + format_help())->required();
-  sub.add_option("--rounding,-r", a->rounding, "accumulator " + rounding_help())->capture_default_str();
+  add_rounding(sub, *a, "accumulator ", "random bits used by sr (strict needs ≤ 52 − (μ+1))");
   sub.add_option("--accumulation", a->accumulation, "strict (fused a·b+acc), unfused or blocked")->capture_default_str();
   sub.add_option("--block", a->block, "chunk length for --accumulation blocked")->capture_default_str();
-  sub.add_option("--seed", a->seed, "Philox seed for sr/sre")->capture_default_str()->check(kUint64);
-  sub.add_option("--stream", a->stream, "Philox stream for sr/sre")->capture_default_str()->check(kUint64);
-  sub.add_option("--sr-bits", a->sr_bits, "random bits used by sr (strict needs ≤ 52 − (μ+1))")->capture_default_str();
   sub.add_flag("--reference", a->reference, "use the MPFR reference GEMM (M = N = 1) instead of the fast path");
   return [a] { return run_dot(*a); };
 }

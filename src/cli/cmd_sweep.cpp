@@ -14,7 +14,6 @@ Runner setup_sweep(CLI::App& sub) {
   sub.add_option("config", o->config, "TOML configuration")->required()->check(kPath);
   add_out(sub, o->out, "write DIR/results.csv, results.json and manifest.json (one result set)");
   add_threads(sub);
-  add_quiet(sub);
   add_progress(sub);
   return [o] {
     MuSweepOptions m = *o;

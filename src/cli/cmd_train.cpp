@@ -19,13 +19,6 @@ struct TrainArgs {
   std::string config, resume, out;
 };
 
-ojson sources_json(const TokenData& d) {
-  ojson a = ojson::array();
-  for (auto& s : d.sources)
-    a.push_back({{"name", s.name}, {"file", s.origin}, {"sha256", s.sha256}, {"tokens", s.tokens}});
-  return a;
-}
-
 int run_train(const TrainArgs& a) {
   namespace fs = std::filesystem;
   TrainConfig c = load_train_config(a.config);
@@ -71,8 +64,8 @@ int run_train(const TrainArgs& a) {
   man["config_file"] = a.config;
   man["config_sha256"] = c.hash();
   man["config"] = c.text;
-  man["data"] = {{"tokenizer", c.tokenizer}, {"train", {{"spec", c.train_data}, {"sources", sources_json(tr.train_data())}}},
-                 {"validation", {{"spec", c.val_data}, {"sources", sources_json(tr.val_data())}}}};
+  man["data"] = {{"tokenizer", c.tokenizer}, {"train", {{"spec", c.train_data}, {"sources", data_sources_json(tr.train_data())}}},
+                 {"validation", {{"spec", c.val_data}, {"sources", data_sources_json(tr.val_data())}}}};
   man["seeds"] = {{"init", c.init_seed}, {"data", c.seed}};
   man["steps"] = {{"first_this_process", first}, {"last", tr.next_step()}, {"configured", c.steps}};
   man["timings_s"] = {{"this_process", sw.seconds()}};
@@ -98,8 +91,7 @@ Runner setup_train(CLI::App& sub) {
   sub.add_option("--resume", a->resume, "continue the run in DIR from its latest checkpoint (bit-identical)")->check(kPath);
   add_out(sub, a->out, "output directory (overrides the config's out)");
   add_threads(sub);
-  add_progress(sub);
-  add_quiet(sub, "no progress bar");
+  add_progress(sub, "no progress bar");
   return [a] { return run_train(*a); };
 }
 

@@ -24,12 +24,10 @@ namespace mantis::cli {
 
 namespace {
 
-struct VerifyArgs {
+struct VerifyArgs : RoundingArgs {
   bool exhaustive = false;
-  std::string format, rounding = "rne", container = "float";
+  std::string container = "float";
   uint64_t limit = 0;
-  uint64_t seed = 0, stream = 0;
-  int sr_bits = 32;
   int show = 10;
 };
 
@@ -172,19 +170,14 @@ Runner setup_verify(CLI::App& sub) {
       "(2^32 inputs, NaNs and infinities included); input number j uses the random word (seed, stream, j). "
       "Exit status 1 on any mismatch.");
   sub.add_flag("--exhaustive", a->exhaustive, "all 2^32 binary32 patterns (required: the only mode so far)");
-  sub.add_option("--format,-f", a->format, format_help())->required();
-  sub.add_option("--rounding,-r", a->rounding, rounding_help())->capture_default_str();
+  add_rounding(sub, *a);
   sub.add_option("--container", a->container, "float (round binary32 arrays) or double (round (double)x)")
       ->capture_default_str();
   add_threads(sub, "threads (default: all; 1 if MPFR is not thread-safe)");
   sub.add_option("--limit", a->limit, "check only about N patterns: every k-th with k = 2^32/N made odd (for quick runs)")
       ->check(CLI::Range(uint64_t(1), uint64_t(1) << 32));
-  sub.add_option("--seed", a->seed, "Philox seed for sr/sre")->capture_default_str()->check(kUint64);
-  sub.add_option("--stream", a->stream, "Philox stream for sr/sre")->capture_default_str()->check(kUint64);
-  sub.add_option("--sr-bits", a->sr_bits, "random bits used by sr (1..32)")->capture_default_str();
   sub.add_option("--show", a->show, "mismatches to print")->capture_default_str()->check(CLI::Range(0, 1000000));
-  add_progress(sub);
-  add_quiet(sub, "no progress indicator");
+  add_progress(sub, "no progress indicator");
   return [a] { return run_verify(*a); };
 }
 

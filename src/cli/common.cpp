@@ -104,8 +104,16 @@ void add_threads(CLI::App& sub, const std::string& help) {
   sub.add_option("--threads,-j", shared().threads, help)->check(CLI::Range(1, 4096));
 }
 void add_quiet(CLI::App& sub, const std::string& help) { sub.add_flag("--quiet,-q", shared().quiet, help); }
-void add_progress(CLI::App& sub) {
+void add_progress(CLI::App& sub, const std::string& quiet_help) {
+  add_quiet(sub, quiet_help);
   sub.add_flag("--progress", shared().progress, "progress bar on stderr even when it is not a terminal");
+}
+void add_rounding(CLI::App& sub, RoundingArgs& r, const std::string& what, const std::string& sr_help) {
+  sub.add_option("--format,-f", r.format, what + format_help())->required();
+  sub.add_option("--rounding,-r", r.rounding, what + rounding_help())->capture_default_str();
+  sub.add_option("--seed", r.seed, "Philox seed for sr/sre")->capture_default_str()->check(kUint64);
+  sub.add_option("--stream", r.stream, "Philox stream for sr/sre")->capture_default_str()->check(kUint64);
+  sub.add_option("--sr-bits", r.sr_bits, sr_help)->capture_default_str();
 }
 CLI::Option* add_out(CLI::App& sub, std::string& out, const std::string& help) {
   return sub.add_option("--out,-o", out, help)->check(kPath);

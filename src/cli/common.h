@@ -55,7 +55,17 @@ struct SharedOptions {
 SharedOptions& shared();
 void add_threads(CLI::App& sub, const std::string& help = "CPU threads (default: OpenMP's)");
 void add_quiet(CLI::App& sub, const std::string& help = "no progress");
-void add_progress(CLI::App& sub);  // --progress
+// --quiet and --progress: the progress reporter's (core/progress.h) two switches.
+void add_progress(CLI::App& sub, const std::string& quiet_help = "no progress");
+// --format, --rounding, --seed, --stream, --sr-bits: rounding to a format (round, dot, verify).
+// `what` prefixes the format's and the mode's help ("accumulator ").
+struct RoundingArgs {
+  std::string format, rounding = "rne";
+  uint64_t seed = 0, stream = 0;
+  int sr_bits = 32;
+};
+void add_rounding(CLI::App& sub, RoundingArgs& r, const std::string& what = "",
+                  const std::string& sr_help = "random bits used by sr (1..32)");
 CLI::Option* add_out(CLI::App& sub, std::string& out, const std::string& help);
 CLI::Option* add_json(CLI::App& sub, bool& json, const std::string& help);
 

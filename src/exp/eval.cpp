@@ -158,10 +158,10 @@ EvalResult run_eval(const EvalOptions& o) {
   man["seed"] = policy_seeds(policy);
   man["seeds"] = man["seed"];
   man["model_files"] = model_files_json(o.model);
-  ojson sources = ojson::array();
-  for (auto& s : data.sources)
-    sources.push_back({{"name", s.name}, {"file", s.origin}, {"sha256", s.sha256}, {"tokens", s.tokens}});
-  man["data"] = {{"tokens", data.tokens.size()}, {"sources", sources}};
+  man["data"] = {{"tokens", data.tokens.size()}, {"sources", data_sources_json(data)}};
+
+  man["timings_s"] = {{"load", load_s}, {"reference_forward", ref_s}, {"policy_forward", test_s},
+                      {"total", total.seconds()}};
 
   if (!o.out.empty()) {
     fs::create_directories(o.out, ec);
@@ -175,12 +175,7 @@ EvalResult run_eval(const EvalOptions& o) {
                                num(all.mean_kl()), num(all.flip_rate()), all.flips(), num(all.ppl_ref()),
                                num(all.ppl_test()), num(all.max_abs_error()), all.nonfinite_positions(),
                                health.total().overflow, health.total().nan, health.total().inf, ref_s, test_s);
-    man["timings_s"] = {{"load", load_s}, {"reference_forward", ref_s}, {"policy_forward", test_s},
-                        {"total", total.seconds()}};
     write_result_set(o.out, {{"results.csv", csv}, {"results.json", r.results.dump(1) + "\n"}}, man);
-  } else {
-    man["timings_s"] = {{"load", load_s}, {"reference_forward", ref_s}, {"policy_forward", test_s},
-                        {"total", total.seconds()}};
   }
   return r;
 }

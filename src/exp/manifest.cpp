@@ -137,6 +137,13 @@ std::string host_name() {
   return buf;
 }
 
+ojson data_sources_json(const TokenData& d) {
+  ojson a = ojson::array();
+  for (auto& s : d.sources)
+    a.push_back({{"name", s.name}, {"file", s.origin}, {"sha256", s.sha256}, {"tokens", s.tokens}});
+  return a;
+}
+
 ojson manifest_header(const std::string& generator) {
   ojson m;
   m["generator"] = generator;

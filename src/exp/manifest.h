@@ -9,6 +9,8 @@
 
 #include <string>
 
+#include "io/dataset.h"
+
 namespace mantis {
 
 using ojson = nlohmann::ordered_json;
@@ -24,6 +26,9 @@ std::string utc_now();  // "2026-12-01T12:00:00Z"
 ojson build_json();  // {"type", "compiler", "flags", "native", "isa": [compiled-in ISA extensions]}
 ojson cpu_json();    // {"model", "isa": [SIMD-related flags of /proc/cpuinfo], "hardware_threads"}
 std::string host_name();
+
+// The data a command read: [{"name", "file", "sha256", "tokens"}, …] (dataset.h TokenSource).
+ojson data_sources_json(const TokenData& d);
 
 // The fields every manifest starts with: generator, mantis_version, git_commit, command,
 // started_utc, host, threads, build, cpu.
