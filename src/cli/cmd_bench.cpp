@@ -332,11 +332,16 @@ int run_bench(const BenchArgs& a) {
     man["settings"].update({{"model", a.model.empty() ? "random" : a.model}, {"layers", a.layers}, {"dim", a.dim},
                             {"heads", a.heads}, {"ctx", a.ctx}});
   if (a.what == "forward" && !a.model.empty()) man["model_files"] = model_files_json(a.model);
+  // the fixed seeds of each benchmark's data (fill_random, random_word), or the configuration's
+  if (a.what == "round") man["seeds"] = {{"data", 12345}, {"rounding", 1}};
+  if (a.what == "gemm") man["seeds"] = {{"data", 777}};
+  if (a.what == "forward") man["seeds"] = {{"tokens", 3}, {"init", a.model.empty() ? ojson(1) : ojson(nullptr)}};
   if (a.what == "train") {
+    const TrainConfig c = load_train_config(a.config);
     man["config_file"] = a.config;
-    man["config_sha256"] = sha256_file(a.config);
+    man["config_sha256"] = c.hash();
+    man["seeds"] = {{"init", c.init_seed}, {"data", c.seed}};
   }
-  man["seeds"] = {{"data", a.what == "round" ? 12345 : a.what == "gemm" ? 777 : a.what == "forward" ? 3 : 0}};
   man["timings_s"] = {{"total", sw.seconds()}};
   // results first: readers of `--json` take "results" (the manifest is what made them)
   if (a.json) std::printf("%s\n", ojson{{"results", results}, {"manifest", man}}.dump().c_str());
