@@ -16,6 +16,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -516,4 +517,87 @@ TEST_CASE("round / dot: decimals longer than 4096 characters are valid numbers",
   INFO(flat(d.err));
   CHECK(d.status == 0);
   CHECK(d.out == "0x1p+0\n");
+}
+
+TEST_CASE("mantis help and no subcommand: the list of commands", "[cli][help]") {
+  const auto h = run({"help"});
+  INFO(flat(h.err));
+  CHECK(h.status == 0);
+  CHECK(h.err.empty());
+  for (const char* sub : {"formats", "round", "dot", "bench", "verify", "sweep", "tokenize", "detokenize", "shards",
+                          "logits", "eval", "train", "lamp", "help"})
+    CHECK(h.out.find(std::string("\n  ") + sub + " ") != std::string::npos);
+  // no subcommand: still a usage error (status 2, one line), which names `mantis help` and the commands
+  const auto none = run({});
+  check_error(none, {"subcommand", "mantis help", "formats", "lamp"});
+  check_error(run({"help", "extra"}), {"extra"});
+}
+
+// The manifest fields every result-writing command records (src/exp/manifest.h).
+void check_manifest_header(const nlohmann::json& m, const std::string& generator) {
+  INFO(m.dump().substr(0, 400));
+  CHECK(m["generator"] == generator);
+  CHECK(m["command"].get<std::string>().find("mantis") != std::string::npos);
+  CHECK(!m["git_commit"].get<std::string>().empty());
+  CHECK(!m["started_utc"].get<std::string>().empty());
+  CHECK(m["host"].is_string());
+  CHECK(!m["build"]["type"].get<std::string>().empty());
+  CHECK(m["build"]["flags"].get<std::string>().find("-ffp-contract=off") != std::string::npos);
+  CHECK(!m["build"]["compiler"].get<std::string>().empty());
+  CHECK(m["build"]["native"].is_boolean());
+  CHECK(m["build"]["isa"].is_array());
+  CHECK(m["cpu"]["model"].is_string());
+  CHECK(m["cpu"]["isa"].is_array());
+  CHECK(m["cpu"]["hardware_threads"].get<int>() >= 0);
+  CHECK(m["timings_s"]["total"].get<double>() >= 0);
+  CHECK(m["seeds"].is_object());
+}
+
+TEST_CASE("progress: plain lines when stderr is not a terminal, nothing with --quiet", "[cli][progress]") {
+  const auto cfg = write_config("progress.toml", "mu = [2, 8]\nlengths = [16]\ntrials = 2\n");
+  const auto plain = run({"sweep", cfg.string()});
+  INFO(flat(plain.err));
+  REQUIRE(plain.status == 0);
+  // stderr is a file here: the final line, with done/total, rate and ETA
+  CHECK(plain.err.find("sweep: 2/2 cells (100.0 %), ") != std::string::npos);
+  CHECK(plain.err.find("cells/s, elapsed ") != std::string::npos);
+  CHECK(plain.err.find("ETA ") != std::string::npos);
+  CHECK(plain.err.find('\r') == std::string::npos);  // no bar
+  const auto quiet = run({"sweep", cfg.string(), "--quiet"});
+  REQUIRE(quiet.status == 0);
+  CHECK(quiet.err.empty());
+  CHECK(lines(quiet.out)[0] == lines(plain.out)[0]);  // stdout is the same in every mode
+  const auto v = run({"verify", "--exhaustive", "--format", "bf16", "--limit", "1000"});
+  CHECK(v.err.find("verify: ") != std::string::npos);
+  CHECK(v.err.find("patterns (100.0 %)") != std::string::npos);
+  CHECK(run({"verify", "--exhaustive", "--format", "bf16", "--limit", "1000", "-q"}).err.empty());
+  const auto b = run({"bench", "gemm", "--json", "--reps", "1", "--sizes", "8", "--threads", "1", "-q"});
+  CHECK(b.err.empty());
+}
+
+TEST_CASE("manifests: sweep and bench record the command, commit, build, CPU, seeds and timings", "[cli][manifest]") {
+  const auto cfg = write_config("manifest.toml", "mu = [4]\nlengths = [16]\ntrials = 2\nseed = 5\n");
+  const fs::path out = scratch_dir() / "sweep-manifest";
+  const auto r = run({"sweep", cfg.string(), "--out", out.string(), "-q"});
+  INFO(flat(r.err));
+  REQUIRE(r.status == 0);
+  const auto m = nlohmann::json::parse(slurp(out / "manifest.json"));
+  check_manifest_header(m, "mantis sweep");
+  CHECK(m["command"].get<std::string>().find("sweep " + cfg.string()) != std::string::npos);
+  CHECK(m["seeds"]["data"] == 5);
+  CHECK(m["config_file"] == cfg.string());  // the fields it had before
+  CHECK(m["files"]["results.csv"].is_string());
+
+  const auto b = run({"bench", "round", "--json", "--reps", "1", "--n", "100", "--threads", "1", "-q"});
+  INFO(flat(b.err));
+  REQUIRE(b.status == 0);
+  const auto j = nlohmann::json::parse(b.out);
+  CHECK(j["results"].size() == 12);
+  check_manifest_header(j["manifest"], "mantis bench round");
+  CHECK(j["manifest"]["settings"]["n"] == 100);
+  const fs::path bout = scratch_dir() / "bench-out";
+  REQUIRE(run({"bench", "gemm", "--reps", "1", "--sizes", "8", "--threads", "1", "-q", "-o", bout.string()}).status == 0);
+  const auto bm = nlohmann::json::parse(slurp(bout / "manifest.json"));
+  check_manifest_header(bm, "mantis bench gemm");
+  CHECK(nlohmann::json::parse(slurp(bout / "results.json"))["results"][0]["shape"][0] == 8);
 }

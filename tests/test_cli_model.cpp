@@ -317,8 +317,8 @@ TEST_CASE("eval: bad input is one line and status 2", "[cli][eval][errors]") {
   check_error(run({"eval", "-m", dir, "-p", layer9.string()}), {"layer.9.attn.qk", "2 layers"});
 }
 
-TEST_CASE("train: runs a tiny configuration, refuses to overwrite, resumes, reports bad input", "[cli][train]") {
-  const fs::path cfg = write_config("train.toml", R"(
+// A training configuration: 4 steps of a one-layer LLaMA on bytes (seconds to run).
+const char* const kTinyTrain = R"(
 [model]
 arch = "llama"
 layers = 1
@@ -335,7 +335,10 @@ batch = 2
 val_every = 2
 val_seqs = 2
 checkpoint_every = 2
-)");
+)";
+
+TEST_CASE("train: runs a tiny configuration, refuses to overwrite, resumes, reports bad input", "[cli][train]") {
+  const fs::path cfg = write_config("train.toml", kTinyTrain);
   const fs::path out = scratch_dir() / "train-run";
   const Result r = run({"train", cfg.string(), "--out", out.string(), "-q"});
   INFO(flat(r.err) << " | " << flat(r.out));
@@ -661,4 +664,65 @@ TEST_CASE("bad data / policy / output paths: the error names the real problem", 
               {"seed-big.toml:2", "18446744073709551616"});
   check_error(run({"eval", "-m", dir, "-p", write_config("lamp-seed.toml", "[lamp]\nseed = -5\n").string()}),
               {"lamp-seed.toml", "'seed' must be a non-negative integer"});
+}
+
+// The manifest fields every result-writing command records (src/exp/manifest.h).
+void check_run_manifest(const nlohmann::json& m, const std::string& generator) {
+  INFO(m.dump().substr(0, 400));
+  CHECK(m["generator"] == generator);
+  CHECK(m["command"].get<std::string>().find("mantis") != std::string::npos);
+  CHECK(!m["git_commit"].get<std::string>().empty());
+  CHECK(m["host"].is_string());
+  CHECK(!m["build"]["type"].get<std::string>().empty());
+  CHECK(m["build"]["flags"].get<std::string>().find("-ffp-contract=off") != std::string::npos);
+  CHECK(m["build"]["isa"].is_array());
+  CHECK(m["cpu"]["model"].is_string());
+  CHECK(m["cpu"]["isa"].is_array());
+  CHECK(m["seeds"].is_object());
+  CHECK(m["timings_s"].is_object());
+}
+
+TEST_CASE("manifests: eval, lamp sweep and train record command, build, CPU, hashes, seeds, timings", "[cli][manifest]") {
+  const std::string dir = model_dir("bytes-llama", bytes_llama());
+  const fs::path out = scratch_dir() / "eval-manifest";
+  const Result r = run({"eval", "-m", dir, "-p", "lamp:4", "-d", "austen/validation", "--seqs", "2", "--ctx", "16",
+                        "-o", out.string()});
+  INFO(flat(r.err));
+  REQUIRE(r.status == 0);
+  CHECK(r.err.find("eval: 2/2 windows (100.0 %)") != std::string::npos);  // the plain progress line
+  const auto m = nlohmann::json::parse(slurp(out / "manifest.json"));
+  check_run_manifest(m, "mantis eval");
+  CHECK(m["command"].get<std::string>().find("eval -m " + dir) != std::string::npos);
+  CHECK(m["model_files"][0]["sha256"].is_string());
+  CHECK(m["files"]["results.json"] == sha256_hex(slurp(out / "results.json")));
+
+  const fs::path lout = scratch_dir() / "lamp-manifest";
+  const fs::path lcfg = write_config("lamp-manifest.toml", "model = \"" + dir + "\"\nout = \"" + lout.string() +
+                                                               "\"\ndata = \"austen/validation\"\nseqs = 1\nctx = 16\n"
+                                                               "mu = [4]\nstrict_tau = [0]\nrelaxed_tau = []\n");
+  const Result l = run({"lamp", "sweep", lcfg.string()});
+  INFO(flat(l.err));
+  REQUIRE(l.status == 0);
+  CHECK(l.err.find("lamp sweep: 4/4 windows (100.0 %)") != std::string::npos);
+  const auto lm = nlohmann::json::parse(slurp(lout / "manifest.json"));
+  check_run_manifest(lm, "mantis lamp sweep");
+  CHECK(lm["seeds"]["bootstrap"] == 0);
+  CHECK(lm["config_sha256"] == sha256_hex(slurp(lcfg)));
+  CHECK(run({"lamp", "sweep", lcfg.string(), "-q", "--overwrite"}).err.empty());
+
+  const fs::path cfg = write_config("train-manifest.toml", kTinyTrain);
+  const fs::path tout = scratch_dir() / "train-manifest";
+  const Result t = run({"train", cfg.string(), "--out", tout.string()});
+  INFO(flat(t.err));
+  REQUIRE(t.status == 0);
+  CHECK(t.err.find("train: 4/4 steps (100.0 %)") != std::string::npos);
+  const auto tm = nlohmann::json::parse(slurp(tout / "manifest.json"));
+  check_run_manifest(tm, "mantis train");
+  CHECK(tm["seeds"]["init"] == 1);
+  CHECK(tm["files"]["log.csv"] == sha256_file((tout / "log.csv").string()));
+  CHECK(tm["data"]["train"]["sources"][0]["sha256"].is_string());
+  CHECK(tm["config_sha256"] == sha256_hex(slurp(cfg)));
+  const Result q = run({"train", cfg.string(), "--out", (scratch_dir() / "train-manifest-q").string(), "-q"});
+  CHECK(q.status == 0);
+  CHECK(q.err.empty());
 }

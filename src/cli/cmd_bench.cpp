@@ -27,6 +27,8 @@
 #include "train/train.h"
 #include "mantis_config.h"
 #include "core/round_array.h"
+#include "exp/manifest.h"
+#include "exp/study.h"
 
 #if MANTIS_HAVE_OPENMP
 #include <omp.h>
@@ -36,7 +38,18 @@ namespace mantis::cli {
 
 namespace {
 
-using ojson = nlohmann::ordered_json;
+struct BenchArgs {
+  std::string what;  // round | gemm | forward | train
+  bool json = false;
+  std::string out;
+  int reps = 7;
+  std::vector<int> threads{1, 2};
+  uint64_t n = 10'000'000;          // round: elements per array
+  std::vector<int> sizes{256, 512};  // gemm: square shapes
+  int layers = 12, dim = 768, heads = 12, ctx = 1024;  // forward: the model (GPT-2 small)
+  std::string config = std::string(MANTIS_SOURCE_DIR) + "/experiments/train-gpt2-bytes.toml";  // train
+  std::string model;  // forward: a checkpoint instead of the random GPT-2-shaped model
+};
 
 // Copy `bytes` from src to dst in `threads` contiguous parts, one per thread.
 void parallel_memcpy(void* dst, const void* src, size_t bytes, int threads) {
@@ -66,7 +79,8 @@ double time_once(F&& f) {
 }
 
 template <class T>
-void bench_round_container(const char* cname, const BenchArgs& a, ojson& results, std::string& table) {
+void bench_round_container(const char* cname, const BenchArgs& a, ojson& results, std::string& table,
+                           Progress& progress) {
   const size_t n = a.n;
   std::vector<T> in(n), out(n), copy(n);
   fill_random(in.data(), n, Distribution::normal, 12345, 0);
@@ -97,7 +111,9 @@ void bench_round_container(const char* cname, const BenchArgs& a, ojson& results
                                 {"ratio", ns / ns_c}});
         table += fmt::format("{:<9} {:<6} {:<8} {:>7} {:>12.3f} {:>12.3f} {:>8.2f}\n", cname, fname, to_string(m), th,
                              ns, ns_c, ns / ns_c);
+        progress.update(results.size());
         if (!a.json) {
+          progress.interrupt();
           std::fputs(table.c_str(), stdout);
           std::fflush(stdout);
           table.clear();
@@ -107,7 +123,7 @@ void bench_round_container(const char* cname, const BenchArgs& a, ojson& results
   }
 }
 
-int bench_round(const BenchArgs& a) {
+ojson bench_round(const BenchArgs& a, Progress& progress) {
   ojson results = ojson::array();
   std::string table;
   if (!a.json) {
@@ -117,13 +133,12 @@ int bench_round(const BenchArgs& a) {
                 "memcpy ns", "ratio");
     std::fflush(stdout);
   }
-  bench_round_container<double>("double", a, results, table);
-  bench_round_container<float>("float", a, results, table);
-  if (a.json) std::printf("%s\n", ojson{{"results", results}}.dump().c_str());
-  return 0;
+  bench_round_container<double>("double", a, results, table, progress);
+  bench_round_container<float>("float", a, results, table, progress);
+  return results;
 }
 
-int bench_gemm(const BenchArgs& a) {
+ojson bench_gemm(const BenchArgs& a, Progress& progress) {
   using Mat = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
   ojson results = ojson::array();
   if (!a.json) {
@@ -162,20 +177,21 @@ int bench_gemm(const BenchArgs& a) {
                               {"strict_gflops", gs},
                               {"eigen_gflops", ge},
                               {"slowdown", ge / gs}});
+      progress.update(results.size());
       if (!a.json) {
+        progress.interrupt();
         std::printf("%-16s %7d %14.3f %14.3f %10.1f\n", fmt::format("{}x{}x{}", M, N, K).c_str(), th, gs, ge, ge / gs);
         std::fflush(stdout);
       }
     }
   }
-  if (a.json) std::printf("%s\n", ojson{{"results", results}}.dump().c_str());
-  return 0;
+  return results;
 }
 
 // Forward tokens/s of one sequence of --ctx tokens: a randomly initialised GPT-2-shaped model
 // (init_model), or --model's checkpoint, under the native FP32 policy, LAMP's uniform ps4 policy
 // and LAMP strict τ = 1 over ps4 (recomputing in FP32), interleaved per rep.
-int bench_forward(const BenchArgs& a) {
+ojson bench_forward(const BenchArgs& a, Progress& progress) {
   Model m;
   if (!a.model.empty()) {
     m = load_model(a.model);
@@ -232,19 +248,20 @@ int bench_forward(const BenchArgs& a) {
                             {"lamp_strict_tau1_seconds", sp},
                             {"lamp_strict_tau1_over_uniform_ps4", sp / sl},
                             {"lamp_strict_tau1_recompute_rate", double(sel) / double(all)}});
+    progress.update(results.size());
     if (!a.json) {
+      progress.interrupt();
       std::printf("%7d %12.1f %14.1f %14.1f %13.2f %13.2f %10.5f\n", th, n / sf, n / sl, n / sp, sl / sf, sp / sl,
                   double(sel) / double(all));
       std::fflush(stdout);
     }
   }
-  if (a.json) std::printf("%s\n", ojson{{"results", results}}.dump().c_str());
-  return 0;
+  return results;
 }
 
 // Training step time (forward + backward + AdamW) of a configuration's model on its data, without
 // and with 4-bit saved activations on every unit (per-token absmax, rne), interleaved per rep.
-int bench_train(const BenchArgs& a) {
+ojson bench_train(const BenchArgs& a, Progress& progress) {
   TrainConfig c = load_train_config(a.config);
   c.out.clear();
   TrainConfig q = c;
@@ -277,23 +294,98 @@ int bench_train(const BenchArgs& a) {
                             {"act4_step_seconds", sq},
                             {"act4_tokens_per_s", tokens / sq},
                             {"act4_overhead", sq / sp - 1}});
+    progress.update(results.size());
     if (!a.json) {
+      progress.interrupt();
       std::printf("%7d %14.1f %18.1f %11.1f%%\n", th, tokens / sp, tokens / sq, 100 * (sq / sp - 1));
       std::fflush(stdout);
     }
   }
-  if (a.json) std::printf("%s\n", ojson{{"results", results}}.dump().c_str());
+  return results;
+}
+
+// Measurements each benchmark makes (the progress reporter's total).
+uint64_t measurements(const BenchArgs& a) {
+  const uint64_t th = a.threads.size();
+  if (a.what == "round") return 2 * 3 * 2 * th;  // containers × formats × modes × threads
+  if (a.what == "gemm") return a.sizes.size() * th;
+  return th;
+}
+
+int run_bench(const BenchArgs& a) {
+  if (a.what != "round" && a.what != "gemm" && a.what != "forward" && a.what != "train")
+    throw InputError(fmt::format("unknown benchmark '{}' (known: round, gemm, forward, train)", a.what));
+  const Stopwatch sw;
+  ojson results;
+  {
+    Progress progress("bench " + a.what, measurements(a), shared().progress_mode(), "measurements");
+    if (a.what == "round") results = bench_round(a, progress);
+    else if (a.what == "gemm") results = bench_gemm(a, progress);
+    else if (a.what == "forward") results = bench_forward(a, progress);
+    else results = bench_train(a, progress);
+  }
+  ojson man = manifest_header("mantis bench " + a.what);
+  man["settings"] = {{"reps", a.reps}, {"threads", a.threads}};
+  if (a.what == "round") man["settings"]["n"] = a.n;
+  if (a.what == "gemm") man["settings"]["sizes"] = a.sizes;
+  if (a.what == "forward")
+    man["settings"].update({{"model", a.model.empty() ? "random" : a.model}, {"layers", a.layers}, {"dim", a.dim},
+                            {"heads", a.heads}, {"ctx", a.ctx}});
+  if (a.what == "forward" && !a.model.empty()) man["model_files"] = model_files_json(a.model);
+  // the fixed seeds of each benchmark's data (fill_random, random_word), or the configuration's
+  if (a.what == "round") man["seeds"] = {{"data", 12345}, {"rounding", 1}};
+  if (a.what == "gemm") man["seeds"] = {{"data", 777}};
+  if (a.what == "forward") man["seeds"] = {{"tokens", 3}, {"init", a.model.empty() ? ojson(1) : ojson(nullptr)}};
+  if (a.what == "train") {
+    const TrainConfig c = load_train_config(a.config);
+    man["config_file"] = a.config;
+    man["config_sha256"] = c.hash();
+    man["seeds"] = {{"init", c.init_seed}, {"data", c.seed}};
+  }
+  man["timings_s"] = {{"total", sw.seconds()}};
+  // results first: readers of `--json` take "results" (the manifest is what made them)
+  if (a.json) std::printf("%s\n", ojson{{"results", results}, {"manifest", man}}.dump().c_str());
+  if (!a.out.empty()) {
+    write_result_set(a.out, {{"results.json", ojson{{"results", results}}.dump(1) + "\n"}}, man);
+    if (!a.json) std::printf("wrote %s/results.json and %s/manifest.json\n", a.out.c_str(), a.out.c_str());
+  }
   return 0;
 }
 
 }  // namespace
 
-int run_bench(const BenchArgs& a) {
-  if (a.what == "round") return bench_round(a);
-  if (a.what == "gemm") return bench_gemm(a);
-  if (a.what == "forward") return bench_forward(a);
-  if (a.what == "train") return bench_train(a);
-  throw InputError(fmt::format("unknown benchmark '{}' (known: round, gemm, forward, train)", a.what));
+Runner setup_bench(CLI::App& sub) {
+  auto a = std::make_shared<BenchArgs>();
+  sub.description(
+      "round: ns per element of out-of-place round_array (double and float arrays; bf16, fp16, ps4; "
+      "rne, sr) beside memcpy of the same array. gemm: GFLOP/s of strict GEMM with a ps4 "
+      "accumulator beside Eigen's float GEMM. forward: tokens/s of a random GPT-2-shaped model (or --model), FP32, "
+      "LAMP's uniform ps4 policy and LAMP strict tau = 1. train: training tokens/s of --config, without and with "
+      "4-bit saved activations. Medians over --reps after one warm-up.");
+  sub.add_option("benchmark", a->what, "round, gemm, forward or train")
+      ->required()
+      ->check(CLI::IsMember({"round", "gemm", "forward", "train"}));
+  sub.add_option("--config", a->config, "train: the training configuration")->capture_default_str()->check(kPath);
+  sub.add_option("--model", a->model, "forward: measure this checkpoint (--ctx caps its context) instead")->check(kPath);
+  add_json(sub, a->json, "print JSON ({\"results\": […], \"manifest\": {…}}) instead of a table");
+  add_out(sub, a->out, "also write DIR/results.json and DIR/manifest.json (one result set)");
+  sub.add_option("--reps", a->reps, "timed repetitions (median)")->capture_default_str()->check(CLI::Range(1, 100000));
+  // a list here (each count is measured), unlike the shared --threads
+  sub.add_option("--threads,-j", a->threads, "thread counts to measure (comma-separated)")
+      ->delimiter(',')
+      ->capture_default_str()
+      ->check(CLI::Range(1, 4096));
+  sub.add_option("--n", a->n, "round: elements per array")->capture_default_str()->check(CLI::Range(uint64_t(1), uint64_t(1) << 32));
+  sub.add_option("--sizes", a->sizes, "gemm: square shapes N (N×N×N), comma-separated")
+      ->delimiter(',')
+      ->capture_default_str()
+      ->check(CLI::Range(1, 8192));
+  sub.add_option("--layers", a->layers, "forward: layers")->capture_default_str()->check(CLI::Range(1, 1000));
+  sub.add_option("--dim", a->dim, "forward: width C")->capture_default_str()->check(CLI::Range(1, 65536));
+  sub.add_option("--heads", a->heads, "forward: heads (must divide --dim)")->capture_default_str()->check(CLI::Range(1, 4096));
+  sub.add_option("--ctx", a->ctx, "forward: tokens in the sequence")->capture_default_str()->check(CLI::Range(1, 1 << 20));
+  add_progress(sub);
+  return [a] { return run_bench(*a); };
 }
 
 }  // namespace mantis::cli

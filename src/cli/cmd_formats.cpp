@@ -19,7 +19,9 @@ std::string pow2_or_decimal(double x) {
   return fmt::format("{:.7g}", x);
 }
 
-}  // namespace
+struct FormatsArgs {
+  std::vector<std::string> names;
+};
 
 int run_formats(const FormatsArgs& a) {
   std::vector<Format> rows;
@@ -48,6 +50,14 @@ int run_formats(const FormatsArgs& a) {
          "(bf16: μ = 7, t = 8). unit roundoff = 2^-(μ+1), the rne relative error bound.\n";
   std::fwrite(out.data(), 1, out.size(), stdout);
   return 0;
+}
+
+}  // namespace
+
+Runner setup_formats(CLI::App& sub) {
+  auto a = std::make_shared<FormatsArgs>();
+  sub.add_option("names", a->names, "show only these formats (names, family names or .toml paths)");
+  return [a] { return run_formats(*a); };
 }
 
 }  // namespace mantis::cli

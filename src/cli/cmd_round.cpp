@@ -20,7 +20,14 @@ std::string shown(std::string_view s) {
   return escape_control(s.substr(0, kMax)) + (s.size() > kMax ? "…" : "");
 }
 
-}  // namespace
+struct RoundArgs : RoundingArgs {
+  bool reference = false;
+};
+struct DotArgs : RoundingArgs {
+  std::string accumulation = "strict";
+  int block = 32;
+  bool reference = false;
+};
 
 int run_round(const RoundArgs& a) {
   const Format f = format_lookup(a.format);
@@ -31,7 +38,6 @@ int run_round(const RoundArgs& a) {
   o.seed = a.seed;
   o.stream = a.stream;
   o.index0 = 0;
-  apply_threads(a.threads);
 
   const std::string text = read_all_stdin();
   auto lines = split_lines(text);
@@ -110,6 +116,35 @@ int run_dot(const DotArgs& a) {
   }
   std::fputs((hex(r) + "\n").c_str(), stdout);  // main() checks that it arrived
   return 0;
+}
+
+}  // namespace
+
+Runner setup_round(CLI::App& sub) {
+  auto a = std::make_shared<RoundArgs>();
+  sub.description(
+      "round numbers read from stdin (one per line: decimal or C99 hex float, inf, -inf, nan; "
+      "each first converted to binary64 by strtod; blank lines at the end are ignored) and print each result "
+      "as %a of a double. "
+      "Element i (0-based line number) uses the random word (seed, stream, i).");
+  add_rounding(sub, *a);
+  sub.add_flag("--reference", a->reference, "use the MPFR oracle instead of the fast path (same results)");
+  add_threads(sub);
+  return [a] { return run_round(*a); };
+}
+
+Runner setup_dot(CLI::App& sub) {
+  auto a = std::make_shared<DotArgs>();
+  sub.description(
+      "dot product with a rounded accumulator (μ ≤ 50). Reads two lines from stdin, each a comma-separated "
+      "vector (decimal or hex floats) of equal length; the operands are binary32: every element is "
+      "converted with strtof (correctly rounded decimal -> binary32). Prints the accumulated result "
+      "as %a of a double. Accumulation step k uses the random word (seed, stream, k).");
+  add_rounding(sub, *a, "accumulator ", "random bits used by sr (strict needs ≤ 52 − (μ+1))");
+  sub.add_option("--accumulation", a->accumulation, "strict (fused a·b+acc), unfused or blocked")->capture_default_str();
+  sub.add_option("--block", a->block, "chunk length for --accumulation blocked")->capture_default_str();
+  sub.add_flag("--reference", a->reference, "use the MPFR reference GEMM (M = N = 1) instead of the fast path");
+  return [a] { return run_dot(*a); };
 }
 
 }  // namespace mantis::cli

@@ -14,6 +14,15 @@
 
 namespace mantis::cli {
 
+namespace {
+
+struct TokenizeArgs {
+  std::string tokenizer = "gpt2";
+};
+struct ShardsArgs {
+  std::string tokenizer = "gpt2", data_dir, out;
+};
+
 int run_tokenize(const TokenizeArgs& a) {
   const auto tok = make_tokenizer(a.tokenizer);
   const auto ids = tok->encode(read_all_stdin());
@@ -78,12 +87,41 @@ int run_shards(const ShardsArgs& a) {
                                                           {"sha256", sha256_file(file.string())},
                                                           {"source", text}};
       total += ids.size();
-      if (!a.quiet) fmt::print(stderr, "{}/{}: {} tokens\n", corpus, split, ids.size());
+      if (!shared().quiet) fmt::print(stderr, "{}/{}: {} tokens\n", corpus, split, ids.size());
     }
   m["total_tokens"] = total;
   write_file_atomic(out + "/manifest.json", m.dump(1) + "\n");
   fmt::print("wrote {} shards, {} tokens, to {}\n", std::size(kCorpora) * std::size(kSplits), total, out);
   return 0;
+}
+
+}  // namespace
+
+Runner setup_tokenize(CLI::App& sub) {
+  auto a = std::make_shared<TokenizeArgs>();
+  sub.description("read UTF-8 text (any bytes) on stdin; print its token ids on one line, separated by single spaces");
+  sub.add_option("--tokenizer,-t", a->tokenizer, kTokenizerHelp)->capture_default_str();
+  return [a] { return run_tokenize(*a); };
+}
+
+Runner setup_detokenize(CLI::App& sub) {
+  auto a = std::make_shared<TokenizeArgs>();
+  sub.description("read token ids (whitespace-separated) on stdin; write the bytes they stand for to stdout");
+  sub.add_option("--tokenizer,-t", a->tokenizer, kTokenizerHelp)->capture_default_str();
+  return [a] { return run_detokenize(*a); };
+}
+
+Runner setup_shards(CLI::App& sub) {
+  auto a = std::make_shared<ShardsArgs>();
+  sub.description(
+      "tokenize the committed corpora (DATA/corpora/*/{train,validation,test}.txt.gz) into token shards "
+      "DATA/shards/<tokenizer>/<corpus>/<split>.tok with a manifest (SHA-256 of every shard)");
+  sub.add_option("--tokenizer,-t", a->tokenizer, kTokenizerHelp)->capture_default_str();
+  sub.add_option("--data-dir", a->data_dir, "data root (default: $MANTIS_DATA_DIR or the source tree's data/)")
+      ->check(kPath);
+  add_out(sub, a->out, "output directory (default: DATA/shards/<tokenizer>)");
+  add_quiet(sub, "no per-shard lines on stderr");
+  return [a] { return run_shards(*a); };
 }
 
 }  // namespace mantis::cli

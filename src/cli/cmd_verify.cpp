@@ -24,6 +24,13 @@ namespace mantis::cli {
 
 namespace {
 
+struct VerifyArgs : RoundingArgs {
+  bool exhaustive = false;
+  std::string container = "float";
+  uint64_t limit = 0;
+  int show = 10;
+};
+
 struct Mismatch {
   uint64_t index;
   uint32_t input;
@@ -34,13 +41,6 @@ bool same(double a, double b) {
   if (std::isnan(a) && std::isnan(b)) return true;
   return to_bits(a) == to_bits(b);
 }
-
-std::string duration(double s) {
-  if (s < 120) return fmt::format("{:.1f} s", s);
-  return fmt::format("{}m{:02}s", int(s) / 60, int(s) % 60);
-}
-
-}  // namespace
 
 int run_verify(const VerifyArgs& a) {
   if (!a.exhaustive) throw InputError("verify needs --exhaustive (the only mode so far)");
@@ -61,9 +61,9 @@ int run_verify(const VerifyArgs& a) {
   }
   const uint64_t count = (kAll - 1) / stride + 1;
 
-  int threads = a.threads > 0 ? a.threads : int(std::max(1u, std::thread::hardware_concurrency()));
+  int threads = shared().threads > 0 ? shared().threads : int(std::max(1u, std::thread::hardware_concurrency()));
   if (!oracle_thread_safe() && threads > 1) {
-    if (a.threads > 1) std::fprintf(stderr, "mantis: note: MPFR is not thread-safe; verifying on 1 thread\n");
+    if (shared().threads > 1) std::fprintf(stderr, "mantis: note: MPFR is not thread-safe; verifying on 1 thread\n");
     threads = 1;
   }
   // Chunks stay below round_array's parallel threshold: each worker thread rounds its own chunk.
@@ -137,23 +137,16 @@ int run_verify(const VerifyArgs& a) {
   std::vector<std::thread> pool;
   for (int t = 0; t < threads; ++t) pool.emplace_back(worker);
 
-  const bool tty = stderr_is_tty();
-  const bool show_progress = !a.quiet && (tty || a.progress);
-  double last = 0;
-  while (done.load() < count && !failed.load()) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    const double t = clock.seconds();
-    if (show_progress && t - last >= (tty ? 0.5 : 10.0)) {
-      last = t;
-      const double frac = double(done.load()) / double(count);
-      const double eta = frac > 0 ? t * (1 - frac) / frac : 0;
-      std::fprintf(stderr, "%sverify: %5.1f%%  %llu mismatches  elapsed %s  ETA %s%s", tty ? "\r" : "", 100 * frac,
-                   (unsigned long long)nmis.load(), duration(t).c_str(), duration(eta).c_str(), tty ? "  " : "\n");
-      std::fflush(stderr);
+  {
+    Progress progress("verify", count, shared().progress_mode(), "patterns");
+    while (done.load() < count && !failed.load()) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      progress.update(done.load(), fmt::format("{} mismatches", nmis.load()));
     }
+    for (auto& th : pool) th.join();
+    if (error) progress.abandon();
+    else progress.update(done.load(), fmt::format("{} mismatches", nmis.load()));
   }
-  for (auto& th : pool) th.join();
-  if (show_progress && tty && last > 0) std::fprintf(stderr, "\r%70s\r", "");
   if (error) std::rethrow_exception(error);
 
   const double elapsed = clock.seconds();
@@ -166,6 +159,26 @@ int run_verify(const VerifyArgs& a) {
   std::printf("elapsed: %.2f s (%.1f ns per input per thread)\n", elapsed,
               elapsed * 1e9 * threads / double(count));
   return nmis.load() ? 1 : 0;
+}
+
+}  // namespace
+
+Runner setup_verify(CLI::App& sub) {
+  auto a = std::make_shared<VerifyArgs>();
+  sub.description(
+      "compare the fast path with the MPFR oracle bit for bit. --exhaustive: every binary32 bit pattern "
+      "(2^32 inputs, NaNs and infinities included); input number j uses the random word (seed, stream, j). "
+      "Exit status 1 on any mismatch.");
+  sub.add_flag("--exhaustive", a->exhaustive, "all 2^32 binary32 patterns (required: the only mode so far)");
+  add_rounding(sub, *a);
+  sub.add_option("--container", a->container, "float (round binary32 arrays) or double (round (double)x)")
+      ->capture_default_str();
+  add_threads(sub, "threads (default: all; 1 if MPFR is not thread-safe)");
+  sub.add_option("--limit", a->limit, "check only about N patterns: every k-th with k = 2^32/N made odd (for quick runs)")
+      ->check(CLI::Range(uint64_t(1), uint64_t(1) << 32));
+  sub.add_option("--show", a->show, "mismatches to print")->capture_default_str()->check(CLI::Range(0, 1000000));
+  add_progress(sub, "no progress indicator");
+  return [a] { return run_verify(*a); };
 }
 
 }  // namespace mantis::cli

@@ -1,7 +1,6 @@
 #include "common.h"
 
 #include <fmt/format.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -10,11 +9,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <charconv>
 #include <climits>
-#include <numbers>
-
-#include "core/philox.h"
-#include "core/round_array.h"
 
 namespace mantis::cli {
 
@@ -99,47 +95,53 @@ std::string hex(double x) {
   return buf;
 }
 
-bool stderr_is_tty() { return ::isatty(2) == 1; }
-
-double median(std::vector<double> v) {
-  if (v.empty()) return std::nan("");
-  const size_t m = v.size() / 2;
-  std::nth_element(v.begin(), v.begin() + m, v.end());
-  if (v.size() % 2) return v[m];
-  const double hi = v[m];
-  const double lo = *std::max_element(v.begin(), v.begin() + m);
-  return lo + (hi - lo) / 2;
+SharedOptions& shared() {
+  static SharedOptions o;
+  return o;
 }
 
-void apply_threads(int threads) {
-  if (threads > 0) set_num_threads(threads);
+void add_threads(CLI::App& sub, const std::string& help) {
+  sub.add_option("--threads,-j", shared().threads, help)->check(CLI::Range(1, 4096));
 }
+void add_quiet(CLI::App& sub, const std::string& help) { sub.add_flag("--quiet,-q", shared().quiet, help); }
+void add_progress(CLI::App& sub, const std::string& quiet_help) {
+  add_quiet(sub, quiet_help);
+  sub.add_flag("--progress", shared().progress, "progress bar on stderr even when it is not a terminal");
+}
+void add_rounding(CLI::App& sub, RoundingArgs& r, const std::string& what, const std::string& sr_help) {
+  sub.add_option("--format,-f", r.format, what + format_help())->required();
+  sub.add_option("--rounding,-r", r.rounding, what + rounding_help())->capture_default_str();
+  sub.add_option("--seed", r.seed, "Philox seed for sr/sre")->capture_default_str()->check(kUint64);
+  sub.add_option("--stream", r.stream, "Philox stream for sr/sre")->capture_default_str()->check(kUint64);
+  sub.add_option("--sr-bits", r.sr_bits, sr_help)->capture_default_str();
+}
+CLI::Option* add_out(CLI::App& sub, std::string& out, const std::string& help) {
+  return sub.add_option("--out,-o", out, help)->check(kPath);
+}
+CLI::Option* add_json(CLI::App& sub, bool& json, const std::string& help) { return sub.add_flag("--json", json, help); }
 
-namespace {
-// u in [0,1): top 24 bits of the word, an exact binary32 value.
-inline double unit(uint32_t w) { return double(w >> 8) * 0x1p-24; }
+const CLI::Validator kUint64([](std::string& s) -> std::string {
+  uint64_t v = 0;
+  const auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (s.empty() || s[0] == '+' || ec != std::errc() || p != s.data() + s.size())
+    return fmt::format("'{}' is not an integer in 0..18446744073709551615", s);
+  return "";
+}, "UINT64");
+const CLI::Validator kPath([](std::string& s) -> std::string { return s.empty() ? "the path is empty" : ""; }, "PATH");
 
-template <class T>
-void fill_impl(T* x, size_t n, Distribution d, uint64_t seed, uint64_t stream) {
-  if (d == Distribution::uniform01) {
-    for (size_t i = 0; i < n; ++i) x[i] = T(float(unit(random_word(seed, stream, i))));
-    return;
-  }
-  // Box–Muller on words 2i, 2i+1: u1 in (0,1], u2 in [0,1).
-  for (size_t i = 0; i < n; ++i) {
-    const double u1 = double((random_word(seed, stream, 2 * i) >> 8) + 1) * 0x1p-24;
-    const double u2 = unit(random_word(seed, stream, 2 * i + 1));
-    const double z = std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * std::numbers::pi * u2);
-    x[i] = T(float(z));
-  }
+std::string format_help() {
+  return "target format: a named format (see `mantis formats`), a family name (" + family_help() +
+         "), or a path to a .toml format file";
 }
-}  // namespace
-
-void fill_random(float* x, size_t n, Distribution d, uint64_t seed, uint64_t stream) {
-  fill_impl(x, n, d, seed, stream);
+std::string rounding_help() {
+  std::string modes;
+  for (auto& m : rounding_names()) modes += (modes.empty() ? "" : ", ") + m;
+  return "rounding mode: " + modes;
 }
-void fill_random(double* x, size_t n, Distribution d, uint64_t seed, uint64_t stream) {
-  fill_impl(x, n, d, seed, stream);
-}
+const char* const kModelHelp =
+    "checkpoint: a file (llm.c .bin, llama2.c .bin, .safetensors beside config.json) or a directory holding "
+    "model.safetensors + config.json (Hugging Face GPT-2 or this project's)";
+const char* const kPolicyHelp = "precision policy: native, lamp:<μ> (attn.qk strict ps<μ>), or a TOML file";
+const char* const kTokenizerHelp = "tokenizer: gpt2 (OpenAI's byte-level BPE, data/gpt2) or bytes (vocabulary 256)";
 
 }  // namespace mantis::cli

@@ -168,6 +168,13 @@ void write_result_set(const std::string& dir, const std::vector<std::pair<std::s
   write_file_atomic((fs::path(dir) / "manifest.json").string(), manifest.dump(1) + "\n");
 }
 
+void write_manifest(const std::string& dir, const std::vector<std::string>& files, ojson manifest) {
+  ojson hashes = ojson::object();
+  for (const std::string& name : files) hashes[name] = sha256_file((fs::path(dir) / name).string());
+  manifest["files"] = hashes;
+  write_file_atomic((fs::path(dir) / "manifest.json").string(), manifest.dump(1) + "\n");
+}
+
 void verify_result_set(const std::string& dir) {
   const std::string mpath = (fs::path(dir) / "manifest.json").string();
   std::error_code ec;
@@ -186,6 +193,117 @@ void verify_result_set(const std::string& dir) {
     if (!it.value().is_string() || !fs::is_regular_file(f, ec) || sha256_file(f) != it.value().get<std::string>())
       throw InputError(fmt::format("{}: missing, or its SHA-256 differs from {} (a mixed result set)", f, mpath));
   }
+}
+
+}  // namespace mantis
+
+namespace mantis {
+
+std::string cell_path(const std::string& out, size_t i) { return fmt::format("{}/cells/{}.json", out, i); }
+
+void check_cell_choice(size_t cells, const StudyOptions& o) {
+  if (o.merge_only && o.cell >= 0) throw InputError("--merge and --cell cannot be combined: run cells, then merge");
+  if (o.cell >= 0 && size_t(o.cell) >= cells)
+    throw InputError(fmt::format("--cell {}: the sweep has cells 0..{} (see --cells)", o.cell, cells - 1));
+}
+
+StudyRun run_study(const StudyPlan& plan, const StudyOptions& o) {
+  const Stopwatch total;
+  check_cell_choice(plan.cells, o);
+  if (o.persistent) {
+    std::error_code ec;
+    fs::create_directories(o.out + "/cells", ec);
+    if (ec) throw InputError(fmt::format("cannot create {}/cells: {}", o.out, ec.message()));
+  }
+  auto file = [&](size_t i) { return cell_path(o.out, i); };
+  auto stale = [&](size_t i, const std::string& d) {
+    return InputError(fmt::format("{}: computed under another configuration ({}): use --overwrite to recompute, or "
+                                  "another output directory", file(i), d));
+  };
+  // A stored cell is reused only under the same key; a different one is an error (or, with
+  // overwrite, recomputed). Checked for every cell before anything runs.
+  auto up_to_date = [&](size_t i) {
+    if (!o.persistent || !fs::exists(file(i))) return false;
+    ojson r;
+    try {
+      r = read_cell(file(i));
+    } catch (const InputError&) {
+      if (o.overwrite) return false;
+      throw;
+    }
+    const std::string d = first_difference(r["key"], plan.key(i));
+    if (d.empty()) return true;
+    if (o.overwrite) return false;
+    throw stale(i, d);
+  };
+  StudyRun run;
+  std::vector<size_t> pending;
+  if (o.cell >= 0) {
+    if (!up_to_date(size_t(o.cell))) pending.push_back(size_t(o.cell));
+  } else if (!o.merge_only) {
+    for (size_t i = 0; i < plan.cells; ++i)
+      if (!up_to_date(i)) pending.push_back(i);
+  }
+
+  std::vector<std::optional<ojson>> memory(o.persistent ? 0 : plan.cells);
+  {
+    Progress progress(plan.label, pending.size() * plan.work_per_cell, pending.empty() ? ProgressMode::quiet : o.progress,
+                      plan.unit);
+    uint64_t done = 0;
+    for (size_t n = 0; n < pending.size(); ++n) {
+      const size_t ci = pending[n];
+      const std::string note = fmt::format("cell {}/{} ({})", n + 1, pending.size(), plan.name(ci));
+      progress.update(done, note);
+      ojson r = plan.compute(ci, [&] { progress.update(++done, note); });
+      if (o.persistent) {
+        ojson cell;
+        cell["key"] = plan.key(ci);
+        for (auto it = r.begin(); it != r.end(); ++it) cell[it.key()] = it.value();
+        write_file_atomic(file(ci), cell.dump(1) + "\n");
+        r = std::move(cell);
+      }
+      if (plan.done) {
+        progress.interrupt();
+        plan.done(ci, r, progress);
+      }
+      if (!o.persistent) memory[ci] = std::move(r);
+      run.computed.push_back(ci);
+    }
+  }
+  if (o.cell >= 0) {
+    if (pending.empty() && o.log) fmt::print(o.log, "cell {} is up to date in {}\n", o.cell, file(size_t(o.cell)));
+    run.seconds = total.seconds();
+    return run;  // one cell of a sharded study: merge later
+  }
+
+  // merge: every cell present is read back and its key checked before anything is written
+  run.merge = true;
+  run.cells.resize(plan.cells);
+  for (size_t i = 0; i < plan.cells; ++i) {
+    if (!o.persistent) {
+      run.cells[i] = std::move(memory[i]);
+      continue;
+    }
+    if (!fs::exists(file(i))) {
+      run.missing.push_back(i);
+      continue;
+    }
+    ojson r = read_cell(file(i));
+    if (const std::string d = first_difference(r["key"], plan.key(i)); !d.empty())
+      throw InputError(fmt::format("{}: computed under another configuration ({}): rerun the sweep with --overwrite, "
+                                   "or merge into another output directory", file(i), d));
+    run.cells[i] = std::move(r);
+  }
+  if (!run.missing.empty() && !o.allow_partial) {
+    std::string list;
+    for (size_t k = 0; k < std::min<size_t>(run.missing.size(), 8); ++k)
+      list += fmt::format("{}{}", k ? ", " : "", run.missing[k]);
+    throw InputError(fmt::format("{} of {} cells are missing ({}{}): run them (the sweep resumes, or --cell i), or "
+                                 "merge with --allow-partial", run.missing.size(), plan.cells, list,
+                                 run.missing.size() > 8 ? ", …" : ""));
+  }
+  run.seconds = total.seconds();
+  return run;
 }
 
 }  // namespace mantis

@@ -8,6 +8,13 @@
 // key equals the key of the current configuration; otherwise the run stops with a one-line error
 // naming the first differing field, and `--overwrite` recomputes.
 //
+// Running. run_study() is the one driver of every study (the LAMP sweep, the μ-sweep): it
+// decides which cells to compute (all, one shard `--cell i`, none for `--merge`), reuses stored
+// cells under an equal key, computes the rest with one progress reporter, and for the merge reads
+// every cell back (key checked) and refuses missing ones unless partial merges are allowed. A
+// study without a cell directory (persistent = false) keeps its cells in memory: no resume, no
+// shards, always merged.
+//
 // Result sets. A command's results (results.csv, results.json, …) and manifest.json are one set:
 // the old manifest is removed first, each file is written atomically, and manifest.json is
 // written last with the SHA-256 of every file of the set under "files". A reader that finds no
@@ -17,11 +24,15 @@
 
 #include <nlohmann/json.hpp>
 
+#include <cstdio>
+#include <functional>
 #include <map>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "core/progress.h"
 #include "nn/forward.h"  // defines: ForwardStats, SiteHealth
 
 namespace mantis {
@@ -66,7 +77,48 @@ ojson read_cell(const std::string& path);
 // "files": {name: sha256} added. Creates dir.
 void write_result_set(const std::string& dir, const std::vector<std::pair<std::string, std::string>>& files,
                       ojson manifest);
+// Writes dir/manifest.json for files already in dir (a training run's logs), with their SHA-256s
+// under "files", replacing the old manifest.
+void write_manifest(const std::string& dir, const std::vector<std::string>& files, ojson manifest);
 // InputError unless dir/manifest.json exists and every file it lists has the listed SHA-256.
 void verify_result_set(const std::string& dir);
+
+// ---------------------------------------------------------------- running a study
+struct StudyPlan {
+  std::string label;               // for the progress reporter: "lamp sweep"
+  size_t cells = 0;
+  uint64_t work_per_cell = 1;      // progress units per cell (windows, …)
+  std::string unit;                // their name: "windows"
+  std::function<std::string(size_t)> name;
+  std::function<ojson(size_t)> key;  // persistent studies: everything cell i depends on
+  // The result of cell i (its key is added); `tick` after each unit of work.
+  std::function<ojson(size_t, const std::function<void()>& tick)> compute;
+  // After cell i is computed and stored (a line per cell where no bar is shown).
+  std::function<void(size_t, const ojson&, const Progress&)> done;
+};
+struct StudyOptions {
+  std::string out;          // persistent: cells in out/cells/<i>.json
+  bool persistent = true;
+  int cell = -1;            // ≥ 0: compute only this cell, no merge
+  bool merge_only = false;  // compute nothing, merge what is stored
+  bool overwrite = false;   // recompute cells stored under another key (or malformed)
+  bool allow_partial = false;
+  ProgressMode progress = ProgressMode::automatic;
+  std::FILE* log = stdout;  // the study's messages; nullptr: none
+};
+struct StudyRun {
+  std::vector<size_t> computed;
+  bool merge = false;                       // every cell was read back: merge now
+  std::vector<std::optional<ojson>> cells;  // when merging: the cells present, keys checked
+  std::vector<size_t> missing;
+  double seconds = 0;                       // this process
+};
+std::string cell_path(const std::string& out, size_t i);
+// InputError for --merge with --cell, or a --cell outside 0..cells-1 (run_study checks it too;
+// callers check it before loading what the cells need).
+void check_cell_choice(size_t cells, const StudyOptions& o);
+// InputError before any cell is computed: a bad --cell, --merge with --cell, an uncreatable
+// directory, a stored cell of another key (without overwrite).
+StudyRun run_study(const StudyPlan& plan, const StudyOptions& o);
 
 }  // namespace mantis

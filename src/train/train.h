@@ -82,6 +82,9 @@ class Trainer {
   uint64_t next_step() const { return step_; }
   const std::vector<StepRecord>& log() const { return log_; }
   const Optimizer& optimizer() const { return *opt_; }
+  // The data read (its sources and SHA-256s, for the run's manifest).
+  const TokenData& train_data() const { return train_; }
+  const TokenData& val_data() const { return val_; }
 
  private:
   RunIdentity identity() const;  // what every checkpoint of this run must match
