@@ -18,6 +18,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "testutil.h"
 
 extern char** environ;
@@ -114,6 +116,27 @@ inline fs::path write_config(const std::string& name, const std::string& text) {
   const fs::path p = scratch_dir() / name;
   spit(p, text);
   return p;
+}
+
+// The manifest fields every result-writing command records (src/exp/manifest.h).
+inline void check_manifest_header(const nlohmann::json& m, const std::string& generator) {
+  INFO(m.dump().substr(0, 400));
+  CHECK(m["generator"] == generator);
+  CHECK(m["command"].get<std::string>().find("mantis") != std::string::npos);
+  CHECK(!m["git_commit"].get<std::string>().empty());
+  CHECK(!m["started_utc"].get<std::string>().empty());
+  CHECK(m["host"].is_string());
+  CHECK(!m["build"]["type"].get<std::string>().empty());
+  CHECK(m["build"]["flags"].get<std::string>().find("-ffp-contract=off") != std::string::npos);
+  CHECK(!m["build"]["compiler"].get<std::string>().empty());
+  CHECK(m["build"]["native"].is_boolean());
+  CHECK(m["build"]["isa"].is_array());
+  CHECK(m["cpu"]["model"].is_string());
+  CHECK(m["cpu"]["isa"].is_array());
+  CHECK(m["cpu"]["hardware_threads"].get<int>() >= 0);
+  CHECK(m["timings_s"].is_object());
+  CHECK(m["timings_s"].value("total", 0.0) >= 0);
+  CHECK(m["seeds"].is_object());
 }
 
 }  // namespace mantis_test_cli

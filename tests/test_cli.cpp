@@ -533,26 +533,6 @@ TEST_CASE("mantis help and no subcommand: the list of commands", "[cli][help]") 
   check_error(run({"help", "extra"}), {"extra"});
 }
 
-// The manifest fields every result-writing command records (src/exp/manifest.h).
-void check_manifest_header(const nlohmann::json& m, const std::string& generator) {
-  INFO(m.dump().substr(0, 400));
-  CHECK(m["generator"] == generator);
-  CHECK(m["command"].get<std::string>().find("mantis") != std::string::npos);
-  CHECK(!m["git_commit"].get<std::string>().empty());
-  CHECK(!m["started_utc"].get<std::string>().empty());
-  CHECK(m["host"].is_string());
-  CHECK(!m["build"]["type"].get<std::string>().empty());
-  CHECK(m["build"]["flags"].get<std::string>().find("-ffp-contract=off") != std::string::npos);
-  CHECK(!m["build"]["compiler"].get<std::string>().empty());
-  CHECK(m["build"]["native"].is_boolean());
-  CHECK(m["build"]["isa"].is_array());
-  CHECK(m["cpu"]["model"].is_string());
-  CHECK(m["cpu"]["isa"].is_array());
-  CHECK(m["cpu"]["hardware_threads"].get<int>() >= 0);
-  CHECK(m["timings_s"]["total"].get<double>() >= 0);
-  CHECK(m["seeds"].is_object());
-}
-
 TEST_CASE("progress: plain lines when stderr is not a terminal, nothing with --quiet", "[cli][progress]") {
   const auto cfg = write_config("progress.toml", "mu = [2, 8]\nlengths = [16]\ntrials = 2\n");
   const auto plain = run({"sweep", cfg.string()});

@@ -666,22 +666,6 @@ TEST_CASE("bad data / policy / output paths: the error names the real problem", 
               {"lamp-seed.toml", "'seed' must be a non-negative integer"});
 }
 
-// The manifest fields every result-writing command records (src/exp/manifest.h).
-void check_run_manifest(const nlohmann::json& m, const std::string& generator) {
-  INFO(m.dump().substr(0, 400));
-  CHECK(m["generator"] == generator);
-  CHECK(m["command"].get<std::string>().find("mantis") != std::string::npos);
-  CHECK(!m["git_commit"].get<std::string>().empty());
-  CHECK(m["host"].is_string());
-  CHECK(!m["build"]["type"].get<std::string>().empty());
-  CHECK(m["build"]["flags"].get<std::string>().find("-ffp-contract=off") != std::string::npos);
-  CHECK(m["build"]["isa"].is_array());
-  CHECK(m["cpu"]["model"].is_string());
-  CHECK(m["cpu"]["isa"].is_array());
-  CHECK(m["seeds"].is_object());
-  CHECK(m["timings_s"].is_object());
-}
-
 TEST_CASE("manifests: eval, lamp sweep and train record command, build, CPU, hashes, seeds, timings", "[cli][manifest]") {
   const std::string dir = model_dir("bytes-llama", bytes_llama());
   const fs::path out = scratch_dir() / "eval-manifest";
@@ -691,7 +675,7 @@ TEST_CASE("manifests: eval, lamp sweep and train record command, build, CPU, has
   REQUIRE(r.status == 0);
   CHECK(r.err.find("eval: 2/2 windows (100.0 %)") != std::string::npos);  // the plain progress line
   const auto m = nlohmann::json::parse(slurp(out / "manifest.json"));
-  check_run_manifest(m, "mantis eval");
+  check_manifest_header(m, "mantis eval");
   CHECK(m["command"].get<std::string>().find("eval -m " + dir) != std::string::npos);
   CHECK(m["model_files"][0]["sha256"].is_string());
   CHECK(m["files"]["results.json"] == sha256_hex(slurp(out / "results.json")));
@@ -705,7 +689,7 @@ TEST_CASE("manifests: eval, lamp sweep and train record command, build, CPU, has
   REQUIRE(l.status == 0);
   CHECK(l.err.find("lamp sweep: 4/4 windows (100.0 %)") != std::string::npos);
   const auto lm = nlohmann::json::parse(slurp(lout / "manifest.json"));
-  check_run_manifest(lm, "mantis lamp sweep");
+  check_manifest_header(lm, "mantis lamp sweep");
   CHECK(lm["seeds"]["bootstrap"] == 0);
   CHECK(lm["config_sha256"] == sha256_hex(slurp(lcfg)));
   CHECK(run({"lamp", "sweep", lcfg.string(), "-q", "--overwrite"}).err.empty());
@@ -717,7 +701,7 @@ TEST_CASE("manifests: eval, lamp sweep and train record command, build, CPU, has
   REQUIRE(t.status == 0);
   CHECK(t.err.find("train: 4/4 steps (100.0 %)") != std::string::npos);
   const auto tm = nlohmann::json::parse(slurp(tout / "manifest.json"));
-  check_run_manifest(tm, "mantis train");
+  check_manifest_header(tm, "mantis train");
   CHECK(tm["seeds"]["init"] == 1);
   CHECK(tm["files"]["log.csv"] == sha256_file((tout / "log.csv").string()));
   CHECK(tm["data"]["train"]["sources"][0]["sha256"].is_string());

@@ -11,6 +11,7 @@
 #include "core/file.h"
 #include "io/checkpoint.h"
 #include "mantis_config.h"
+#include "nn/backward.h"
 #include "optim/adamw.h"
 #include "optim/clip.h"
 #include "optim/optimizer.h"

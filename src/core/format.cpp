@@ -8,6 +8,7 @@
 #include <toml++/toml.h>
 
 #include "core/file.h"
+#include "core/toml.h"
 
 namespace mantis {
 
@@ -87,21 +88,11 @@ double min_subnormal(const Format& f) { return f.subnormals ? std::ldexp(1.0, f.
 double unit_roundoff(const Format& f) { return std::ldexp(1.0, -(f.mu + 1)); }
 
 Format format_from_toml(const std::string& text, const std::string& source) {
-  toml::table t;
-  try {
-    t = toml::parse(text, source);
-  } catch (const toml::parse_error& e) {
-    throw InputError(fmt::format("{}:{}: malformed TOML: {}", source, e.source().begin.line, e.description()));
-  }
+  const toml::table t = parse_toml(text, source);
   Format f;
-  auto line = [&](const toml::node& n) { return fmt::format("{}:{}", source, n.source().begin.line); };
-  for (auto&& [k, v] : t) {
-    static const char* known[] = {"name", "mantissa_bits", "exponent_bits", "emin", "emax",
-                                  "subnormals", "overflow", "specials"};
-    if (std::find_if(std::begin(known), std::end(known), [&](const char* s) { return k.str() == s; }) == std::end(known))
-      throw InputError(fmt::format("{}: unknown key '{}' (known: name, mantissa_bits, exponent_bits, emin, emax, "
-                                   "subnormals, overflow, specials)", line(v), k.str()));
-  }
+  auto line = [&](const toml::node& n) { return toml_where(source, n); };
+  check_known_keys(t, source, {"name", "mantissa_bits", "exponent_bits", "emin", "emax", "subnormals", "overflow",
+                               "specials"});
   auto get_int = [&](const char* key) -> std::optional<int> {
     const toml::node* n = t.get(key);
     if (!n) return std::nullopt;

@@ -11,6 +11,7 @@
 #include <toml++/toml.h>
 
 #include "core/file.h"
+#include "core/toml.h"
 #include "core/philox.h"
 #include "core/round_array.h"
 
@@ -298,13 +299,8 @@ void Policy::check(const ModelConfig& c) const {
 }
 
 Policy policy_from_toml(const std::string& text, const std::string& source) {
-  toml::table t;
-  try {
-    t = toml::parse(text, source);
-  } catch (const toml::parse_error& e) {
-    throw InputError(fmt::format("{}:{}: malformed TOML: {}", source, e.source().begin.line, e.description()));
-  }
-  auto line = [&](const toml::node& n) { return fmt::format("{}:{}", source, n.source().begin.line); };
+  const toml::table t = parse_toml(text, source);
+  auto line = [&](const toml::node& n) { return toml_where(source, n); };
   for (auto&& [k, v] : t)
     if (k.str() != "site" && k.str() != "lamp" && k.str() != "lamp_activation" && k.str() != "lamp_layernorm")
       throw InputError(fmt::format("{}: unknown key '{}' (known: site, as [site.\"<name>\"] tables, [lamp], "

@@ -3,7 +3,7 @@
 // multiplied by clip / norm (binary32).
 #pragma once
 
-#include "nn/backward.h"  // GradMap
+#include "nn/grad.h"
 #include "nn/model.h"
 
 namespace mantis {

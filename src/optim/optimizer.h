@@ -26,7 +26,7 @@
 #include <variant>
 #include <vector>
 
-#include "nn/backward.h"  // GradMap
+#include "nn/grad.h"
 #include "nn/model.h"
 
 namespace mantis {

@@ -9,6 +9,7 @@
 
 #include "core/error.h"
 #include "core/file.h"
+#include "core/toml.h"
 #include "io/tokenizer.h"
 
 namespace mantis {
@@ -24,7 +25,7 @@ struct TomlReader {
   const toml::table& root;
   const std::string& path;
 
-  std::string line(const toml::node& n) const { return fmt::format("{}:{}", path, n.source().begin.line); }
+  std::string line(const toml::node& n) const { return toml_where(path, n); }
 
   const toml::table* table(const char* name, std::initializer_list<const char*> keys) const {
     const toml::node* n = root.get(name);
@@ -70,12 +71,7 @@ struct TomlReader {
 }  // namespace
 
 TrainConfig train_config_from_toml(const std::string& text, const std::string& path) {
-  toml::table root;
-  try {
-    root = toml::parse(text, path);
-  } catch (const toml::parse_error& e) {
-    throw InputError(fmt::format("{}:{}: malformed TOML: {}", path, e.source().begin.line, e.description()));
-  }
+  const toml::table root = parse_toml(text, path);
   const TomlReader r{root, path};
   static const std::set<std::string> top = {"out", "model", "data", "train", "optimizer", "precision", "activation_quant"};
   for (auto&& [k, v] : root)

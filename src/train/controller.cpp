@@ -6,8 +6,6 @@
 
 namespace mantis {
 
-Site unit_site(Unit u) { return *site_from_string(to_string(u)); }
-
 void check_paths(const std::vector<UnitPath>& paths, const ModelConfig& m, uint64_t step) {
   if (paths.size() != size_t(m.layers) * kUnitCount)
     throw InputError(fmt::format("step {}: the controller left {} unit paths, expected {} ({} layers × {} units)", step,
@@ -18,7 +16,7 @@ void check_paths(const std::vector<UnitPath>& paths, const ModelConfig& m, uint6
       validate(paths[i].saved);
       for (auto [o, pass] : {std::pair{&paths[i].forward, "forward"}, {&paths[i].dx, "dx"}, {&paths[i].dw, "dw"}})
         try {
-          if (*o) validate(**o, unit_site(u));
+          if (*o) validate(**o, site_of(u));
         } catch (const InputError& e) {
           throw InputError(fmt::format("{} override: {}", pass, e.what()));
         }
@@ -37,7 +35,7 @@ bool has_overrides(const std::vector<UnitPath>& paths) {
 Policy with_overrides(const Policy& run, const std::vector<UnitPath>& paths) {
   Policy p = run;
   for (size_t i = 0; i < paths.size(); ++i) {
-    const std::pair<int, Site> at{int(i / kUnitCount), unit_site(Unit(i % kUnitCount))};
+    const std::pair<int, Site> at{int(i / kUnitCount), site_of(Unit(i % kUnitCount))};
     if (paths[i].forward) p.layer[at] = *paths[i].forward;
     if (paths[i].dx) p.grad_layer[0][at] = *paths[i].dx;
     if (paths[i].dw) p.grad_layer[1][at] = *paths[i].dw;

@@ -29,9 +29,6 @@ struct UnitPath {
   std::optional<SitePolicy> forward, dx, dw;
 };
 
-// The GEMM site a unit's path overrides (attn.qkv → Site::attn_qkv, …: the same names).
-Site unit_site(Unit u);
-
 // InputError "step S: unit layer.L.SITE: …" unless paths holds one valid path per unit of the
 // model (saved in range, every override a valid entry for its site).
 void check_paths(const std::vector<UnitPath>& paths, const ModelConfig& m, uint64_t step);

@@ -14,6 +14,7 @@
 
 #include "core/error.h"
 #include "io/checkpoint.h"
+#include "io/windows.h"
 #include "nn/forward.h"
 #include "core/file.h"
 #include "nn/metrics.h"
@@ -94,11 +95,9 @@ StepRecord Trainer::step() {
   for (size_t i = 0; i < nseq; ++i) try {
     const uint64_t k = k0 + i;
     const size_t start = size_t(random_word64(c_.seed, kDataStream, k) % span);
-    std::vector<int32_t> in(T), tgt(T);  // [T]
-    for (size_t t = 0; t < T; ++t) {
-      in[t] = int32_t(train_.tokens[start + t]);
-      tgt[t] = int32_t(train_.tokens[start + t + 1]);
-    }
+    const Window win = window_at(train_.tokens, start, int(T));  // inputs, targets [T]
+    const std::vector<int32_t>& in = win.inputs;
+    const std::vector<int32_t>& tgt = win.targets;
     g[i] = zero_grads<float>(model_);
     BackwardOptions o;
     o.saved = [&](int l, Unit u) { return paths[size_t(l * kUnitCount + int(u))].saved; };
@@ -176,13 +175,11 @@ double Trainer::validation_loss() {
   const size_t T = size_t(c_.model.ctx);
   std::vector<double> sums(val_starts_.size());
   for (size_t w = 0; w < val_starts_.size(); ++w) {
-    std::vector<int32_t> in(T);  // [T]
-    for (size_t t = 0; t < T; ++t) in[t] = int32_t(val_.tokens[val_starts_[w] + t]);
-    const Matrix<float> logits = forward<float>(model_, in);  // [T,V]
+    const Window win = window_at(val_.tokens, val_starts_[w], int(T));  // inputs, targets [T]
+    const Matrix<float> logits = forward<float>(model_, win.inputs);  // [T,V]
     double s = 0;
     for (size_t t = 0; t < T; ++t)
-      s += nll(std::span<const float>(logits.row(Eigen::Index(t)).data(), size_t(logits.cols())),
-               int32_t(val_.tokens[val_starts_[w] + t + 1]));
+      s += nll(std::span<const float>(logits.row(Eigen::Index(t)).data(), size_t(logits.cols())), win.targets[t]);
     sums[w] = s;
   }
   double total = 0;
