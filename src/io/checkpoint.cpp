@@ -273,11 +273,7 @@ Tensor to_tensor(const StEntry& e, const std::string& file, const std::string& n
 json read_json(const fs::path& p) {
   std::error_code ec;
   if (!fs::is_regular_file(p, ec)) throw InputError(fmt::format("{}: no such file", p.string()));
-  const auto size = fs::file_size(p, ec);
-  if (ec || size > (64u << 20)) throw InputError(fmt::format("{}: unreadable or too large for a config", p.string()));
-  std::ifstream in(p, std::ios::binary);
-  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (!in.good() && !in.eof()) throw InputError(fmt::format("{}: read error", p.string()));
+  const std::string text = read_text_file(p.string(), "JSON file");
   json j;
   try {
     j = json::parse(text);
