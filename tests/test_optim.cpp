@@ -44,7 +44,7 @@ TEST_CASE("AdamW: 10 steps track PyTorch's float32 trajectory (losses and parame
     const auto& a = entry["adamw"];
     AdamWConfig c;
     c.beta1 = a["betas"][0], c.beta2 = a["betas"][1], c.eps = a["eps"], c.weight_decay = a["weight_decay"];
-    auto opt = make_adamw(m, c);
+    auto opt = make_adamw(param_set(m.cfg), c);
     const double lr = a["lr"];
     for (int s = 0; s < int(a["steps"]); ++s) {
       GradMap<float> g = zero_grads<float>(m);
@@ -119,7 +119,7 @@ TEST_CASE("registry: the name picks the optimizer, which reads and checks its ow
 
   // an entry added later is found by name and listed in the message
   register_optimizer({"test-none", "does nothing", {}, [](const OptimizerOptions& p) { OptionReader(p, {}); },
-                      [](const Model&, const OptimizerOptions&) -> std::unique_ptr<Optimizer> { return nullptr; }});
+                      [](const ParamSet&, const OptimizerOptions&) -> std::unique_ptr<Optimizer> { return nullptr; }});
   CHECK_THROWS_WITH(register_optimizer(optimizers().front()), "optimizer 'adamw' is already registered");
   o.name = "sgd";
   CHECK_THROWS_WITH(check_optimizer(o), "x.toml: [optimizer] name = 'sgd' (known: adamw, test-none)");
@@ -151,7 +151,7 @@ TEST_CASE("typed state: dtypes, tensors, the exact byte count, and load_state's 
   CHECK(StateTensor{"s", DType::f64, {}, {}}.numel() == 1);  // a scalar
 
   Model m = init_model(tiny_model(), 1);
-  auto opt = make_adamw(m, {});
+  auto opt = make_adamw(param_set(m.cfg), {});
   GradMap<float> g = zero_grads<float>(m);
   g.at("wte")[3] = 1;
   opt->step(m, g, 1e-3);
@@ -165,7 +165,7 @@ TEST_CASE("typed state: dtypes, tensors, the exact byte count, and load_state's 
   CHECK(st.size() == 2 * parameter_shapes(m.cfg).size());
   CHECK(std::is_sorted(st.begin(), st.end(), [](auto& a, auto& b) { return a.name < b.name; }));
 
-  auto other = make_adamw(m, {});
+  auto other = make_adamw(param_set(m.cfg), {});
   other->load_state(st, 1);
   CHECK(other->steps() == 1);
   const auto again = other->state();

@@ -412,10 +412,10 @@ namespace {
 // sum of the learning rates; a u32 counter. Its update depends on all of them.
 class MixedOptimizer final : public Optimizer {
  public:
-  explicit MixedOptimizer(const Model& m) {
-    for (auto& [name, shape] : parameter_shapes(m.cfg)) {
-      Slot s{name, std::vector<uint64_t>(shape.begin(), shape.end()), {}, {}, {}};
-      const size_t n = StateTensor{name, DType::u8, s.shape, {}}.numel();
+  explicit MixedOptimizer(const ParamSet& ps) {
+    for (auto& p : ps.params) {
+      Slot s{p.name, std::vector<uint64_t>(p.shape.begin(), p.shape.end()), {}, {}, {}};
+      const size_t n = StateTensor{p.name, DType::u8, s.shape, {}}.numel();
       s.code.assign(n, 128), s.scale.assign((n + 15) / 16, 0.0f), s.flips.assign(s.scale.size(), 0);
       slots_.push_back(std::move(s));
     }
@@ -492,8 +492,8 @@ void register_mixed() {
   static const bool done = [] {
     register_optimizer({"test-mixed", "test_train's mixed-dtype state", {},
                         [](const OptimizerOptions& o) { OptionReader(o, {}); },
-                        [](const Model& m, const OptimizerOptions&) -> std::unique_ptr<Optimizer> {
-                          return std::make_unique<MixedOptimizer>(m);
+                        [](const ParamSet& p, const OptimizerOptions&) -> std::unique_ptr<Optimizer> {
+                          return std::make_unique<MixedOptimizer>(p);
                         }});
     return true;
   }();

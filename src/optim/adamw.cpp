@@ -13,11 +13,11 @@ namespace {
 
 class AdamW final : public Optimizer {
  public:
-  AdamW(const Model& m, const AdamWConfig& c) : c_(c) {
-    for (auto& [name, shape] : parameter_shapes(m.cfg)) {
-      const std::vector<uint64_t> dims(shape.begin(), shape.end());
-      const size_t n = StateTensor{name, DType::f32, dims, {}}.numel();
-      slots_.push_back({name, dims, shape.size() >= 2, std::vector<float>(n), std::vector<float>(n)});
+  AdamW(const ParamSet& ps, const AdamWConfig& c) : c_(c) {
+    for (auto& p : ps.params) {
+      const std::vector<uint64_t> dims(p.shape.begin(), p.shape.end());
+      const size_t n = StateTensor{p.name, DType::f32, dims, {}}.numel();
+      slots_.push_back({p.name, dims, decays(p), std::vector<float>(n), std::vector<float>(n)});
     }
   }
   std::string name() const override { return "adamw"; }
@@ -110,15 +110,15 @@ void validate(const AdamWConfig& c) {
   if (!(c.weight_decay >= 0)) throw InputError(fmt::format("adamw: weight_decay = {} must be ≥ 0", c.weight_decay));
 }
 
-std::unique_ptr<Optimizer> make_adamw(const Model& m, const AdamWConfig& c) {
+std::unique_ptr<Optimizer> make_adamw(const ParamSet& p, const AdamWConfig& c) {
   validate(c);
-  return std::make_unique<AdamW>(m, c);
+  return std::make_unique<AdamW>(p, c);
 }
 
 OptimizerEntry adamw_entry() {
   return {"adamw", "AdamW in binary32 (PyTorch's torch.optim.AdamW); state m and v, 8 bytes per parameter", keys(),
           [](const OptimizerOptions& o) { parse(o); },
-          [](const Model& m, const OptimizerOptions& o) { return make_adamw(m, parse(o)); }};
+          [](const ParamSet& p, const OptimizerOptions& o) { return make_adamw(p, parse(o)); }};
 }
 
 }  // namespace mantis

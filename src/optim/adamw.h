@@ -21,7 +21,7 @@ struct AdamWConfig {
 
 // InputError unless 0 ≤ β < 1, ε > 0, wd ≥ 0.
 void validate(const AdamWConfig& c);
-std::unique_ptr<Optimizer> make_adamw(const Model& m, const AdamWConfig& c);
+std::unique_ptr<Optimizer> make_adamw(const ParamSet& p, const AdamWConfig& c);
 // The registry's entry (optimizer.h).
 OptimizerEntry adamw_entry();
 

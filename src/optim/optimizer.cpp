@@ -160,6 +160,18 @@ const OptimizerEntry& find_optimizer(const OptimizerOptions& o) {
 
 void check_optimizer(const OptimizerOptions& o) { find_optimizer(o).check(o); }
 
-std::unique_ptr<Optimizer> make_optimizer(const Model& m, const OptimizerOptions& o) { return find_optimizer(o).make(m, o); }
+std::unique_ptr<Optimizer> make_optimizer(const ParamSet& p, const OptimizerOptions& o) { return find_optimizer(o).make(p, o); }
+
+ParamSet param_set(const ModelConfig& c) { return {parameter_infos(c), true}; }
+
+ParamSet param_set(const std::vector<std::pair<std::string, std::vector<int64_t>>>& shapes) {
+  ParamSet s{{}, false};
+  for (auto& [name, shape] : shapes) {
+    ParamInfo p;
+    p.name = name, p.shape = shape;
+    s.params.push_back(std::move(p));
+  }
+  return s;
+}
 
 }  // namespace mantis

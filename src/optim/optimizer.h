@@ -80,10 +80,26 @@ struct StateTensor {
   }
 };
 
+// The parameters an optimizer updates, in the order it visits them (its state follows this
+// order): a model's parameter_infos, roles known; or a replay file's tensors by name, where only
+// name and shape mean anything unless a model configuration supplied the roles (Adam-mini,
+// which partitions by role and head, refuses a set without roles).
+struct ParamSet {
+  std::vector<ParamInfo> params;
+  bool roles = true;
+};
+ParamSet param_set(const ModelConfig& c);  // parameter_infos(c)
+// A set from names and shapes alone (roles unknown).
+ParamSet param_set(const std::vector<std::pair<std::string, std::vector<int64_t>>>& shapes);
+// Decoupled weight decay applies to tensors with ≥ 2 dimensions (matrices and embeddings; not
+// biases or norm gains), in every optimizer.
+inline bool decays(const ParamInfo& p) { return p.shape.size() >= 2; }
+
 class Optimizer {
  public:
   virtual ~Optimizer() = default;
   virtual std::string name() const = 0;
+  // m.params and g hold every parameter of the set by name (m.cfg is not read).
   virtual void step(Model& m, const GradMap<float>& g, double lr) = 0;
   // Exactly what the state holds: Σ bytes of state() + 8 for the step count.
   virtual uint64_t state_bytes() const = 0;
@@ -136,8 +152,8 @@ struct OptimizerEntry {
   std::vector<std::string> keys;  // the [optimizer] keys it reads, besides `name`
   // Parses and validates the settings (InputError naming the key or the value).
   std::function<void(const OptimizerOptions&)> check;
-  // The same, then the optimizer for m's parameters.
-  std::function<std::unique_ptr<Optimizer>(const Model&, const OptimizerOptions&)> make;
+  // The same, then the optimizer for these parameters (InputError if it cannot serve them).
+  std::function<std::unique_ptr<Optimizer>(const ParamSet&, const OptimizerOptions&)> make;
 };
 
 // Every registered optimizer in registration order (the built-in ones first).
@@ -147,6 +163,9 @@ void register_optimizer(OptimizerEntry e);
 // The entry for o.name; InputError "SOURCE: [optimizer] name = 'X' (known: adamw, …)".
 const OptimizerEntry& find_optimizer(const OptimizerOptions& o);
 void check_optimizer(const OptimizerOptions& o);
-std::unique_ptr<Optimizer> make_optimizer(const Model& m, const OptimizerOptions& o);
+std::unique_ptr<Optimizer> make_optimizer(const ParamSet& p, const OptimizerOptions& o);
+inline std::unique_ptr<Optimizer> make_optimizer(const Model& m, const OptimizerOptions& o) {
+  return make_optimizer(param_set(m.cfg), o);
+}
 
 }  // namespace mantis
