@@ -8,13 +8,14 @@
 
 #include "core/error.h"
 #include "optim/adamw.h"
+#include "optim/gefen.h"
 
 namespace mantis {
 
 namespace {
 
 std::vector<OptimizerEntry>& registry() {
-  static std::vector<OptimizerEntry> r = {adamw_entry()};
+  static std::vector<OptimizerEntry> r = {adamw_entry(), gefen_entry()};
   return r;
 }
 

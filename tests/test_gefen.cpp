@@ -1,0 +1,408 @@
+// test_gefen — Gefen's period rule (against brute force and crafted tensors) and the Gefen
+// optimizer (against a scalar binary32 restatement of optim/gefen.h, bit for bit, and a binary64
+// restatement of its definition with a tolerance; state bytes, state round trip, threads, errors).
+#include <catch2/catch.hpp>
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+
+#include "core/threads.h"
+#include "optim/gefen.h"
+#include "optim/gefen_codebook.h"
+#include "optim/gefen_period.h"
+#include "optim/optimizer.h"
+#include "testutil.h"
+
+using namespace mantis;
+using mantis::test::error_of;
+
+namespace {
+
+// The code's rule restated by brute force: divisors by trial division, plain sequential sums
+// (not numpy's pairwise order: equal to the last bits, so only non-near-tie inputs are used).
+size_t brute_period(const std::vector<float>& g) {
+  const size_t n = g.size();
+  std::vector<std::pair<size_t, double>> sc;
+  for (size_t p = 1; p <= n; ++p) {
+    if (n % p || n / p < 4) continue;
+    std::vector<double> mu;
+    for (size_t b = 0; b < n / p; ++b) {
+      double s = 0;
+      for (size_t i = b * p; i < (b + 1) * p; ++i) s += std::log(double(g[i] * g[i]) + 1e-12);
+      mu.push_back(s / double(p));
+    }
+    double d = 0;
+    for (size_t b = 0; b + 1 < mu.size(); ++b) d += std::abs(mu[b + 1] - mu[b]);
+    sc.push_back({p, d / double(mu.size() - 1)});
+  }
+  size_t best = 1;
+  double bs = -1;
+  for (size_t i = 1; i + 1 < sc.size(); ++i)
+    if (sc[i].first > 8 && sc[i].second > sc[i - 1].second && sc[i].second > sc[i + 1].second &&
+        (sc[i].second > bs || (sc[i].second == bs && sc[i].first > best)))
+      best = sc[i].first, bs = sc[i].second;
+  if (best > 1024)
+    for (size_t p = 1025; p <= best; ++p)
+      if (n % p == 0 && best % p == 0) return p;
+  return best;
+}
+
+// rows × cols, every row its own scale (a gradient whose v varies by row).
+std::vector<float> rowwise(size_t rows, size_t cols, uint64_t seed) {
+  std::mt19937_64 r(seed);
+  std::normal_distribution<float> z(0, 1);
+  std::uniform_real_distribution<float> sc(-6, 2);
+  std::vector<float> g(rows * cols);
+  for (size_t i = 0; i < rows; ++i) {
+    const float s = std::exp(sc(r));
+    for (size_t j = 0; j < cols; ++j) g[i * cols + j] = s * z(r);
+  }
+  return g;
+}
+
+}  // namespace
+
+TEST_CASE("gefen period: numpy's pairwise summation order, divisors, the magnitude block") {
+  std::vector<double> a(300);
+  for (size_t i = 0; i < a.size(); ++i) a[i] = double(i % 7) - 2.5;  // exact sums
+  double exact = 0;
+  for (double x : a) exact += x;
+  CHECK(gefen_pairwise_sum(a) == exact);
+  // A case where the order shows: 1 + 2^-53 + … sequentially loses what pairs keep.
+  std::vector<double> b(16, 0x1p-53);
+  b[0] = 1.0;
+  double seq = 0;
+  for (double x : b) seq += x;
+  CHECK(seq == 1.0);
+  // eight lanes: lane 0 is 1 + 2^-53 = 1, lanes 1..7 hold 2·2^-53 each; (r0+r1) = 1+2^-52, …
+  const double lane = 2 * 0x1p-53;
+  CHECK(gefen_pairwise_sum(b) == ((1.0 + lane) + (lane + lane)) + ((lane + lane) + (lane + lane)));
+  CHECK(gefen_pairwise_sum(std::vector<double>{}) == 0.0);
+  CHECK(gefen_divisors(1).empty());
+  CHECK(gefen_divisors(12) == std::vector<size_t>{1, 2, 3, 4, 6, 12});
+  CHECK(gefen_divisors(49) == std::vector<size_t>{1, 7, 49});
+  CHECK(gefen_magnitude_block(768 * 3072, 768) == 768);
+  CHECK(gefen_magnitude_block(768, 1) == 256);
+  CHECK(gefen_magnitude_block(200, 1) == 200);
+  CHECK(gefen_magnitude_block(257, 1) == 1);  // prime: 9 bytes per element
+  CHECK(gefen_magnitude_block(1000, 1) == 250);
+}
+
+TEST_CASE("gefen period (code): rows, n < 8, primes, zeros, ties, the cap, brute force") {
+  for (size_t cols : {16, 24, 64, 96}) {
+    const auto g = rowwise(32, cols, cols);
+    CHECK(gefen_period(g, GefenPeriodRule::code) == cols);
+    CHECK(brute_period(g) == cols);
+  }
+  for (size_t n = 1; n < 8; ++n) CHECK(gefen_period(std::vector<float>(n, 1.0f), GefenPeriodRule::code) == 1);
+  // n = 8: candidates 1, 2, no interior one
+  CHECK(gefen_period(rowwise(4, 2, 1), GefenPeriodRule::code) == 1);
+  // primes: the only candidate is 1
+  for (size_t n : {257, 1031}) {
+    const auto g = rowwise(1, n, n);
+    CHECK(gefen_period_scores(g, GefenPeriodRule::code).size() == 1);
+    CHECK(gefen_period(g, GefenPeriodRule::code) == 1);
+  }
+  // all zero: every block mean is ln 1e-12, every score 0, no strict maximum
+  const std::vector<float> zero(4096, 0.0f);
+  for (auto& s : gefen_period_scores(zero, GefenPeriodRule::code)) CHECK(s.score == 0.0);
+  CHECK(gefen_period(zero, GefenPeriodRule::code) == 1);
+  // zero rows among scaled ones: still the row length
+  auto gz = rowwise(32, 48, 7);
+  for (size_t r = 0; r < 32; r += 3) std::fill(gz.begin() + long(r * 48), gz.begin() + long(r * 48 + 48), 0.0f);
+  CHECK(gefen_period(gz, GefenPeriodRule::code) == 48);
+  CHECK(brute_period(gz) == 48);
+  // the choice: interior strict maxima with p > 8, the largest score, ties to the larger p
+  const size_t n = 720;
+  std::vector<GefenPeriodScore> s = {{1, 0.1}, {2, 0.5}, {4, 0.2}, {9, 0.3}, {10, 0.2}, {12, 0.3}, {16, 0.1}};
+  CHECK(gefen_period_choice(s, n, GefenPeriodRule::code) == 12);  // 9 and 12 tie: the larger p; 2 is ≤ 8
+  s[3].score = 0.31;
+  CHECK(gefen_period_choice(s, n, GefenPeriodRule::code) == 9);
+  s = {{1, 0.1}, {9, 0.3}, {10, 0.3}, {12, 0.2}};  // a plateau is no strict maximum
+  CHECK(gefen_period_choice(s, n, GefenPeriodRule::code) == 1);
+  s = {{1, 0.1}, {9, 0.3}, {10, 0.2}, {12, 0.5}};  // the last candidate is not interior
+  CHECK(gefen_period_choice(s, n, GefenPeriodRule::code) == 9);
+  // the cap: the smallest divisor of n in (1024, P] that divides P
+  CHECK(gefen_period_cap(1024, 4096) == 1024);
+  CHECK(gefen_period_cap(3000, 24000) == 1500);
+  CHECK(gefen_period_cap(2048, 8192) == 2048);
+  CHECK(gefen_period_cap(4099, 4 * 4099) == 4099);
+  const auto wide = rowwise(8, 3000, 3);
+  CHECK(gefen_period(wide, GefenPeriodRule::code) == 1500);
+  CHECK(brute_period(wide) == 1500);
+  // random structure (rows of random length, random noise) against brute force
+  std::mt19937_64 r(11);
+  for (int k = 0; k < 40; ++k) {
+    const size_t rows = 2 + r() % 40, cols = 1 + r() % 70;
+    auto g = rowwise(rows, cols, r());
+    if (k % 3 == 0)
+      for (auto& x : g) x *= float(1 + r() % 3);
+    INFO(rows << " x " << cols);
+    CHECK(gefen_period(g, GefenPeriodRule::code) == brute_period(g));
+  }
+  CHECK_THROWS_WITH(gefen_period(std::vector<float>{1, 2, 3, 4, 5, 6, 7, NAN}, GefenPeriodRule::code),
+                    "gefen period: gradient element 7 is not finite (nan)");
+}
+
+TEST_CASE("gefen period (brief): E(p) and where its drop from the top ends") {
+  for (size_t cols : {16, 24, 64, 96}) CHECK(gefen_period(rowwise(32, cols, cols + 1), GefenPeriodRule::brief) == cols);
+  // E(p) by hand: blocks {0,0} and {1,1} of ln(g²+1e-12) values
+  const std::vector<float> g = {1, 1, 1, 1, 2, 2, 2, 2};
+  const auto e = gefen_period_scores(g, GefenPeriodRule::brief);
+  REQUIRE(e.size() == 2);  // p = 1, 2 (n/p ≥ 4)
+  CHECK(e[0].score == 0.0);
+  CHECK(e[1].score == 0.0);
+  std::vector<GefenPeriodScore> s = {{1, 0}, {2, 1.0}, {4, 1.0}, {16, 1.0}, {32, 1.0}, {64, 3.0}};
+  CHECK(gefen_period_choice(s, 1024, GefenPeriodRule::brief) == 32);
+  s[5].score = 1.25;  // within 25% of the floor: the drop ends at 64
+  CHECK(gefen_period_choice(s, 1024, GefenPeriodRule::brief) == 64);
+  s[5].score = 1.2500001;
+  CHECK(gefen_period_choice(s, 1024, GefenPeriodRule::brief) == 32);
+  s = {{1, 0}, {2, 1.0}, {4, 3.0}, {8, 3.0}};  // a drop at p = 2 < 8 gives 1
+  CHECK(gefen_period_choice(s, 1024, GefenPeriodRule::brief) == 1);
+  CHECK(gefen_period(std::vector<float>(4096, 0.0f), GefenPeriodRule::brief) == 1);
+}
+
+namespace {
+
+// A parameter set with every kind of tensor Gefen meets: a row-structured matrix (P = its row),
+// one big enough for the threaded path, 1-D gains (P = 1, Q ≤ 256), a prime length (Q = 1), a
+// single element, and a gradient that is zero throughout (mag = 0: the code nearest 0).
+struct Fixture {
+  Model m;
+  ParamSet ps;
+  std::vector<std::string> names;
+};
+
+Fixture fixture() {
+  const std::vector<std::pair<std::string, std::vector<int64_t>>> shapes = {
+      {"w", {40, 24}}, {"big", {96, 256}}, {"gain", {768}}, {"prime", {257}}, {"one", {1}}, {"zero", {8, 16}}};
+  Fixture f;
+  f.ps = param_set(shapes);
+  std::mt19937_64 r(5);
+  std::normal_distribution<float> z(0, 1);
+  for (auto& [n, s] : shapes) {
+    Tensor t;
+    t.shape = s;
+    t.data.resize(size_t(t.numel()));
+    for (auto& x : t.data) x = 0.02f * z(r);
+    f.m.params[n] = t;
+    f.names.push_back(n);
+  }
+  return f;
+}
+
+// Gradients of step t: row scales times integers / 256 (a few hundred occupied histogram bins, so
+// the DP runs but stays fast); "zero" stays zero.
+GradMap<float> grads(const Fixture& f, int t) {
+  GradMap<float> g;
+  std::mt19937_64 r(100 + uint64_t(t));
+  for (auto& n : f.names) {
+    const auto& p = f.m.params.at(n);
+    std::vector<float> x(p.data.size(), 0.0f);
+    const size_t cols = p.shape.size() == 2 ? size_t(p.shape[1]) : x.size();
+    if (n != "zero")
+      for (size_t i = 0; i < x.size(); i += cols) {
+        const float s = std::ldexp(1.0f, int(r() % 9) - 12);
+        for (size_t j = i; j < i + cols; ++j)  // ±1 at every 8th element: each block's absmax is s
+          x[j] = s * (j % 8 == 0 ? (r() % 2 ? 1.0f : -1.0f) : float(int(r() % 401) - 200) / 256.0f);
+      }
+    g[n] = x;
+  }
+  return g;
+}
+
+// optim/gefen.h's step restated as a plain scalar loop in binary32, operation by operation.
+struct RefSlot {
+  size_t P = 0, Q = 0;
+  std::vector<uint8_t> idx;
+  std::vector<float> mag, v;
+};
+struct Ref {
+  GefenConfig c;
+  std::vector<float> C;
+  std::map<std::string, RefSlot> s;
+  uint64_t t = 0;
+};
+
+uint8_t ref_nearest(const std::vector<float>& C, float x) {
+  size_t k = 0;
+  while (k < C.size() && C[k] < x) ++k;  // searchsorted, left
+  const size_t l = k == 0 ? 0 : std::min(k - 1, C.size() - 1), rr = std::min(k, C.size() - 1);
+  const float dl = std::abs(x - C[l]), dr = std::abs(x - C[rr]);
+  return uint8_t(dl <= dr ? l : rr);
+}
+
+void ref_step(Ref& R, Fixture& f, const GradMap<float>& g, double lr) {
+  if (R.t == 0) {
+    std::vector<int64_t> counts(kGefenHistogramBins, 0);
+    for (auto& n : f.names) {
+      RefSlot& s = R.s[n];
+      const auto& x = g.at(n);
+      s.P = gefen_period(x, R.c.period_rule);
+      s.Q = s.P > 1 ? s.P : gefen_magnitude_block(x.size(), 1);
+      s.idx.assign(x.size(), 0), s.mag.assign(x.size() / s.Q, 0), s.v.assign(x.size() / s.P, 0);
+      add_to_gefen_histogram(x, s.P, counts);
+    }
+    R.C = learn_gefen_codebook(counts).codes;
+  }
+  ++R.t;
+  const double bc1 = 1 - std::pow(R.c.beta1, double(R.t)), bc2 = 1 - std::pow(R.c.beta2, double(R.t));
+  for (auto& n : f.names) {
+    RefSlot& s = R.s[n];
+    const auto& x = g.at(n);
+    auto& p = f.m.params.at(n).data;
+    const size_t N = x.size();
+    std::vector<float> stepsize(N / s.P), m(N);
+    for (size_t b = 0; b < N / s.P; ++b) {
+      double sum = 0;
+      for (size_t i = b * s.P; i < (b + 1) * s.P; ++i) {
+        const float sq = x[i] * x[i];
+        sum += double(sq);
+      }
+      const float ms = float(sum / double(s.P));
+      const float bv = float(R.c.beta2) * s.v[b];
+      s.v[b] = std::fma(ms, float(1 - R.c.beta2), bv);
+      const float root = std::sqrt(s.v[b]);
+      const float h = root / float(std::sqrt(bc2)) + float(R.c.eps);
+      const float rec = 1.0f / h;
+      stepsize[b] = rec * float(1 / bc1);
+    }
+    if (f.ps.params[size_t(std::find(f.names.begin(), f.names.end(), n) - f.names.begin())].shape.size() >= 2 &&
+        R.c.weight_decay > 0)
+      for (auto& y : p) y = y * float(1 - lr * R.c.weight_decay);
+    const float w = float(1 - R.c.beta1);
+    for (size_t i = 0; i < N; ++i) {
+      const float old = R.C[s.idx[i]] * s.mag[i / s.Q];
+      const float d = x[i] - old;
+      m[i] = std::abs(w) < 0.5f ? std::fma(w, d, old) : std::fma(w - 1.0f, d, x[i]);
+    }
+    for (size_t q = 0; q < N / s.Q; ++q) {
+      float mx = 0;
+      for (size_t i = q * s.Q; i < (q + 1) * s.Q; ++i) mx = std::max(mx, std::abs(m[i]));
+      s.mag[q] = mx;
+    }
+    for (size_t i = 0; i < N; ++i) {
+      const float mx = s.mag[i / s.Q];
+      const float xn = mx > 0 ? m[i] / mx : 0.0f;
+      s.idx[i] = ref_nearest(R.C, xn);
+      const float qm = R.C[s.idx[i]] * mx;
+      const float u1 = qm * stepsize[i / s.P];
+      const float u = u1 * float(lr);
+      p[i] = p[i] + (-u);
+    }
+  }
+}
+
+template <class T>
+std::vector<T> tensor_values(const std::vector<StateTensor>& st, const std::string& name) {
+  for (auto& t : st)
+    if (t.name == name) {
+      std::vector<T> v(t.numel());
+      t.copy_to(std::span<T>(v));
+      return v;
+    }
+  FAIL("no state tensor " << name);
+  return {};
+}
+
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+}  // namespace
+
+TEST_CASE("gefen: a scalar binary32 restatement, bit for bit, and binary64 with a tolerance") {
+  for (double wd : {0.0, 0.1}) {
+    for (double beta1 : {0.9, 0.3}) {  // both of lerp's forms
+      INFO("wd " << wd << ", beta1 " << beta1);
+      GefenConfig c;
+      c.weight_decay = wd, c.beta1 = beta1;
+      Fixture f = fixture(), fr = fixture();
+      auto opt = make_gefen(f.ps, c);
+      Ref R;
+      R.c = c;
+      const double lr = 1e-2;
+      for (int t = 0; t < 6; ++t) {
+        const auto g = grads(f, t);
+        const auto before = opt->state();
+        std::map<std::string, std::vector<float>> p0;
+        for (auto& n : f.names) p0[n] = f.m.params.at(n).data;
+        opt->step(f.m, g, lr);
+        ref_step(R, fr, g, lr);
+        const auto st = opt->state();
+        CHECK(same_bits(tensor_values<float>(st, "codebook"), R.C));
+        for (auto& n : f.names) {
+          INFO(n << " step " << t);
+          const RefSlot& s = R.s.at(n);
+          CHECK(same_bits(f.m.params.at(n).data, fr.m.params.at(n).data));
+          CHECK(tensor_values<uint8_t>(st, n + ".idx") == s.idx);
+          CHECK(same_bits(tensor_values<float>(st, n + ".mag"), s.mag));
+          CHECK(same_bits(tensor_values<float>(st, n + ".v"), s.v));
+          CHECK(tensor_values<uint64_t>(st, n + ".period") == std::vector<uint64_t>{s.P});
+        }
+        // binary64: the definition (§3.2 D) from the binary32 state before this step
+        const double bc1 = 1 - std::pow(beta1, t + 1.0), bc2 = 1 - std::pow(c.beta2, t + 1.0);
+        for (size_t k = 0; k < f.names.size(); ++k) {
+          const std::string& n = f.names[k];
+          const RefSlot& s = R.s.at(n);
+          const auto& x = g.at(n);
+          const size_t N = x.size();
+          const auto m_old = t == 0 ? std::vector<float>(N, 0.0f) : gefen_momentum(before, n);
+          const auto v_old = t == 0 ? std::vector<float>(N / s.P, 0.0f) : tensor_values<float>(before, n + ".v");
+          const auto v_new = tensor_values<float>(st, n + ".v");
+          const auto mag = tensor_values<float>(st, n + ".mag");
+          const auto idx = tensor_values<uint8_t>(st, n + ".idx");
+          std::vector<double> sb(N / s.P), md(N);
+          size_t bad_v = 0, bad_mag = 0, bad_code = 0, bad_p = 0;
+          for (size_t b = 0; b < N / s.P; ++b) {
+            double ms = 0;
+            for (size_t i = b * s.P; i < (b + 1) * s.P; ++i) ms += double(x[i]) * double(x[i]);
+            const double vd = c.beta2 * double(v_old[b]) + (1 - c.beta2) * ms / double(s.P);
+            bad_v += !(std::abs(vd - double(v_new[b])) <= 1e-6 * vd);
+            sb[b] = (1 / bc1) / (std::sqrt(vd / bc2) + c.eps);
+          }
+          for (size_t i = 0; i < N; ++i) md[i] = beta1 * double(m_old[i]) + (1 - beta1) * double(x[i]);
+          for (size_t q = 0; q < N / s.Q; ++q) {
+            double mx = 0;
+            for (size_t i = q * s.Q; i < (q + 1) * s.Q; ++i) mx = std::max(mx, std::abs(md[i]));
+            double sc = 0;  // the block's scale before cancellation
+            for (size_t i = q * s.Q; i < (q + 1) * s.Q; ++i)
+              sc = std::max(sc, std::abs(beta1 * double(m_old[i])) + std::abs((1 - beta1) * double(x[i])));
+            bad_mag += !(std::abs(mx - double(mag[q])) <= 1e-6 * sc);
+            for (size_t i = q * s.Q; i < (q + 1) * s.Q; ++i) {
+              const double xn = mx > 0 ? md[i] / mx : 0.0;
+              const auto up = std::lower_bound(R.C.begin(), R.C.end(), xn);  // the two neighbours
+              double dmin = INFINITY;
+              if (up != R.C.end()) dmin = std::abs(xn - double(*up));
+              if (up != R.C.begin()) dmin = std::min(dmin, std::abs(xn - double(*(up - 1))));
+              bad_code += !(std::abs(xn - double(R.C[idx[i]])) <= dmin + 1e-5);  // nearest (up to float ties)
+              const bool dec = f.ps.params[k].shape.size() >= 2 && wd > 0;
+              const double pd = double(p0[n][i]) * (dec ? 1 - lr * wd : 1.0) -
+                                lr * sb[i / s.P] * double(R.C[idx[i]]) * mx;
+              const double got = double(f.m.params.at(n).data[i]);
+              bad_p += !(std::abs(got - pd) <= 1e-6 * std::abs(pd) + 1e-5 * lr * std::abs(sb[i / s.P] * mx));
+            }
+          }
+          INFO(n << " step " << t);
+          CHECK(bad_v == 0);
+          CHECK(bad_mag == 0);
+          CHECK(bad_code == 0);
+          CHECK(bad_p == 0);
+        }
+      }
+      // the periods: each matrix its row, the zero gradient and the 1-D ones P = 1
+      CHECK(R.s.at("w").P == 24);
+      CHECK(R.s.at("big").P == 256);
+      CHECK(R.s.at("zero").P == 1);
+      CHECK(R.s.at("prime").Q == 1);
+      CHECK(R.s.at("one").P == 1);
+      CHECK(R.s.at("zero").Q == 128);
+      CHECK(std::adjacent_find(R.C.begin(), R.C.end()) == R.C.end());  // learned by the DP, not padded
+      const uint8_t z = ref_nearest(R.C, 0.0f);  // mag = 0: the code nearest 0
+      CHECK(std::all_of(R.s.at("zero").idx.begin(), R.s.at("zero").idx.end(), [&](uint8_t i) { return i == z; }));
+    }
+  }
+}
