@@ -406,3 +406,146 @@ TEST_CASE("gefen: a scalar binary32 restatement, bit for bit, and binary64 with 
     }
   }
 }
+
+TEST_CASE("gefen: state bytes, the unset state, round trip, threads, the tiny model") {
+  Fixture f = fixture();
+  auto opt = make_gefen(f.ps, GefenConfig{});
+  auto sum_bytes = [](const std::vector<StateTensor>& st) {
+    uint64_t b = 0;
+    for (auto& t : st) b += t.bytes.size();
+    return b;
+  };
+  // before the first step: periods 0, mag and v empty, a zero codebook
+  uint64_t n_all = 0;
+  for (auto& p : f.ps.params) n_all += uint64_t(f.m.params.at(p.name).numel());
+  auto st0 = opt->state();
+  CHECK(st0.size() == 1 + 4 * f.names.size());
+  CHECK(opt->state_bytes() == n_all + 8 * f.names.size() + 1024 + 8);
+  CHECK(opt->state_bytes() == sum_bytes(st0) + 8);
+  for (auto& n : f.names) {
+    CHECK(tensor_values<uint64_t>(st0, n + ".period") == std::vector<uint64_t>{0});
+    CHECK(tensor_values<float>(st0, n + ".v").empty());
+  }
+  CHECK(tensor_values<float>(st0, "codebook") == std::vector<float>(256, 0.0f));
+  {  // an unset state loads back and steps as a fresh one does
+    Fixture f2 = fixture();
+    auto o2 = make_gefen(f2.ps, GefenConfig{});
+    o2->load_state(st0, 0);
+    CHECK_THROWS_WITH(o2->load_state(st0, 3), "optimizer state: gefen has no periods but 3 steps");
+    o2->step(f2.m, grads(f2, 0), 1e-3);
+    Fixture f3 = fixture();
+    auto o3 = make_gefen(f3.ps, GefenConfig{});
+    o3->step(f3.m, grads(f3, 0), 1e-3);
+    for (auto& n : f.names) CHECK(same_bits(f2.m.params.at(n).data, f3.m.params.at(n).data));
+  }
+  for (int t = 0; t < 3; ++t) opt->step(f.m, grads(f, t), 1e-3);
+  const auto st = opt->state();
+  uint64_t want = 1024 + 8;
+  for (auto& n : f.names) {
+    const uint64_t N = uint64_t(f.m.params.at(n).numel()), P = tensor_values<uint64_t>(st, n + ".period")[0];
+    want += N + 4 * (N / gefen_magnitude_block(N, P)) + 4 * (N / P) + 8;
+  }
+  CHECK(opt->state_bytes() == want);
+  CHECK(opt->state_bytes() == sum_bytes(st) + 8);
+  CHECK(opt->steps() == 3);
+
+  // round trip: a second optimizer loaded from the state continues bit for bit
+  Fixture g2 = f;
+  auto o2 = make_gefen(g2.ps, GefenConfig{});
+  o2->load_state(st, opt->steps());
+  for (int t = 3; t < 6; ++t) {
+    opt->step(f.m, grads(f, t), 1e-3);
+    o2->step(g2.m, grads(g2, t), 1e-3);
+  }
+  for (auto& n : f.names) CHECK(same_bits(f.m.params.at(n).data, g2.m.params.at(n).data));
+  const auto a = opt->state(), b = o2->state();
+  REQUIRE(a.size() == b.size());
+  for (size_t i = 0; i < a.size(); ++i) CHECK((a[i].name == b[i].name && a[i].bytes == b[i].bytes));
+  // gefen_momentum: codebook[idx]·mag
+  const auto mw = gefen_momentum(a, "w");
+  const auto C = tensor_values<float>(a, "codebook"), mag = tensor_values<float>(a, "w.mag");
+  const auto idx = tensor_values<uint8_t>(a, "w.idx");
+  for (size_t i = 0; i < mw.size(); i += 37) CHECK(mw[i] == C[idx[i]] * mag[i / 24]);
+  CHECK_THROWS_WITH(gefen_momentum(a, "nope"), "gefen momentum: no state tensor 'nope.idx'");
+
+  // load_state's checks
+  auto bad = st;
+  for (auto& t : bad)
+    if (t.name == "w.period") {
+      const uint64_t p = 7;
+      std::memcpy(t.bytes.data(), &p, 8);
+    }
+  CHECK_THROWS_WITH(o2->load_state(bad, 3), "optimizer state: gefen period 7 of 'w' does not divide its 960 elements");
+  bad = st;
+  bad.erase(bad.begin());
+  CHECK_THROWS_AS(o2->load_state(bad, 3), InputError);
+  bad = st;
+  for (auto& t : bad)
+    if (t.name == "one.period") std::fill(t.bytes.begin(), t.bytes.end(), std::byte{0});
+  for (auto& t : bad)
+    if (t.name == "one.mag" || t.name == "one.v") t.shape = {0}, t.bytes.clear();
+  CHECK_THROWS_WITH(o2->load_state(bad, 3), "optimizer state: gefen periods are set for some tensors but not for others");
+  bad = st;
+  for (int i = 0; i < 4; ++i) std::swap(bad[0].bytes[size_t(i)], bad[0].bytes[size_t(1020 + i)]);  // −1 ↔ +1
+  CHECK_THROWS_WITH(o2->load_state(bad, 3), "optimizer state: the gefen codebook is not ascending");
+
+  // 1 and 2 threads (the "big" tensor takes the threaded path), relearning included
+  for (uint64_t relearn : {0, 2}) {
+    std::vector<Fixture> runs;
+    for (int th : {1, 2}) {
+      set_num_threads(th);
+      Fixture h = fixture();
+      GefenConfig c;
+      c.weight_decay = 0.1, c.relearn_every = relearn;
+      auto o = make_gefen(h.ps, c);
+      for (int t = 0; t < 5; ++t) o->step(h.m, grads(h, t), 1e-3);
+      runs.push_back(h);
+    }
+    set_num_threads(1);
+    for (auto& n : f.names) CHECK(same_bits(runs[0].m.params.at(n).data, runs[1].m.params.at(n).data));
+  }
+
+  // the tiny model: every parameter has a period, state bytes as counted
+  ModelConfig c;
+  c.vocab = 256, c.ctx = 48, c.layers = 2, c.heads = c.kv_heads = 4, c.dim = 32, c.hidden = 128;
+  Model m = init_model(c, 1);
+  auto om = make_gefen(param_set(c), GefenConfig{});
+  GradMap<float> gm;
+  std::mt19937_64 r(3);
+  for (auto& [n, t] : m.params) {
+    std::vector<float> x(t.data.size());
+    for (size_t i = 0; i < x.size(); ++i) x[i] = float(int(r() % 65) - 32) / 32.0f * (i % 8 == 0 ? 1.0f : 0.5f);
+    gm[n] = x;
+  }
+  om->step(m, gm, 1e-3);
+  CHECK(om->state_bytes() == sum_bytes(om->state()) + 8);
+  for (auto& t : om->state())
+    if (t.name.size() > 7 && t.name.ends_with(".period")) CHECK(tensor_values<uint64_t>(om->state(), t.name)[0] > 0);
+}
+
+TEST_CASE("gefen: the registry entry, its keys and their errors") {
+  OptimizerOptions o;
+  o.name = "gefen";
+  o.source = "x.toml";
+  CHECK_NOTHROW(check_optimizer(o));
+  o.values["period_rule"] = {std::string("brief"), "x.toml:2"};
+  o.values["relearn_every"] = {int64_t(10), "x.toml:3"};
+  CHECK_NOTHROW(check_optimizer(o));
+  o.values["period_rule"] = {std::string("row"), "x.toml:2"};
+  CHECK_THROWS_WITH(check_optimizer(o), "x.toml: gefen: period_rule = 'row' (known: code, brief)");
+  o.values = {{"beta2", {1.0, "x.toml:2"}}};
+  CHECK_THROWS_WITH(check_optimizer(o), "gefen: betas (0.9, 1) must lie in [0, 1)");
+  o.values = {{"eps", {0.0, "x.toml:2"}}};
+  CHECK_THROWS_WITH(check_optimizer(o), "gefen: eps = 0 must be positive");
+  o.values = {{"weight_decay", {-0.1, "x.toml:2"}}};
+  CHECK_THROWS_WITH(check_optimizer(o), "gefen: weight_decay = -0.1 must be ≥ 0");
+  o.values = {{"momentum", {0.9, "x.toml:4"}}};
+  CHECK_THROWS_WITH(check_optimizer(o), Catch::Matchers::StartsWith("x.toml:4: unknown key 'momentum' in [optimizer]"));
+  o.values.clear();
+  Fixture f = fixture();
+  auto opt = make_optimizer(f.ps, o);
+  CHECK(opt->name() == "gefen");
+  GradMap<float> g = grads(f, 0);
+  g["w"][3] = INFINITY;
+  CHECK_THROWS_WITH(opt->step(f.m, g, 1e-3), "gefen period: gradient element 3 is not finite (inf)");
+}
