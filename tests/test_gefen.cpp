@@ -11,6 +11,7 @@
 #include "core/threads.h"
 #include "optim/gefen.h"
 #include "optim/gefen_codebook.h"
+#include "optim/gefen_muon.h"
 #include "optim/gefen_period.h"
 #include "optim/optimizer.h"
 #include "testutil.h"
@@ -548,4 +549,166 @@ TEST_CASE("gefen: the registry entry, its keys and their errors") {
   GradMap<float> g = grads(f, 0);
   g["w"][3] = INFINITY;
   CHECK_THROWS_WITH(opt->step(f.m, g, 1e-3), "gefen period: gradient element 3 is not finite (inf)");
+}
+
+namespace {
+
+// Newton–Schulz in binary64 without any rounding: the definition NS emulates in bf16.
+std::vector<double> ns_double(const std::vector<float>& G, size_t rows, size_t cols, const GefenMuonConfig& c) {
+  const bool tr = rows > cols;
+  const size_t r = tr ? cols : rows, k = tr ? rows : cols;
+  std::vector<double> X(r * k);
+  for (size_t i = 0; i < rows; ++i)
+    for (size_t j = 0; j < cols; ++j) X[tr ? j * k + i : i * cols + j] = G[i * cols + j];
+  double ss = 0;
+  for (double x : X) ss += x * x;
+  for (auto& x : X) x /= std::max(std::sqrt(ss), c.eps);
+  for (uint64_t s = 0; s < c.ns_steps; ++s) {
+    std::vector<double> A(r * r, 0), B(r * r, 0), Xn(r * k, 0);
+    for (size_t i = 0; i < r; ++i)
+      for (size_t j = 0; j < r; ++j)
+        for (size_t l = 0; l < k; ++l) A[i * r + j] += X[i * k + l] * X[j * k + l];
+    for (size_t i = 0; i < r; ++i)
+      for (size_t j = 0; j < r; ++j) {
+        double acc = 0;
+        for (size_t l = 0; l < r; ++l) acc += A[i * r + l] * A[l * r + j];
+        B[i * r + j] = c.ns_b * A[i * r + j] + c.ns_c * acc;
+      }
+    for (size_t i = 0; i < r; ++i)
+      for (size_t j = 0; j < k; ++j) {
+        double acc = 0;
+        for (size_t l = 0; l < r; ++l) acc += B[i * r + l] * X[l * k + j];
+        Xn[i * k + j] = c.ns_a * X[i * k + j] + acc;
+      }
+    X = Xn;
+  }
+  std::vector<double> out(rows * cols);
+  for (size_t i = 0; i < rows; ++i)
+    for (size_t j = 0; j < cols; ++j) out[i * cols + j] = X[tr ? j * k + i : i * cols + j];
+  return out;
+}
+
+Fixture muon_fixture() {
+  const std::vector<std::pair<std::string, std::vector<int64_t>>> shapes = {{"w", {40, 24}}, {"big", {96, 256}},
+                                                                            {"tall", {64, 16}}};
+  Fixture f;
+  f.ps = param_set(shapes);
+  std::mt19937_64 r(9);
+  std::normal_distribution<float> z(0, 1);
+  for (auto& [n, s] : shapes) {
+    Tensor t;
+    t.shape = s;
+    t.data.resize(size_t(t.numel()));
+    for (auto& x : t.data) x = 0.02f * z(r);
+    f.m.params[n] = t;
+    f.names.push_back(n);
+  }
+  return f;
+}
+
+}  // namespace
+
+TEST_CASE("gefen-muon: Newton–Schulz in bf16 against binary64, transposes, bf16 values") {
+  const GefenMuonConfig c;
+  std::mt19937_64 r(4);
+  std::normal_distribution<float> z(0, 1);
+  for (auto [rows, cols] : std::vector<std::pair<size_t, size_t>>{{6, 10}, {10, 6}, {8, 8}, {3, 17}, {24, 40}}) {
+    INFO(rows << " x " << cols);
+    std::vector<float> G(rows * cols);
+    for (auto& x : G) x = z(r);
+    const auto O = gefen_newton_schulz(G, rows, cols, c);
+    const auto Od = ns_double(G, rows, cols, c);
+    double err = 0, nrm = 0;
+    bool bf = true;
+    for (size_t i = 0; i < O.size(); ++i) {
+      err += (double(O[i]) - Od[i]) * (double(O[i]) - Od[i]), nrm += Od[i] * Od[i];
+      uint32_t u;
+      std::memcpy(&u, &O[i], 4);
+      bf = bf && (u & 0xFFFFu) == 0;  // a bf16 value
+    }
+    CHECK(bf);
+    // bf16 keeps 8 significant bits (unit roundoff 2^-8); ~20 roundings over 5 steps, each
+    // amplified at most by the quintic's slope: a few percent of the norm
+    CHECK(std::sqrt(err / nrm) < 0.05);
+    // NS(Gᵀ) = NS(G)ᵀ exactly (the wide orientation is the one computed)
+    std::vector<float> Gt(G.size());
+    for (size_t i = 0; i < rows; ++i)
+      for (size_t j = 0; j < cols; ++j) Gt[j * rows + i] = G[i * cols + j];
+    const auto Ot = gefen_newton_schulz(Gt, cols, rows, c);
+    bool same_t = true;
+    for (size_t i = 0; i < rows; ++i)
+      for (size_t j = 0; j < cols; ++j) same_t = same_t && Ot[j * rows + i] == O[i * cols + j];
+    if (rows != cols) CHECK(same_t);
+  }
+  // the learning-rate ratios
+  CHECK(gefen_muon_lr_ratio(64, 16, false) == 2.0);
+  CHECK(gefen_muon_lr_ratio(16, 64, false) == 1.0);
+  CHECK(gefen_muon_lr_ratio(16, 64, true) == 0.2 * 8.0);
+  // zero gradient: the norm is clamped by eps, the output stays 0
+  const auto Z = gefen_newton_schulz(std::vector<float>(12, 0.0f), 3, 4, c);
+  CHECK(std::all_of(Z.begin(), Z.end(), [](float x) { return x == 0.0f; }));
+}
+
+TEST_CASE("gefen-muon: state, round trip, threads, errors") {
+  auto sum_bytes = [](const std::vector<StateTensor>& st) {
+    uint64_t b = 0;
+    for (auto& t : st) b += t.bytes.size();
+    return b;
+  };
+  auto run = [&](int threads, int steps, Fixture& f, std::unique_ptr<Optimizer>& o) {
+    set_num_threads(threads);
+    for (int t = int(o->steps()); t < steps; ++t) o->step(f.m, grads(f, t), 1e-2);
+    set_num_threads(1);
+  };
+  Fixture a = muon_fixture(), b = muon_fixture();
+  auto oa = make_gefen_muon(a.ps, GefenMuonConfig{}), ob = make_gefen_muon(b.ps, GefenMuonConfig{});
+  CHECK(oa->state_bytes() == sum_bytes(oa->state()) + 8);
+  run(1, 4, a, oa);
+  run(2, 4, b, ob);
+  for (auto& n : a.names) CHECK(same_bits(a.m.params.at(n).data, b.m.params.at(n).data));
+  const auto st = oa->state();
+  CHECK(st.size() == 1 + 3 * a.names.size());
+  CHECK(oa->state_bytes() == sum_bytes(st) + 8);
+  uint64_t want = 1024 + 8;
+  for (auto& n : a.names) {
+    const uint64_t N = uint64_t(a.m.params.at(n).numel()), P = tensor_values<uint64_t>(st, n + ".period")[0];
+    want += N + 4 * (N / gefen_magnitude_block(N, P)) + 8;
+  }
+  CHECK(oa->state_bytes() == want);
+  CHECK(tensor_values<uint64_t>(st, "w.period")[0] == 24);
+  // the momentum is Gefen's: codebook[idx]·mag, the requantised value
+  const auto mom = gefen_momentum(st, "w");
+  CHECK(std::any_of(mom.begin(), mom.end(), [](float x) { return x != 0.0f; }));
+  // round trip
+  Fixture c2 = a;
+  auto oc = make_gefen_muon(c2.ps, GefenMuonConfig{});
+  oc->load_state(st, oa->steps());
+  run(1, 7, a, oa);
+  run(1, 7, c2, oc);
+  for (auto& n : a.names) CHECK(same_bits(a.m.params.at(n).data, c2.m.params.at(n).data));
+  // the parameters moved, at most lr·ratio·|O_ij| a step (NS keeps singular values ≲ 1.25, so |O_ij| ≲ 1.25)
+  Fixture fresh = muon_fixture();
+  double moved = 0;
+  for (size_t i = 0; i < a.m.params.at("w").data.size(); ++i)
+    moved = std::max(moved, std::abs(double(a.m.params.at("w").data[i]) - double(fresh.m.params.at("w").data[i])));
+  CHECK(moved > 1e-3);
+  CHECK(moved < 7 * 1e-2 * gefen_muon_lr_ratio(40, 24, false) * 1.25);
+  // errors: a vector parameter, keys
+  CHECK_THROWS_WITH(make_gefen_muon(fixture().ps, GefenMuonConfig{}),
+                    "gefen-muon: parameter 'gain' has shape [768]: GefenMuon takes only matrices (2-D parameters), as "
+                    "the authors' code");
+  OptimizerOptions o;
+  o.name = "gefen-muon";
+  o.source = "x.toml";
+  CHECK_NOTHROW(check_optimizer(o));
+  o.values = {{"adjust_lr_fn", {std::string("match_rms_adamw"), "x.toml:2"}}, {"nesterov", {false, "x.toml:3"}}};
+  CHECK_NOTHROW(check_optimizer(o));
+  o.values = {{"adjust_lr_fn", {std::string("none"), "x.toml:2"}}};
+  CHECK_THROWS_WITH(check_optimizer(o), "x.toml: gefen-muon: adjust_lr_fn = 'none' (known: original, match_rms_adamw)");
+  o.values = {{"momentum", {1.0, "x.toml:2"}}};
+  CHECK_THROWS_WITH(check_optimizer(o), "gefen-muon: momentum = 1 must lie in [0, 1)");
+  o.values = {{"ns_steps", {int64_t(100), "x.toml:2"}}};
+  CHECK_THROWS_WITH(check_optimizer(o), "gefen-muon: ns_steps = 100 must be < 100");
+  o.values = {{"beta1", {0.9, "x.toml:5"}}};
+  CHECK_THROWS_WITH(check_optimizer(o), Catch::Matchers::StartsWith("x.toml:5: unknown key 'beta1' in [optimizer]"));
 }

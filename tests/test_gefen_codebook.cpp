@@ -1,5 +1,6 @@
-// Gefen's codebook (optim/gefen_codebook.h): the histogram's bins, the authors' padding, and the DP
-// against a brute-force search over every partition of the points into K contiguous clusters.
+// Gefen's codebook (optim/gefen_codebook.h): the histogram's bins, the authors' padding, the DP
+// against a brute-force search over every partition of the points into K contiguous clusters, and
+// the fast DP against the reference DP, bit for bit.
 #include <catch2/catch.hpp>
 
 #include <array>

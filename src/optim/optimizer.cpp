@@ -9,13 +9,14 @@
 #include "core/error.h"
 #include "optim/adamw.h"
 #include "optim/gefen.h"
+#include "optim/gefen_muon.h"
 
 namespace mantis {
 
 namespace {
 
 std::vector<OptimizerEntry>& registry() {
-  static std::vector<OptimizerEntry> r = {adamw_entry(), gefen_entry()};
+  static std::vector<OptimizerEntry> r = {adamw_entry(), gefen_entry(), gefen_muon_entry()};
   return r;
 }
 
