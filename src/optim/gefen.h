@@ -22,6 +22,9 @@
 //   idx_i ← nearest(C, mag_q > 0 ? m_i / mag_q : 0): k = lower_bound(C, x) (searchsorted), then
 //       the lower neighbour k−1 if |x − C[k−1]| ≤ |x − C[k]| (binary32; ties to the lower index)
 //   θ_i ← θ_i − f32(f32(C[idx_i]·mag_q)·s_b)·f32(lr)     (the update uses the requantised m)
+// [assumption, after papers.md §5.6: every element takes ATen's vectorised kernels (fmadd in lerp
+// and in add(alpha)); ATen's scalar tail loop (the last n mod 8 or 16 elements of a tensor)
+// computes a + w·b, which a compiler may or may not contract, so those can differ in the last bit]
 // Deviation (project rule): weight decay only on tensors with ≥ 2 dimensions (the authors decay
 // every tensor given a weight_decay). Non-finite first-step gradients are an InputError (the
 // period rule's logs would be NaN).
