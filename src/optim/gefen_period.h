@@ -12,8 +12,11 @@
 //   Sums in numpy's pairwise order (gefen_pairwise_sum): the per-block sums and the sum of the
 //     differences, then each divided by its count. ln is the C library's log (glibc, correctly
 //     rounded in practice); numpy may use its own SIMD log, which can differ in the last bit:
-//     that only matters where two candidates' scores tie to within ~1e−16 relative and differ in
+//     that only matters where two candidates' scores tie to within ~1e−15 relative and differ in
 //     the exact values, never for exact structural ties (equal blocks give equal sums either way).
+//     Checked against the authors' partitioning.py (numpy 1.24, AVX-512 SVML log) on 30 random
+//     tensors: the periods all equal, 403 of 550 scores bit for bit, the rest within 2e−15
+//     relative, all from log (the pairwise sums agree exactly).
 //   choice: among interior candidates (not first, not last) with p > 8 whose score is strictly
 //     greater than both neighbours', the largest score, ties to the larger p; none → P = 1.
 //   cap: P > 1024 → the smallest divisor p of n with 1024 < p ≤ P and P mod p = 0.
