@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <random>
 
@@ -228,6 +229,50 @@ struct Ref {
   uint64_t t = 0;
 };
 
+// torch.mean(g·g, dim=1)'s binary32 sum (ATen's cascade, 8 lanes), restated from the
+// description in optim/gefen.h over explicit vectors (a second writing, not the library's).
+using Lanes = std::vector<float>;
+Lanes cascade(const std::vector<Lanes>& v) {  // multi_row_sum + row_sum over elements v
+  const size_t L = v.empty() ? 1 : v[0].size(), size = v.size(), nil = size / 4;
+  int64_t cl = nil <= 2 ? 1 : int64_t(std::bit_width(uint64_t(nil - 1)));
+  const size_t power = size_t(std::max<int64_t>(4, cl / 4)), step = size_t(1) << power;
+  std::vector<std::vector<Lanes>> acc(4, std::vector<Lanes>(4, Lanes(L, 0.0f)));
+  auto add = [](Lanes& a, const Lanes& b) {
+    for (size_t l = 0; l < a.size(); ++l) a[l] = a[l] + b[l];
+  };
+  size_t i = 0;
+  while (i + step <= nil) {
+    for (size_t j = 0; j < step; ++j)
+      for (size_t k = 0; k < 4; ++k) add(acc[0][k], v[(i + j) * 4 + k]);
+    i += step;
+    for (size_t j = 1; j < 4; ++j) {
+      for (size_t k = 0; k < 4; ++k) add(acc[j][k], acc[j - 1][k]), acc[j - 1][k] = Lanes(L, 0.0f);
+      if ((i & ((step - 1) << (j * power))) != 0) break;
+    }
+  }
+  for (; i < nil; ++i)
+    for (size_t k = 0; k < 4; ++k) add(acc[0][k], v[i * 4 + k]);
+  for (size_t j = 1; j < 4; ++j)
+    for (size_t k = 0; k < 4; ++k) add(acc[0][k], acc[j][k]);
+  for (size_t e = nil * 4; e < size; ++e) add(acc[0][0], v[e]);
+  for (size_t k = 1; k < 4; ++k) add(acc[0][0], acc[0][k]);
+  return acc[0][0];
+}
+float ref_torch_sum(const std::vector<float>& x) {
+  if (x.size() < 8) {
+    std::vector<Lanes> v;
+    for (float y : x) v.push_back({y});
+    return cascade(v)[0];
+  }
+  std::vector<Lanes> v;
+  for (size_t e = 0; e + 8 <= x.size(); e += 8) v.emplace_back(x.begin() + long(e), x.begin() + long(e + 8));
+  const Lanes lanes = cascade(v);
+  float fin = 0;
+  for (size_t k = v.size() * 8; k < x.size(); ++k) fin = fin + x[k];
+  for (float l : lanes) fin = fin + l;
+  return fin;
+}
+
 uint8_t ref_nearest(const std::vector<float>& C, float x) {
   size_t k = 0;
   while (k < C.size() && C[k] < x) ++k;  // searchsorted, left
@@ -258,12 +303,9 @@ void ref_step(Ref& R, Fixture& f, const GradMap<float>& g, double lr) {
     const size_t N = x.size();
     std::vector<float> stepsize(N / s.P), m(N);
     for (size_t b = 0; b < N / s.P; ++b) {
-      double sum = 0;
-      for (size_t i = b * s.P; i < (b + 1) * s.P; ++i) {
-        const float sq = x[i] * x[i];
-        sum += double(sq);
-      }
-      const float ms = float(sum / double(s.P));
+      std::vector<float> sq;
+      for (size_t i = b * s.P; i < (b + 1) * s.P; ++i) sq.push_back(x[i] * x[i]);
+      const float ms = ref_torch_sum(sq) / float(s.P);
       const float bv = float(R.c.beta2) * s.v[b];
       s.v[b] = std::fma(ms, float(1 - R.c.beta2), bv);
       const float root = std::sqrt(s.v[b]);
@@ -711,4 +753,29 @@ TEST_CASE("gefen-muon: state, round trip, threads, errors") {
   CHECK_THROWS_WITH(check_optimizer(o), "gefen-muon: ns_steps = 100 must be < 100");
   o.values = {{"beta1", {0.9, "x.toml:5"}}};
   CHECK_THROWS_WITH(check_optimizer(o), Catch::Matchers::StartsWith("x.toml:5: unknown key 'beta1' in [optimizer]"));
+}
+
+TEST_CASE("gefen: ATen's binary32 sum order, against a second restatement and exact sums") {
+  std::mt19937_64 r(2);
+  std::normal_distribution<float> z(0, 1);
+  size_t differs_from_sequential = 0;
+  for (size_t n : {1, 2, 5, 7, 8, 9, 15, 16, 24, 63, 64, 65, 100, 255, 256, 768, 1000, 1024, 1500, 3072, 5000}) {
+    std::vector<float> x(n);
+    for (auto& y : x) y = z(r) * z(r);
+    const float got = gefen_torch_sum(x.data(), n);
+    const float want = ref_torch_sum(x);
+    CHECK(std::memcmp(&got, &want, 4) == 0);
+    float seq = 0;
+    for (float y : x) seq += y;
+    differs_from_sequential += got != seq;
+    double exact = 0;
+    for (float y : x) exact += double(y);
+    CHECK(std::abs(double(got) - exact) <= 1e-6 * double(n) * std::max(1.0, std::abs(exact)));
+    std::vector<float> ints(n);
+    for (size_t i = 0; i < n; ++i) ints[i] = float(i % 13);  // exact in any order
+    double e2 = 0;
+    for (float y : ints) e2 += y;
+    CHECK(double(gefen_torch_sum(ints.data(), n)) == e2);
+  }
+  CHECK(differs_from_sequential > 0);  // the order is not index order
 }

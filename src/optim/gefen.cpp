@@ -27,6 +27,74 @@ std::vector<float> gefen_learn_codebook(const std::vector<std::span<const float>
 
 namespace {
 
+int64_t ceil_log2(int64_t x) {  // ATen's utils::CeilLog2
+  if (x <= 2) return 1;
+  int64_t b = 0;
+  for (uint64_t v = uint64_t(x - 1); v; v >>= 1) ++b;
+  return b;
+}
+
+// ATen's multi_row_sum + row_sum over `size` elements of L lanes (element e at x + e·L): 4
+// interleaved accumulators (ilp), each a 4-level cascade of 2^level_power-element chunks.
+// Sq: the elements are the squares x·x (binary32) of what x holds, as torch's temporary g·g.
+template <size_t L, bool Sq>
+void torch_row_sum(const float* x, int64_t size, float out[L]) {
+  constexpr int64_t ilp = 4, levels = 4;
+  const int64_t size_ilp = size / ilp;
+  const int64_t power = std::max<int64_t>(4, ceil_log2(size_ilp) / levels), step = int64_t(1) << power;
+  const int64_t mask = step - 1;
+  float acc[levels][ilp][L] = {};
+  auto add = [&](float* a, const float* b) {
+    for (size_t l = 0; l < L; ++l) a[l] += b[l];
+  };
+  auto load = [&](float* a, const float* b) {
+    for (size_t l = 0; l < L; ++l) a[l] += Sq ? b[l] * b[l] : b[l];
+  };
+  int64_t i = 0;
+  while (i + step <= size_ilp) {
+    for (int64_t j = 0; j < step; ++j)
+      for (int64_t k = 0; k < ilp; ++k) load(acc[0][k], x + ((i + j) * ilp + k) * int64_t(L));
+    i += step;
+    for (int64_t j = 1; j < levels; ++j) {
+      for (int64_t k = 0; k < ilp; ++k) {
+        add(acc[j][k], acc[j - 1][k]);
+        for (size_t l = 0; l < L; ++l) acc[j - 1][k][l] = 0;
+      }
+      if ((i & (mask << (j * power))) != 0) break;
+    }
+  }
+  for (; i < size_ilp; ++i)
+    for (int64_t k = 0; k < ilp; ++k) load(acc[0][k], x + (i * ilp + k) * int64_t(L));
+  for (int64_t j = 1; j < levels; ++j)
+    for (int64_t k = 0; k < ilp; ++k) add(acc[0][k], acc[j][k]);
+  for (int64_t e = size_ilp * ilp; e < size; ++e) load(acc[0][0], x + e * int64_t(L));
+  for (int64_t k = 1; k < ilp; ++k) add(acc[0][0], acc[0][k]);
+  for (size_t l = 0; l < L; ++l) out[l] = acc[0][0][l];
+}
+
+template <bool Sq>
+float torch_sum(const float* x, size_t n) {
+  constexpr size_t L = kGefenTorchLanes;
+  if (n < L) {  // ATen's scalar path: the same cascade over single floats
+    float r[1];
+    torch_row_sum<1, Sq>(x, int64_t(n), r);
+    return r[0];
+  }
+  const size_t vs = n / L;
+  float lanes[L];
+  torch_row_sum<L, Sq>(x, int64_t(vs), lanes);
+  float fin = 0;
+  for (size_t k = vs * L; k < n; ++k) fin += Sq ? x[k] * x[k] : x[k];
+  for (size_t l = 0; l < L; ++l) fin += lanes[l];
+  return fin;
+}
+
+}  // namespace
+
+float gefen_torch_sum(const float* x, size_t n) { return torch_sum<false>(x, n); }
+
+namespace {
+
 struct Slot {
   std::string name;
   std::vector<uint64_t> shape;
@@ -171,9 +239,12 @@ class Gefen final : public Optimizer {
       float step[256];  // s_b of this Q-block's P-blocks (nv ≤ 256: nv > 1 only when Q ≤ 256)
       for (size_t j = 0; j < nv; ++j) {
         const size_t b = q * nv + j, e0 = b * P;
-        double sum = 0;
-        for (size_t i = e0; i < e0 + P; ++i) sum += double(g[i] * g[i]);
-        const float ms = float(sum / double(P));
+        float ms;
+        if (P == 1) {
+          ms = g[e0] * g[e0];
+        } else {
+          ms = torch_sum<true>(g + e0, P) / float(P);
+        }
         v[b] = std::fma(ms, k.a2, k.b2 * v[b]);
         const float h = std::sqrt(v[b]) / k.bc2_sqrt + k.eps;
         step[j] = (1.0f / h) * k.inv_bc1;

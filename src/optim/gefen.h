@@ -10,9 +10,8 @@
 // State: idx (u8 per element), mag (f32 per Q-block: the absmax of m), v (f32 per P-block).
 // Step t = 1, 2, … (the step count is incremented before the bias corrections), per P-block b and
 // element i, in this order and float order (papers.md §5.6):
-//   v_b ← fma(ms_b, f32(1−β2), f32(β2)·v_b), ms_b = f32((Σ_{i∈b} f32(g_i·g_i)) / P), the sum in
-//       binary64 in index order [deviation: torch reduces mean(g²) in binary32 in its own
-//       vectorised order, so ms_b can differ in the last bit when P > 1; for P = 1 it is g² as torch]
+//   v_b ← fma(ms_b, f32(1−β2), f32(β2)·v_b), ms_b = gefen_torch_sum(f32(g_i·g_i), i ∈ b) / f32(P)
+//       (torch.mean(g·g, dim=1) on CPU: a binary32 sum in ATen's cascade order, then the division)
 //   θ_i ← θ_i·f32(1 − lr·wd)   only if wd > 0 and the tensor has ≥ 2 dimensions (optimizer.h decays)
 //   h_b = √v_b / f32(√(1−β2^t)) + f32(ε);  s_b = f32(1/h_b) · f32(1/(1−β1^t))   (torch's scalar / tensor
 //       is reciprocal · scalar)
@@ -34,7 +33,8 @@
 // Checked once against the authors' gefen.py (torch 1.13 CPU, fused=False; not a test: no torch in
 // the build) on 6 tensors (matrices, P = 1 vectors, a prime length, n = 1, a zero gradient), 3–8
 // steps, β1 ∈ {0.3, 0.9, 0.95}, wd ∈ {0, 0.05, 0.1}: periods, codebook and every parameter equal
-// bit for bit (their mean(g²) and ours agree on those gradients).
+// bit for bit; and with Gaussian gradients (their DP replaced by our codebook, as pure-Python DP on
+// ~4,000 bins takes hours) periods and every parameter again bit for bit over 4–5 steps.
 // Before the first step the periods and the codebook are unset: state() then reports every
 // `.period` as 0, `.mag` and `.v` with shape [0], `.idx` zeros and a zero codebook; load_state
 // takes that form back (all periods 0, or none).
@@ -67,6 +67,15 @@ struct GefenConfig {
 void validate(const GefenConfig& c);
 std::unique_ptr<Optimizer> make_gefen(const ParamSet& p, const GefenConfig& c);
 OptimizerEntry gefen_entry();
+
+// ATen's (torch 1.13 CPU) binary32 sum of n contiguous floats, restated: for n ≥ L (the lanes of
+// its Vectorized<float>: 8 in the AVX2 kernels that torch 1.13 runs here; AVX-512 builds use 16),
+// the ⌊n/L⌋ vectors are summed lane-wise by row_sum (4 interleaved accumulators, each a 4-level
+// cascade of 2^max(4, ⌈log2(⌊n/L⌋/4)⌉/4)-vector chunks), then the scalar tail from 0 in order,
+// then the L lanes in order; for n < L the same row_sum over single floats. Checked against
+// torch.mean(x·x, dim=1) · n on Gaussian rows of n = 1 … 5000: equal in every case.
+inline constexpr size_t kGefenTorchLanes = 8;
+float gefen_torch_sum(const float* x, size_t n);
 
 // The nearest code to x in the ascending codebook C, as above (searchsorted, ties to the lower).
 uint8_t gefen_nearest_code(std::span<const float> C, float x);
