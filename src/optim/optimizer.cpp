@@ -7,6 +7,8 @@
 #include <stdexcept>
 
 #include "core/error.h"
+#include "optim/adam4bit.h"
+#include "optim/adam8bit.h"
 #include "optim/adamw.h"
 
 namespace mantis {
@@ -14,7 +16,7 @@ namespace mantis {
 namespace {
 
 std::vector<OptimizerEntry>& registry() {
-  static std::vector<OptimizerEntry> r = {adamw_entry()};
+  static std::vector<OptimizerEntry> r = {adamw_entry(), adam8bit_entry(), adam4bit_entry()};
   return r;
 }
 
