@@ -14,7 +14,7 @@
 // Per block, with A the old absmax:
 //   finite g:  v = (map_v[c_v]·A_v)·β2 + (a2·g)·g;   m = (map_m[c_m]·A_m)·β1 + a1·g
 //   non-finite g: m = v = 0 and the parameter is left alone (no step, no decay)
-//   A_m' = max |m|, A_v' = max |v| over the block's 256 lanes (fmax, so NaN is ignored). In a last
+//   A_m' = max |m|, A_v' = max |v| over the block's `block` lanes (fmax: NaN is ignored). In a last
 //     partial block the kernel's padding lanes take part: g = 0, c_m = 128, c_v = 0, so they add
 //     |(map_m[128]·A_m)·β1 + a1·0| and (map_v[0]·A_v)·β2 + (a2·0)·0 — as bnb's BlockReduce does.
 //   p ← p + step_size · (m / (√v + c2·ε))                    (the new, unquantised m and v)
