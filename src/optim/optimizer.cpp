@@ -7,14 +7,17 @@
 #include <stdexcept>
 
 #include "core/error.h"
+#include "optim/adafactor.h"
+#include "optim/adam_mini.h"
 #include "optim/adamw.h"
+#include "optim/sm3.h"
 
 namespace mantis {
 
 namespace {
 
 std::vector<OptimizerEntry>& registry() {
-  static std::vector<OptimizerEntry> r = {adamw_entry()};
+  static std::vector<OptimizerEntry> r = {adamw_entry(), adam_mini_entry(), adafactor_entry(), sm3_entry()};
   return r;
 }
 
