@@ -162,7 +162,7 @@ void adam_mini_ref_step(const std::vector<ParamInfo>& ps, std::map<std::string, 
       q64[k] -= lr / bc1 * s.m64[k] / (std::sqrt(s.v64[b]) / std::sqrt(bc2) + c.eps);
       // binary32: adam_mini.h's order
       const float gk = gr[k];
-      if (p.bias) s.v[b] = float(c.beta2) * s.v[b] + float(1 - c.beta2) * gk * gk;
+      if (p.bias) s.v[b] = std::fma(float(1 - c.beta2) * gk, gk, float(c.beta2) * s.v[b]);
       if (wd) q[k] *= float(1 - lr * c.weight_decay);
       s.m[k] = w < 0.5f ? std::fma(w, gk - s.m[k], s.m[k]) : std::fma(w - 1.0f, gk - s.m[k], gk);
       const float h = std::sqrt(s.v[b]) / float(std::sqrt(bc2)) + float(c.eps);
@@ -353,8 +353,12 @@ void adafactor_ref_step(const std::vector<ParamInfo>& ps, std::map<std::string, 
     }
     // binary32, adafactor.h's order
     double alpha = rho;
-    if (c.scale_parameter)
-      alpha = std::max(c.eps2, double(float(std::sqrt(sumsq_rows(q, R, C))) / float(std::sqrt(double(N))))) * rho;
+    float al = float(rho);
+    if (c.scale_parameter) {
+      const float rms = float(std::sqrt(sumsq_rows(q, R, C))) / float(std::sqrt(double(N)));
+      al = double(rms) > c.eps2 ? rms * float(rho) : float(c.eps2 * rho);
+      alpha = al;
+    }
     const float e1 = float(c.eps1);
     std::vector<float> rf(R, 1.0f), cf(C), x(N);
     if (fac) {
@@ -384,7 +388,7 @@ void adafactor_ref_step(const std::vector<ParamInfo>& ps, std::map<std::string, 
     const float d =
         std::max(float(std::sqrt(sumsq_rows(x, R, C))) / float(std::sqrt(double(N))) / float(c.clip_threshold), 1.0f);
     for (uint64_t k = 0; k < N; ++k) {
-      const float xk = (x[k] / d) * float(alpha);
+      const float xk = (x[k] / d) * al;
       if (wd) q[k] = std::fma(q[k], float(-c.weight_decay * alpha), q[k]);
       q[k] = q[k] - xk;
     }

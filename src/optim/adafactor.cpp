@@ -69,9 +69,14 @@ class Adafactor final : public Optimizer {
       float* p = m.params.at(s.name).data.data();
       const float* gr = g.at(s.name).data();
       const uint64_t R = s.R, C = s.C;
+      // α: HF's max(eps2, RMS)·ρ is a binary32 tensor product when the RMS wins, a binary64 one otherwise
       double alpha = rho;
-      if (c_.scale_parameter)
-        alpha = std::max(c_.eps2, double(rms_of(sum_sq(R, C, [&](uint64_t i, uint64_t j) { return p[i * C + j]; }), R * C))) * rho;
+      float al = float(rho);
+      if (c_.scale_parameter) {
+        const float rms = rms_of(sum_sq(R, C, [&](uint64_t i, uint64_t j) { return p[i * C + j]; }), R * C);
+        al = double(rms) > c_.eps2 ? rms * float(rho) : float(c_.eps2 * rho);
+        alpha = al;
+      }
       auto u = [&](uint64_t k) { return gr[k] * gr[k] + eps1; };
       float* vr = s.vr.data();
       if (s.factored) {
@@ -109,7 +114,7 @@ class Adafactor final : public Optimizer {
       const float *rf = rf_.data(), *cf = cf_.data();
       auto x = [&](uint64_t i, uint64_t j) { return (rf[i] * cf[j]) * gr[i * C + j]; };
       const float d = std::max(rms_of(sum_sq(R, C, x), R * C) / clip, 1.0f);
-      const float al = float(alpha), decay = float(-c_.weight_decay * alpha);
+      const float decay = float(-c_.weight_decay * alpha);
       const bool wd = s.decay && c_.weight_decay != 0;
 #pragma omp parallel for schedule(static) if (R * C > 65536)
       for (int64_t i = 0; i < int64_t(R); ++i)

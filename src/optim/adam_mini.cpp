@@ -90,7 +90,7 @@ class AdamMini final : public Optimizer {
         const size_t n = s.m.size();
 #pragma omp parallel for schedule(static) if (n > 65536)
         for (size_t i = 0; i < n; ++i) {
-          vv[i] = b2 * vv[i] + a2 * gr[i] * gr[i];
+          vv[i] = std::fma(a2 * gr[i], gr[i], b2 * vv[i]);  // torch's addcmul, as its CPU kernel contracts it
           if (wd) p[i] *= decay;
           mm[i] = lerp(mm[i], gr[i], w);
           const float h = std::sqrt(vv[i]) / bc2_sqrt + eps;

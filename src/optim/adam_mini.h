@@ -33,11 +33,15 @@
 //     k_b  = (1 / h_b) · f32(1 / bc1)          (torch's scalar / tensor is reciprocal · scalar)
 //     p    = p + (−((m·k_b)·f32(lr)))
 //   biases (per element):
-//     v = f32(β2)·v + (f32(1 − β2)·g)·g        (addcmul)
+//     v = fma(f32(1 − β2)·g, g, f32(β2)·v)      (addcmul: torch 1.13's CPU kernel fuses it so)
 //     p = p·f32(1 − lr·wd) (never: 1-D), m = lerp(m, g), h = √v / f32(√bc2) + f32(ε)
 //     p = p + (f32(−lr / bc1)·m) / h           (addcdiv)
 // Weight decay: v1.1.1 disables it for names containing "norm", "ln" or "bias"; decays() (≥ 2
 // dimensions) picks the same tensors of both shipped model families.
+// Checked once against adam_mini.py 1.1.1 itself (Debian's torch 1.13, CPU, one thread; a
+// llama-named set, 5 steps, wd 0.1): norms and biases bit-identical; the other tensors differ only
+// through torch's binary32 mean (3% of the elements, by ≤ 2e-6 of the update). Also measured there:
+// torch 1.13's CPU addcmul, add(alpha) and lerp are fused as written above, addcdiv is not.
 // State: <param>.m f32 [param shape]; <param>.v f32 [number of v blocks]; + the step count.
 // [optimizer] keys: name = "adam-mini", beta1 (0.9), beta2 (0.999), eps (1e-8; v1.1.1's default,
 // its docstring says 1e-6), weight_decay (0.0, v1.1.1's default).
