@@ -654,3 +654,22 @@ TEST_CASE("peers: registry keys and one-line InputErrors") {
   CHECK(make_optimizer(param_set(parameter_shapes(llama_tiny())), opts("adafactor"))->name() == "adafactor");
   CHECK(make_optimizer(param_set(llama_tiny()), opts("sm3"))->name() == "sm3");
 }
+
+TEST_CASE("peers: state bytes per parameter at GPT-2 small (HF layout) beside the analytic figures") {
+  const ModelConfig c;  // the default: GPT-2 small, 124,439,808 parameters, tied head
+  const ParamSet set = param_set(c);
+  uint64_t n = 0, mini = 8, factored = 8;
+  for (auto& p : set.params) {
+    n += numel(p.shape);
+    mini += 4 * (numel(p.shape) + adam_mini_partition(p).blocks());  // m full + v per block
+    factored += 4 * (p.shape.size() == 2 ? uint64_t(p.shape[0] + p.shape[1]) : numel(p.shape));
+  }
+  REQUIRE(n == 124439808);
+  // Adafactor and SM3 allocate only their accumulators, so they are built at full size here
+  CHECK(make_optimizer(set, opts("adafactor"))->state_bytes() == factored);
+  CHECK(make_optimizer(set, opts("sm3"))->state_bytes() == factored);
+  const double per = double(factored) / double(n), per_mini = double(mini) / double(n);
+  INFO("adafactor / sm3 " << per << " B/param, adam-mini " << per_mini << " B/param");
+  CHECK(per == Approx(0.010).margin(0.0005));       // the analytic 0.01
+  CHECK(per_mini == Approx(4.007).margin(0.0005));  // training-and-style-anchors §5: 4.007
+}
