@@ -24,8 +24,9 @@
 //   bc1 = 1 − β1^t, bc2 = 1 − β2^t (binary64), w = f32(1 − β1)
 //   lerp(m, g)  = fma(w, g − m, m)            if w < 0.5, else fma(w − 1, g − m, g)
 //   block tensors (per head / row / tensor), block b of length L:
-//     s_b  = f32(Σ_{i∈b} g_i·g_i / L)          (g·g in binary32, Σ and /L in binary64, in index order;
-//                                               torch sums in binary32 — ≲ 1 ulp of s_b apart)
+//     s_b  = f32(Σ_{i∈b} g_i·g_i / L)          (g·g in binary32, Σ and /L in binary64, in index order,
+//                                               rounded once; torch 1.13's binary32 mean is ≤ 3 ulp
+//                                               from it, measured on L = 32…3072, ~40% not equal)
 //     v_b  = fma(s_b, f32(1 − β2), f32(β2)·v_b)
 //     p    = p·f32(1 − lr·wd)                  (only decays() tensors, only when wd > 0)
 //     m    = lerp(m, g)
