@@ -18,7 +18,7 @@ namespace mantis {
 namespace {
 
 std::vector<OptimizerEntry>& registry() {
-  static std::vector<OptimizerEntry> r = {adamw_entry(), gefen_entry(), gefen_muon_entry(), adam8bit_entry(), adam4bit_entry()};
+  static std::vector<OptimizerEntry> r = {adamw_entry(), gefen_entry(), gefen_muon_entry(), adam8bit_entry(), adam4bit_entry(), adam_mini_entry(), adafactor_entry(), sm3_entry()};
   return r;
 }
 
