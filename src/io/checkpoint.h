@@ -18,6 +18,8 @@ namespace mantis {
 
 // PATH is a checkpoint file or a directory holding model.safetensors + config.json.
 Model load_model(const std::string& path);
+// A config.json alone, as load_model reads it (the project's own or Hugging Face GPT-2's).
+ModelConfig load_model_config(const std::string& path);
 // Writes DIR/model.safetensors and DIR/config.json (creating DIR), atomically.
 void save_model(const Model& m, const std::string& dir);
 
