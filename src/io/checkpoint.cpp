@@ -619,6 +619,19 @@ Model load_model(const std::string& path) {
   return load_file(p);
 }
 
+std::string model_sha256(const Model& m) {
+  const ModelConfig& c = m.cfg;
+  std::string text = fmt::format("mantis model v1\n{} {} {} {} {} {} {} {} {} {} {:08x} {:08x}\n", arch_name(c.arch),
+                                 c.vocab, c.ctx, c.layers, c.heads, c.kv_heads, c.dim, c.hidden, int(c.gelu_tanh),
+                                 int(c.tied), std::bit_cast<uint32_t>(c.norm_eps), std::bit_cast<uint32_t>(c.rope_theta));
+  for (auto& [name, shape] : parameter_shapes(c)) {
+    const auto& d = m.params.at(name).data;
+    text += fmt::format("{} {} {}\n", name, shape_str(shape),
+                        sha256_hex(std::string_view(reinterpret_cast<const char*>(d.data()), d.size() * 4)));
+  }
+  return sha256_hex(text);
+}
+
 ModelConfig load_model_config(const std::string& path) {
   const json j = read_json(path);
   if (j.contains("mantis_format")) return prefixed(path, [&] { return own_config(j); });

@@ -66,7 +66,7 @@ Trainer::Trainer(TrainConfig c, TrainController* controller)
   } catch (const InputError& e) {
     throw InputError(fmt::format("validation data '{}': {}", c_.val_data, e.what()));
   }
-  model_ = init_model(c_.model, c_.init_seed);
+  model_ = c_.init_model ? *c_.init_model : init_model(c_.model, c_.init_seed);  // [model] init: as loaded
   opt_ = make_optimizer(model_, c_.optimizer);
   if (!c_.out.empty()) remove_stale(c_.out);
 }
