@@ -104,7 +104,15 @@ TEST_CASE("every registered optimizer: checkpoint round trip and bit-identical r
       CHECK(same_params(rest.model(), one.model()));
       check_same_state(rest.optimizer(), one.optimizer());
       REQUIRE(rest.log().size() == one.log().size());
-      for (size_t i = 0; i < one.log().size(); ++i) CHECK(rest.log()[i].loss == one.log()[i].loss);
+      for (size_t i = 0; i < one.log().size(); ++i) {
+        CHECK(rest.log()[i].loss == one.log()[i].loss);
+        CHECK(rest.log()[i].state_bytes == one.log()[i].state_bytes);  // through trainer.json
+      }
+      CHECK(one.log().back().state_bytes == one.optimizer().state_bytes());
+      // log.csv's last column: state_bytes after each step
+      const std::string csv = read_file(dir + "/log.csv");
+      CHECK(csv.starts_with("step,loss,val_loss,lr,grad_norm,tokens,seconds,state_bytes\n"));
+      CHECK(csv.ends_with("," + std::to_string(one.optimizer().state_bytes()) + "\n"));
       // the checkpoint records the optimizer's name and exact state bytes
       const auto j = nlohmann::json::parse(read_file(dir + "/checkpoint-00000004/trainer.json"));
       CHECK(j["optimizer"]["name"] == name);
