@@ -657,3 +657,33 @@ TEST_CASE("optim replay: --json fields; bad input is one line, exit 2", "[cli][o
                       (dir / "g-extra.safetensors").string(), "--steps", "1"}),
                  "tensor t.0.c: no parameter c in");
 }
+
+TEST_CASE("bench optim: every optimizer beside AdamW at each thread count, and the codebook DP", "[cli][optim]") {
+  const auto r = run({"bench", "optim", "--params", "1000", "--reps", "1", "--dp-bins", "64", "--threads", "1,2",
+                      "--json", "-q"});
+  INFO(flat(r.err));
+  REQUIRE(r.status == 0);
+  const auto j = nlohmann::json::parse(r.out);
+  const auto& res = j["results"];
+  REQUIRE(res.size() >= 3);
+  CHECK(res[0]["optimizer"] == "adamw");  // measured first: the others' ratios need it
+  CHECK(res[0]["threads"] == 1);
+  CHECK(res[1]["optimizer"] == "adamw");
+  CHECK(res[1]["threads"] == 2);
+  for (size_t i = 0; i + 1 < res.size(); ++i) {
+    INFO(res[i].dump());
+    CHECK(res[i]["benchmark"] == "step");
+    CHECK(res[i]["params"].get<uint64_t>() >= 1000);
+    CHECK(res[i]["step_seconds"].get<double>() >= 0);
+    CHECK(res[i]["vs_adamw"].is_number());
+    CHECK(res[i]["state_bytes"].get<uint64_t>() >= 8);
+  }
+  CHECK(res[0]["state_bytes"] == 8 * res[0]["params"].get<uint64_t>() + 8);
+  CHECK(res.back()["benchmark"] == "gefen_codebook_dp");
+  CHECK(res.back()["bins"] == 64);
+  CHECK(res.back()["K"] == 256);
+  check_manifest_header(j["manifest"], "mantis bench optim");
+  CHECK(j["manifest"]["settings"]["params"] == res[0]["params"]);
+  const auto bad = run({"bench", "optim", "--params", "0"});
+  CHECK(bad.status != 0);
+}
