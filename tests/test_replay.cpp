@@ -321,3 +321,35 @@ TEST_CASE("safetensors: F32 tensors round-trip in the order written; an empty se
   CHECK(read_f32_tensors(path).empty());
   CHECK_THAT(error_of([&] { write_f32_tensors(path, {{"a", {4}, b}}); }), Catch::Contains("shape [4] holds 4 values, given 2"));
 }
+
+TEST_CASE("synth_replay_inputs: the documented values, rows of different scale, replayable") {
+  const fs::path dir = mantis::test::scratch("synth");
+  SynthOptions s;
+  s.model.vocab = 40, s.model.ctx = 8, s.model.layers = 1, s.model.heads = s.model.kv_heads = 2, s.model.dim = 8;
+  s.model.hidden = 16;
+  s.steps = 2, s.seed = 9;
+  s.params = (dir / "p.safetensors").string(), s.grads = (dir / "g.safetensors").string();
+  s.config_out = (dir / "config.json").string();
+  synth_replay_inputs(s);
+  const auto p = read_f32_tensors(s.params), g = read_f32_tensors(s.grads);
+  const auto infos = parameter_infos(s.model);
+  REQUIRE(p.size() == infos.size());
+  REQUIRE(g.size() == 2 * infos.size());
+  for (size_t k = 0; k < infos.size(); ++k) {
+    INFO(infos[k].name);
+    CHECK(p[k].name == infos[k].name);
+    CHECK(g[infos.size() + k].name == "t.1." + infos[k].name);
+    const size_t cols = infos[k].shape.size() >= 2 ? size_t(infos[k].shape.back()) : p[k].data.size();
+    for (size_t i = 0; i < p[k].data.size(); i += 7) {  // the header's formulas, restated in binary64
+      const double u = double(random_word64(9, k, i) >> 40) / double(1 << 23) - 1;
+      CHECK(p[k].data[i] == float(0.02 * u));
+      const double ug = double(random_word64(9, (uint64_t(2) << 32) | k, i) >> 40) / double(1 << 23) - 1;
+      const double sc = std::pow(2.0, double(random_word64(9, (uint64_t(1) << 62) | k, i / cols) % 9) - 4);
+      CHECK(g[infos.size() + k].data[i] == float(sc * 1e-3 * ug));
+    }
+  }
+  CHECK(load_model_config(s.config_out) == s.model);
+  ReplayOptions o;
+  o.params = s.params, o.grads = s.grads, o.steps = 2, o.config = s.config_out;
+  CHECK(replay(o).params == uint64_t(parameter_count(s.model).values));
+}

@@ -8,6 +8,8 @@
 #include <set>
 
 #include "core/error.h"
+#include "core/file.h"
+#include "core/philox.h"
 #include "io/checkpoint.h"
 #include "nn/model.h"
 
@@ -174,6 +176,56 @@ ReplayResult replay(const ReplayOptions& o) {
     write_f32_tensors(o.out, views);
   }
   return r;
+}
+
+namespace {
+
+float unit(uint64_t seed, uint64_t stream, uint64_t counter) {
+  return float(double(random_word64(seed, stream, counter) >> 40) * 0x1p-23 - 1);
+}
+
+}  // namespace
+
+void synth_replay_inputs(const SynthOptions& o) {
+  if (o.steps <= 0) throw InputError(fmt::format("optim synth: --steps {} must be ≥ 1", o.steps));
+  validate(o.model);
+  const auto infos = parameter_infos(o.model);
+  std::vector<NamedTensor> p, g;
+  for (size_t k = 0; k < infos.size(); ++k) {
+    const ParamInfo& info = infos[k];
+    NamedTensor t{info.name, info.shape, {}};
+    size_t n = 1;
+    for (int64_t d : info.shape) n *= size_t(d);
+    t.data.resize(n);
+    const int64_t len = int64_t(n);
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < len; ++i) t.data[size_t(i)] = float(0.02 * double(unit(o.seed, k, uint64_t(i))));
+    p.push_back(std::move(t));
+  }
+  for (int64_t s = 0; s < o.steps; ++s)
+    for (size_t k = 0; k < infos.size(); ++k) {
+      const ParamInfo& info = infos[k];
+      const size_t n = p[k].data.size();
+      const size_t cols = info.shape.size() >= 2 ? size_t(info.shape.back()) : n;
+      NamedTensor t{fmt::format("t.{}.{}", s, info.name), info.shape, std::vector<float>(n)};
+      const uint64_t stream = (uint64_t(s + 1) << 32) | k;
+      const int64_t len = int64_t(n);
+#pragma omp parallel for schedule(static)
+      for (int64_t i = 0; i < len; ++i) {
+        const uint64_t row = cols ? uint64_t(i) / cols : 0;
+        const double scale = std::ldexp(1.0, int(random_word64(o.seed, (uint64_t(1) << 62) | k, row) % 9) - 4);
+        t.data[size_t(i)] = float(scale * 1e-3 * double(unit(o.seed, stream, uint64_t(i))));
+      }
+      g.push_back(std::move(t));
+    }
+  auto write = [](const std::string& path, const std::vector<NamedTensor>& ts) {
+    std::vector<TensorView> v;
+    for (auto& t : ts) v.push_back({t.name, t.shape, t.data});
+    write_f32_tensors(path, v);
+  };
+  write(o.params, p);
+  write(o.grads, g);
+  if (!o.config_out.empty()) write_file_atomic(o.config_out, model_config_json(o.model));
 }
 
 }  // namespace mantis

@@ -59,4 +59,22 @@ struct ReplayResult {
 
 ReplayResult replay(const ReplayOptions& o);
 
+// Structured random replay inputs for a model's parameter set (`mantis optim synth`): what the
+// state-bytes study replays at GPT-2-small scale. Tensor k of parameter_infos(model) (rows = the
+// product of all dimensions but the last, a 1-D tensor one row), element (i, j) of row i:
+//   u(stream, counter) = (Philox64(seed, stream, counter) >> 40) · 2⁻²³ − 1   (in [−1, 1), exact)
+//   P[k](i, j)      = binary32(0.02 · u(k, flat index))
+//   G[t][k](i, j)   = binary32(s_k,i · 1e−3 · u(((t + 1) << 32) | k, flat index)),
+//   s_k,i = 2^((Philox64(seed, (1 << 62) | k, i) mod 9) − 4)      (the same row scales every step)
+// so the rows of every matrix are blocks of visibly different magnitude (Gefen's row period).
+// Writes P (F32, parameter_infos order), G (`t.<t>.<name>`, steps in order) and, if config_out
+// is given, the model's config.json (io/checkpoint.h's own format) for replay's --config.
+struct SynthOptions {
+  ModelConfig model;
+  int64_t steps = 1;
+  uint64_t seed = 1;
+  std::string params, grads, config_out;
+};
+void synth_replay_inputs(const SynthOptions& o);
+
 }  // namespace mantis

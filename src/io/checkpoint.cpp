@@ -632,6 +632,8 @@ std::string model_sha256(const Model& m) {
   return sha256_hex(text);
 }
 
+std::string model_config_json(const ModelConfig& c) { return own_config_json(c).dump(2) + "\n"; }
+
 ModelConfig load_model_config(const std::string& path) {
   const json j = read_json(path);
   if (j.contains("mantis_format")) return prefixed(path, [&] { return own_config(j); });
@@ -650,7 +652,7 @@ void save_model(const Model& m, const std::string& dir) {
   // tensors in parameter_shapes order, contiguous F32 data (io/safetensors.h)
   std::vector<TensorView> views;
   for (auto& [name, shape] : parameter_shapes(m.cfg)) views.push_back({name, shape, m.params.at(name).data});
-  const std::string config = own_config_json(m.cfg).dump(2) + "\n";
+  const std::string config = model_config_json(m.cfg);
   write_f32_tensors((d / kWeightsName).string(), views, {{"format", "mantis"}, {"mantis_format", "1"}});
   // weights first: config.json marks a complete pair
   write_file_atomic((d / kConfigName).string(), config);

@@ -18,6 +18,8 @@ namespace mantis {
 
 // PATH is a checkpoint file or a directory holding model.safetensors + config.json.
 Model load_model(const std::string& path);
+// The config.json save_model writes for this configuration.
+std::string model_config_json(const ModelConfig& c);
 // A config.json alone, as load_model reads it (the project's own or Hugging Face GPT-2's).
 ModelConfig load_model_config(const std::string& path);
 // The identity of a model as loaded, whatever file format it came from: SHA-256 (lower-case hex)
