@@ -728,6 +728,8 @@ checkpoint_every = 2
              Catch::Contains("bad.toml:3: [model] 'layers' cannot stand beside init"));
   CHECK_THAT(error_of([&] { train_config_from_toml("[model]\ninit = \"" + (dir / "nope").string() + "\"\n", "bad.toml"); }),
              Catch::Contains("bad.toml: [model] init: "));
+  CHECK_THAT(error_of([&] { train_config_from_toml("[model]\ninit = \"\"\n", "bad.toml"); }),
+             Catch::Contains("bad.toml:2: [model] init must name a checkpoint (it is empty)"));
   ModelConfig other = saved.cfg;
   other.vocab = 300;
   save_model(init_model(other, 1), (dir / "v300").string());

@@ -103,6 +103,8 @@ TrainConfig train_config_from_toml(const std::string& text, const std::string& p
   const auto* model = r.table("model", {"arch", "layers", "heads", "kv_heads", "dim", "hidden", "ctx", "gelu_tanh", "tied",
                                         "norm_eps", "rope_theta", "init_seed", "init"});
   r.get(model, "model", "init", c.init);
+  if (model && model->get("init") && c.init.empty())
+    throw InputError(fmt::format("{}: [model] init must name a checkpoint (it is empty)", r.line(*model->get("init"))));
   if (!c.init.empty())
     for (auto&& [k, v] : *model)
       if (k.str() != "init")
