@@ -581,3 +581,109 @@ TEST_CASE("manifests: sweep and bench record the command, commit, build, CPU, se
   check_manifest_header(bm, "mantis bench gemm");
   CHECK(nlohmann::json::parse(slurp(bout / "results.json"))["results"][0]["shape"][0] == 8);
 }
+
+namespace {
+
+// A safetensors file of F32 tensors {name, shape, values}, written here byte by byte.
+struct StTensor {
+  std::string name;
+  std::vector<int64_t> shape;
+  std::vector<float> data;
+};
+void write_st(const fs::path& p, const std::vector<StTensor>& ts) {
+  nlohmann::ordered_json h = nlohmann::ordered_json::object();
+  size_t off = 0;
+  for (auto& t : ts) {
+    h[t.name] = {{"dtype", "F32"}, {"shape", t.shape}, {"data_offsets", {off, off + 4 * t.data.size()}}};
+    off += 4 * t.data.size();
+  }
+  std::string header = h.dump();
+  header.append((8 - header.size() % 8) % 8, ' ');
+  std::string bytes(8, '\0');
+  for (int i = 0; i < 8; ++i) bytes[size_t(i)] = char(uint8_t(header.size() >> (8 * i)));
+  bytes += header;
+  for (auto& t : ts) bytes.append(reinterpret_cast<const char*>(t.data.data()), 4 * t.data.size());
+  spit(p, bytes);
+}
+
+}  // namespace
+
+TEST_CASE("optim replay: --json fields; bad input is one line, exit 2", "[cli][optim]") {
+  const fs::path dir = scratch_dir() / "optim-replay";
+  fs::create_directories(dir);
+  const std::vector<float> w = {0.5f, -0.25f, 1, 2, 0.125f, -1}, b = {0.1f, 0.2f};
+  write_st(dir / "p.safetensors", {{"w", {3, 2}, w}, {"b", {2}, b}});
+  const std::vector<float> gw = {0.01f, -0.02f, 0.03f, 0.04f, -0.05f, 0.06f}, gb = {0.5f, -0.5f};
+  write_st(dir / "g.safetensors", {{"t.0.w", {3, 2}, gw}, {"t.0.b", {2}, gb}, {"t.1.w", {3, 2}, gw},
+                                   {"t.1.b", {2}, gb}});
+  const std::string p = (dir / "p.safetensors").string(), g = (dir / "g.safetensors").string(),
+                    out = (dir / "out.safetensors").string();
+  const std::vector<std::string> base = {"optim", "replay", "--optimizer", "adamw", "--params", p, "--grads", g};
+  auto with = [&](std::vector<std::string> extra) {
+    std::vector<std::string> a = base;
+    a.insert(a.end(), extra.begin(), extra.end());
+    return run(a);
+  };
+  const auto r = with({"--steps", "2", "--out", out, "--json", "--lr", "0.01", "--beta1", "0.8"});
+  INFO(flat(r.err));
+  REQUIRE(r.status == 0);
+  const auto j = nlohmann::json::parse(r.out);
+  CHECK(j["optimizer"] == "adamw");
+  CHECK(j["steps"] == 2);
+  CHECK(j["params"] == 8);
+  CHECK(j["state_bytes"] == 8 * 8 + 8);  // m, v in binary32 + the step count
+  CHECK(j["bytes_per_param"].get<double>() == 72.0 / 8);
+  CHECK(!j.contains("codebook"));
+  CHECK(fs::file_size(out) > 0);
+
+  auto one_line_error = [&](const Result& e, const std::string& what) {
+    INFO(e.err);
+    CHECK(e.status == 2);
+    CHECK(e.out.empty());
+    CHECK(std::count(e.err.begin(), e.err.end(), '\n') == 1);
+    CHECK(e.err.find(what) != std::string::npos);
+  };
+  one_line_error(with({"--steps", "3"}), "missing step tensor t.2.w");
+  one_line_error(with({"--steps", "0"}), "--steps 0 must be ≥ 1");
+  one_line_error(with({"--steps", "1"}), "step 1 is beyond --steps 1");
+  one_line_error(run({"optim", "replay", "--optimizer", "lion", "--params", p, "--grads", g, "--steps", "2"}),
+                 "unknown optimizer 'lion' (known: adamw");
+  write_st(dir / "g-bad.safetensors", {{"t.0.w", {2, 3}, gw}, {"t.0.b", {2}, gb}});
+  one_line_error(run({"optim", "replay", "--optimizer", "adamw", "--params", p, "--grads",
+                      (dir / "g-bad.safetensors").string(), "--steps", "1"}),
+                 "tensor t.0.w: shape [2,3], but parameter w has shape [3,2]");
+  write_st(dir / "g-extra.safetensors", {{"t.0.w", {3, 2}, gw}, {"t.0.b", {2}, gb}, {"t.0.c", {2}, gb}});
+  one_line_error(run({"optim", "replay", "--optimizer", "adamw", "--params", p, "--grads",
+                      (dir / "g-extra.safetensors").string(), "--steps", "1"}),
+                 "tensor t.0.c: no parameter c in");
+}
+
+TEST_CASE("bench optim: every optimizer beside AdamW at each thread count, and the codebook DP", "[cli][optim]") {
+  const auto r = run({"bench", "optim", "--params", "1000", "--reps", "1", "--dp-bins", "64", "--threads", "1,2",
+                      "--json", "-q"});
+  INFO(flat(r.err));
+  REQUIRE(r.status == 0);
+  const auto j = nlohmann::json::parse(r.out);
+  const auto& res = j["results"];
+  REQUIRE(res.size() >= 3);
+  CHECK(res[0]["optimizer"] == "adamw");  // measured first: the others' ratios need it
+  CHECK(res[0]["threads"] == 1);
+  CHECK(res[1]["optimizer"] == "adamw");
+  CHECK(res[1]["threads"] == 2);
+  for (size_t i = 0; i + 1 < res.size(); ++i) {
+    INFO(res[i].dump());
+    CHECK(res[i]["benchmark"] == "step");
+    CHECK(res[i]["params"].get<uint64_t>() >= 1000);
+    CHECK(res[i]["step_seconds"].get<double>() >= 0);
+    CHECK(res[i]["vs_adamw"].is_number());
+    CHECK(res[i]["state_bytes"].get<uint64_t>() >= 8);
+  }
+  CHECK(res[0]["state_bytes"] == 8 * res[0]["params"].get<uint64_t>() + 8);
+  CHECK(res.back()["benchmark"] == "gefen_codebook_dp");
+  CHECK(res.back()["bins"] == 64);
+  CHECK(res.back()["K"] == 256);
+  check_manifest_header(j["manifest"], "mantis bench optim");
+  CHECK(j["manifest"]["settings"]["params"] == res[0]["params"]);
+  const auto bad = run({"bench", "optim", "--params", "0"});
+  CHECK(bad.status != 0);
+}

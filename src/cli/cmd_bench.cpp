@@ -1,5 +1,6 @@
-// mantis bench round|gemm — throughput of the fast paths beside a roofline in the same run:
-// round_array against memcpy of the same array, strict GEMM against Eigen's float GEMM.
+// mantis bench round|gemm|forward|train|optim — throughput of the fast paths beside a roofline in
+// the same run: round_array against memcpy of the same array, strict GEMM against Eigen's float
+// GEMM; optim: every registered optimizer's step beside AdamW's, and Gefen's codebook DP.
 #include <fmt/format.h>
 
 // GCC 12 warns inside its own avx512fintrin.h when Eigen's packet code is inlined here
@@ -29,6 +30,8 @@
 #include "core/round_array.h"
 #include "exp/manifest.h"
 #include "exp/study.h"
+#include "optim/gefen_codebook.h"
+#include "optim/optimizer.h"
 
 #if MANTIS_HAVE_OPENMP
 #include <omp.h>
@@ -49,6 +52,8 @@ struct BenchArgs {
   int layers = 12, dim = 768, heads = 12, ctx = 1024;  // forward: the model (GPT-2 small)
   std::string config = std::string(MANTIS_SOURCE_DIR) + "/experiments/train-gpt2-bytes.toml";  // train
   std::string model;  // forward: a checkpoint instead of the random GPT-2-shaped model
+  uint64_t params = 0;  // optim: 0 = GPT-2 small's parameter set, else the smallest model of ≥ this many
+  int dp_bins = kGefenHistogramBins;  // optim: occupied bins of the codebook DP's histogram
 };
 
 // Copy `bytes` from src to dst in `threads` contiguous parts, one per thread.
@@ -304,17 +309,125 @@ ojson bench_train(const BenchArgs& a, Progress& progress) {
   return results;
 }
 
+// The parameter set bench optim measures: GPT-2 small (ModelConfig's defaults: 124,439,808
+// parameters, HF shapes), or with --params N the smallest GPT-2-shaped model of 2 layers, vocab
+// 256, ctx 64 and head size 64 with at least N parameters.
+ModelConfig optim_bench_model(uint64_t params) {
+  ModelConfig c;
+  if (params == 0) return c;
+  c.vocab = 256, c.ctx = 64, c.layers = 2;
+  for (c.dim = 64;; c.dim += 64) {
+    c.heads = c.kv_heads = c.dim / 64, c.hidden = 4 * c.dim;
+    if (uint64_t(parameter_count(c).values) >= params || c.dim >= 65536) return c;
+  }
+}
+
+// Optimizer step time of each registered optimizer (its defaults) on one parameter set and one
+// set of gradients (allocated once; gradient i of tensor t uniform in [−1e−3, 1e−3) from
+// Philox64(7, t, i)), per thread count: one warm-up step (Gefen's first step also learns its
+// periods and codebook: reported as first_step_seconds), then the median of --reps steps at lr
+// 1e−4, beside AdamW's median at the same thread count. Then Gefen's codebook DP
+// (learn_gefen_codebook) on a histogram of --dp-bins occupied bins spread evenly over the 4096
+// (counts 1 + Philox64(5, 0, j) mod 1000), median of --reps.
+ojson bench_optim(const BenchArgs& a, Progress& progress) {
+  const ModelConfig mc = optim_bench_model(a.params);
+  const ParamSet set = param_set(mc);
+  Model m;
+  m.cfg = mc;
+  GradMap<float> g;
+  uint64_t n = 0;
+  for (size_t t = 0; t < set.params.size(); ++t) {
+    const ParamInfo& p = set.params[t];
+    Tensor x;
+    x.shape = p.shape;
+    x.data.resize(size_t(x.numel()));
+    std::vector<float> gv(x.data.size());
+    const int64_t len = int64_t(gv.size());
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < len; ++i) {  // each element from its own counter: any partition
+      const uint64_t w = random_word64(7, t, uint64_t(i));
+      gv[size_t(i)] = float(double(w >> 11) * 0x1p-53 * 2e-3 - 1e-3);
+      x.data[size_t(i)] = float(double(w & 0xffff) / 65536.0 * 0.2 - 0.1);
+    }
+    n += uint64_t(len);
+    m.params[p.name] = std::move(x);
+    g[p.name] = std::move(gv);
+  }
+  ojson results = ojson::array();
+  if (!a.json) {
+    std::printf("optimizer step on %llu parameters (%s), median of %d steps after one warm-up\n",
+                (unsigned long long)n, a.params == 0 ? "GPT-2 small, HF shapes" : "GPT-2-shaped", a.reps);
+    std::printf("%-12s %7s %12s %12s %10s %12s %10s\n", "optimizer", "threads", "step s", "ns/param", "vs adamw",
+                "first step s", "state B/p");
+    std::fflush(stdout);
+  }
+  std::map<int, double> adamw;
+  std::vector<const OptimizerEntry*> order;
+  for (auto& e : optimizers())
+    if (e.name == "adamw") order.insert(order.begin(), &e);  // first: the others' ratios need it
+    else order.push_back(&e);
+  for (const OptimizerEntry* e : order)
+    for (int th : a.threads) {
+      set_num_threads(th);
+      OptimizerOptions o;
+      o.name = e->name;
+      o.source = "bench optim";
+      std::unique_ptr<Optimizer> opt = e->make(set, o);
+      if (!opt) continue;
+      const double first = time_once([&] { opt->step(m, g, 1e-4); });
+      std::vector<double> ts;
+      for (int r = 0; r < a.reps; ++r) ts.push_back(time_once([&] { opt->step(m, g, 1e-4); }));
+      const double med = median(ts);
+      if (e->name == "adamw") adamw[th] = med;
+      const double bpp = double(opt->state_bytes()) / double(n);
+      const ojson ratio = adamw.count(th) ? ojson(med / adamw[th]) : ojson(nullptr);
+      results.push_back(ojson{{"benchmark", "step"},
+                              {"optimizer", e->name},
+                              {"threads", th},
+                              {"params", n},
+                              {"step_seconds", med},
+                              {"ns_per_param", med * 1e9 / double(n)},
+                              {"vs_adamw", ratio},
+                              {"first_step_seconds", first},
+                              {"state_bytes", opt->state_bytes()},
+                              {"bytes_per_param", bpp}});
+      progress.update(results.size());
+      if (!a.json) {
+        progress.interrupt();
+        std::printf("%-12s %7d %12.4f %12.3f %10s %12.4f %10.4f\n", e->name.c_str(), th, med, med * 1e9 / double(n),
+                    ratio.is_null() ? "-" : fmt::format("{:.3f}", ratio.get<double>()).c_str(), first, bpp);
+        std::fflush(stdout);
+      }
+    }
+  // Gefen's codebook DP
+  std::vector<int64_t> counts(size_t(kGefenHistogramBins), 0);
+  for (int j = 0; j < a.dp_bins; ++j)
+    counts[size_t(int64_t(j) * kGefenHistogramBins / a.dp_bins)] = 1 + int64_t(random_word64(5, 0, uint64_t(j)) % 1000);
+  std::vector<double> ts;
+  for (int r = 0; r < a.reps; ++r) ts.push_back(time_once([&] { learn_gefen_codebook(counts); }));
+  results.push_back(ojson{{"benchmark", "gefen_codebook_dp"}, {"bins", a.dp_bins}, {"K", kGefenCodebookSize},
+                          {"seconds", median(ts)}});
+  progress.update(results.size());
+  if (!a.json) {
+    progress.interrupt();
+    std::printf("gefen codebook DP: %d occupied bins, K = %d: %.4f s (median of %d)\n", a.dp_bins, kGefenCodebookSize,
+                median(ts), a.reps);
+  }
+  return results;
+}
+
 // Measurements each benchmark makes (the progress reporter's total).
 uint64_t measurements(const BenchArgs& a) {
   const uint64_t th = a.threads.size();
   if (a.what == "round") return 2 * 3 * 2 * th;  // containers × formats × modes × threads
   if (a.what == "gemm") return a.sizes.size() * th;
+  if (a.what == "optim") return optimizers().size() * th + 1;
   return th;
 }
 
 int run_bench(const BenchArgs& a) {
-  if (a.what != "round" && a.what != "gemm" && a.what != "forward" && a.what != "train")
-    throw InputError(fmt::format("unknown benchmark '{}' (known: round, gemm, forward, train)", a.what));
+  if (a.what != "round" && a.what != "gemm" && a.what != "forward" && a.what != "train" && a.what != "optim")
+    throw InputError(fmt::format("unknown benchmark '{}' (known: round, gemm, forward, train, optim)", a.what));
   const Stopwatch sw;
   ojson results;
   {
@@ -322,6 +435,7 @@ int run_bench(const BenchArgs& a) {
     if (a.what == "round") results = bench_round(a, progress);
     else if (a.what == "gemm") results = bench_gemm(a, progress);
     else if (a.what == "forward") results = bench_forward(a, progress);
+    else if (a.what == "optim") results = bench_optim(a, progress);
     else results = bench_train(a, progress);
   }
   ojson man = manifest_header("mantis bench " + a.what);
@@ -331,6 +445,12 @@ int run_bench(const BenchArgs& a) {
   if (a.what == "forward")
     man["settings"].update({{"model", a.model.empty() ? "random" : a.model}, {"layers", a.layers}, {"dim", a.dim},
                             {"heads", a.heads}, {"ctx", a.ctx}});
+  if (a.what == "optim") {
+    const ModelConfig mc = optim_bench_model(a.params);
+    man["settings"].update({{"params", parameter_count(mc).values}, {"layers", mc.layers}, {"dim", mc.dim},
+                            {"vocab", mc.vocab}, {"ctx", mc.ctx}, {"dp_bins", a.dp_bins}, {"lr", 1e-4}});
+    man["seeds"] = {{"gradients", 7}, {"histogram", 5}};
+  }
   if (a.what == "forward" && !a.model.empty()) man["model_files"] = model_files_json(a.model);
   // the fixed seeds of each benchmark's data (fill_random, random_word), or the configuration's
   if (a.what == "round") man["seeds"] = {{"data", 12345}, {"rounding", 1}};
@@ -361,10 +481,17 @@ Runner setup_bench(CLI::App& sub) {
       "rne, sr) beside memcpy of the same array. gemm: GFLOP/s of strict GEMM with a ps4 "
       "accumulator beside Eigen's float GEMM. forward: tokens/s of a random GPT-2-shaped model (or --model), FP32, "
       "LAMP's uniform ps4 policy and LAMP strict tau = 1. train: training tokens/s of --config, without and with "
-      "4-bit saved activations. Medians over --reps after one warm-up.");
-  sub.add_option("benchmark", a->what, "round, gemm, forward or train")
+      "4-bit saved activations. optim: step time per parameter of every registered optimizer on GPT-2 small's "
+      "parameters (or --params N), beside AdamW in the same run, and Gefen's codebook DP on --dp-bins bins. "
+      "Medians over --reps after one warm-up.");
+  sub.add_option("benchmark", a->what, "round, gemm, forward, train or optim")
       ->required()
-      ->check(CLI::IsMember({"round", "gemm", "forward", "train"}));
+      ->check(CLI::IsMember({"round", "gemm", "forward", "train", "optim"}));
+  sub.add_option("--params", a->params, "optim: at least this many parameters (default: GPT-2 small's 124,439,808)")
+      ->check(CLI::Range(uint64_t(1), uint64_t(1) << 34));
+  sub.add_option("--dp-bins", a->dp_bins, "optim: occupied bins of the codebook DP's histogram")
+      ->capture_default_str()
+      ->check(CLI::Range(2, kGefenHistogramBins));
   sub.add_option("--config", a->config, "train: the training configuration")->capture_default_str()->check(kPath);
   sub.add_option("--model", a->model, "forward: measure this checkpoint (--ctx caps its context) instead")->check(kPath);
   add_json(sub, a->json, "print JSON ({\"results\": […], \"manifest\": {…}}) instead of a table");

@@ -67,6 +67,8 @@ int run_train(const TrainArgs& a) {
   man["data"] = {{"tokenizer", c.tokenizer}, {"train", {{"spec", c.train_data}, {"sources", data_sources_json(tr.train_data())}}},
                  {"validation", {{"spec", c.val_data}, {"sources", data_sources_json(tr.val_data())}}}};
   man["seeds"] = {{"init", c.init_seed}, {"data", c.seed}};
+  if (!c.init.empty()) man["init"] = {{"path", c.init}, {"model_sha256", c.init_sha256}};
+  man["optimizer"] = {{"name", tr.optimizer().name()}, {"state_bytes", tr.optimizer().state_bytes()}};
   man["steps"] = {{"first_this_process", first}, {"last", tr.next_step()}, {"configured", c.steps}};
   man["timings_s"] = {{"this_process", sw.seconds()}};
   std::vector<std::string> files;

@@ -40,6 +40,7 @@ const std::vector<Command>& commands() {
       {"eval", "FP32 against a policy on windows of real text: KL, flips, perplexity", setup_eval},
       {"train", "train a model on the corpora", setup_train},
       {"lamp", "the LAMP study: resumable sweep of cells, merged into one result set", setup_lamp},
+      {"optim", "optimizers on recorded gradients: replay", setup_optim},
   };
   return list;
 }

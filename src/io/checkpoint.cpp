@@ -21,6 +21,7 @@
 #include <set>
 
 #include "core/format.h"
+#include "io/safetensors.h"
 
 static_assert(std::endian::native == std::endian::little, "checkpoint I/O assumes a little-endian host");
 static_assert(sizeof(float) == 4);
@@ -112,17 +113,10 @@ enum class DType : uint8_t { f32, f16, bf16, other };
 
 struct DTypeInfo {
   const char* name;
-  int size;
   DType kind;
 };
-// Every dtype the safetensors spec names, so sizes can be checked even for tensors not read.
-constexpr DTypeInfo kDTypes[] = {
-    {"F32", 4, DType::f32},       {"F16", 2, DType::f16},       {"BF16", 2, DType::bf16},
-    {"F64", 8, DType::other},     {"I64", 8, DType::other},     {"U64", 8, DType::other},
-    {"I32", 4, DType::other},     {"U32", 4, DType::other},     {"I16", 2, DType::other},
-    {"U16", 2, DType::other},     {"I8", 1, DType::other},      {"U8", 1, DType::other},
-    {"BOOL", 1, DType::other},    {"F8_E4M3", 1, DType::other}, {"F8_E5M2", 1, DType::other},
-    {"C64", 8, DType::other},     {"F8_E8M0", 1, DType::other}};
+// The dtypes the model readers convert (every other one the parser accepts is DType::other).
+constexpr DTypeInfo kDTypes[] = {{"F32", DType::f32}, {"F16", DType::f16}, {"BF16", DType::bf16}};
 
 int dtype_size(DType d) { return d == DType::f32 ? 4 : 2; }
 
@@ -167,7 +161,7 @@ struct Stream {
 };
 
 // ---------------------------------------------------------------------------------------------
-// safetensors
+// safetensors (io/safetensors.h parses; here each entry's dtype becomes the kind the readers convert)
 
 struct StEntry {
   std::string dtype_name;
@@ -178,81 +172,12 @@ struct StEntry {
 };
 
 std::map<std::string, StEntry> parse_safetensors(const MappedFile& f) {
-  const std::string& file = f.path();
-  const size_t size = f.size();
-  if (size < 8) throw InputError(fmt::format("{}: truncated: {} bytes, a safetensors file needs at least 8", file, size));
-  const uint64_t n = rd_u64(f.data());
-  if (n > size - 8)
-    throw InputError(fmt::format("{}: safetensors header length {} exceeds the {} bytes after the 8-byte prefix "
-                                 "(truncated or not a safetensors file)", file, n, size - 8));
-  if (n > 100'000'000)  // the safetensors limit; keeps JSON parsing bounded
-    throw InputError(fmt::format("{}: safetensors header length {} exceeds the 100 MB limit", file, n));
-  const char* hb = reinterpret_cast<const char*>(f.data() + 8);
-  json h;
-  try {
-    h = json::parse(hb, hb + n);
-  } catch (const json::exception& e) {  // parse_error, or out_of_range for a number such as 1e999
-    throw InputError(fmt::format("{}: safetensors header is not valid JSON: {}", file, e.what()));
-  }
-  if (!h.is_object()) throw InputError(fmt::format("{}: safetensors header is not a JSON object", file));
-  const uint8_t* base = f.data() + 8 + n;
-  const uint64_t avail = size - 8 - n;
-
   std::map<std::string, StEntry> out;
-  std::vector<std::pair<uint64_t, uint64_t>> ranges;
-  std::vector<std::string> range_names;
-  for (auto& [name, v] : h.items()) {
-    if (name == "__metadata__") continue;
-    const std::string where = fmt::format("{}: tensor {}", file, name);
-    if (!v.is_object() || !v.contains("dtype") || !v.contains("shape") || !v.contains("data_offsets"))
-      throw InputError(where + ": header entry needs dtype, shape and data_offsets");
-    const json &jd = v["dtype"], &js = v["shape"], &jo = v["data_offsets"];
-    if (!jd.is_string()) throw InputError(where + ": dtype is not a string");
-    StEntry e;
-    e.dtype_name = jd.get<std::string>();
-    const DTypeInfo* info = nullptr;
+  for (auto& [name, e] : mantis::parse_safetensors(f.data(), f.size(), f.path())) {
+    DType kind = DType::other;
     for (auto& d : kDTypes)
-      if (e.dtype_name == d.name) info = &d;
-    if (!info)
-      throw InputError(fmt::format("{}: unknown dtype \"{}\" (supported: F32, F16, BF16)", where, e.dtype_name));
-    e.dtype = info->kind;
-    if (!js.is_array()) throw InputError(where + ": shape is not an array");
-    for (auto& d : js) {
-      if (!d.is_number_unsigned()) throw InputError(fmt::format("{}: shape {} has a non-integer or negative entry", where, js.dump()));
-      const uint64_t u = d.get<uint64_t>();
-      if (u > (uint64_t(1) << 40)) throw InputError(fmt::format("{}: shape {} has an absurd dimension", where, js.dump()));
-      e.shape.push_back(int64_t(u));
-    }
-    const int64_t numel = checked_numel(e.shape);
-    if (numel < 0) throw InputError(fmt::format("{}: shape {} is too large", where, shape_str(e.shape)));
-    if (!jo.is_array() || jo.size() != 2 || !jo[0].is_number_unsigned() || !jo[1].is_number_unsigned())
-      throw InputError(fmt::format("{}: data_offsets {} is not [begin, end]", where, jo.dump()));
-    const uint64_t b = jo[0].get<uint64_t>(), en = jo[1].get<uint64_t>();
-    if (b > en || en > avail)
-      throw InputError(fmt::format("{}: data_offsets [{}, {}] outside the {} data bytes (truncated file?)", where, b,
-                                   en, avail));
-    const uint64_t want = uint64_t(numel) * uint64_t(info->size);
-    if (en - b != want)
-      throw InputError(fmt::format("{}: data_offsets [{}, {}] span {} bytes, but {} shape {} needs {}", where, b, en,
-                                   en - b, e.dtype_name, shape_str(e.shape), want));
-    e.ptr = base + b;
-    e.nbytes = size_t(want);
-    if (en > b) {
-      ranges.push_back({b, en});
-      range_names.push_back(name);
-    }
-    out.emplace(name, std::move(e));
-  }
-  std::vector<size_t> order(ranges.size());
-  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
-  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return ranges[a] < ranges[b]; });
-  for (size_t i = 1; i < order.size(); ++i) {
-    const auto& prev = ranges[order[i - 1]];
-    const auto& cur = ranges[order[i]];
-    if (cur.first < prev.second)
-      throw InputError(fmt::format("{}: tensors {} and {} overlap (data_offsets [{}, {}] and [{}, {}])", file,
-                                   range_names[order[i - 1]], range_names[order[i]], prev.first, prev.second,
-                                   cur.first, cur.second));
+      if (e.dtype == d.name) kind = d.kind;
+    out.emplace(name, StEntry{e.dtype, kind, e.shape, e.ptr, e.nbytes});
   }
   return out;
 }
@@ -694,6 +619,29 @@ Model load_model(const std::string& path) {
   return load_file(p);
 }
 
+std::string model_sha256(const Model& m) {
+  const ModelConfig& c = m.cfg;
+  std::string text = fmt::format("mantis model v1\n{} {} {} {} {} {} {} {} {} {} {:08x} {:08x}\n", arch_name(c.arch),
+                                 c.vocab, c.ctx, c.layers, c.heads, c.kv_heads, c.dim, c.hidden, int(c.gelu_tanh),
+                                 int(c.tied), std::bit_cast<uint32_t>(c.norm_eps), std::bit_cast<uint32_t>(c.rope_theta));
+  for (auto& [name, shape] : parameter_shapes(c)) {
+    const auto& d = m.params.at(name).data;
+    text += fmt::format("{} {} {}\n", name, shape_str(shape),
+                        sha256_hex(std::string_view(reinterpret_cast<const char*>(d.data()), d.size() * 4)));
+  }
+  return sha256_hex(text);
+}
+
+std::string model_config_json(const ModelConfig& c) { return own_config_json(c).dump(2) + "\n"; }
+
+ModelConfig load_model_config(const std::string& path) {
+  const json j = read_json(path);
+  if (j.contains("mantis_format")) return prefixed(path, [&] { return own_config(j); });
+  if (j.contains("model_type") || j.contains("n_embd")) return prefixed(path, [&] { return hf_gpt2_config(j); });
+  throw InputError(fmt::format("{}: neither a mantis config (\"mantis_format\") nor a Hugging Face GPT-2 config "
+                               "(\"model_type\": \"gpt2\")", path));
+}
+
 void save_model(const Model& m, const std::string& dir) {
   validate(m);
   const fs::path d(dir);
@@ -701,34 +649,12 @@ void save_model(const Model& m, const std::string& dir) {
   fs::create_directories(d, ec);
   if (ec || !fs::is_directory(d, ec)) throw InputError(fmt::format("cannot create directory {}: {}", dir, ec.message()));
 
-  // safetensors header: tensors in parameter_shapes order, contiguous F32 data; padded to 8 bytes.
-  const auto shapes = parameter_shapes(m.cfg);
-  nlohmann::ordered_json h;
-  h["__metadata__"] = {{"format", "mantis"}, {"mantis_format", "1"}};
-  uint64_t off = 0;
-  std::vector<std::pair<const void*, size_t>> pieces;
-  for (auto& [name, shape] : shapes) {
-    const Tensor& t = m.params.at(name);
-    const uint64_t n = uint64_t(t.data.size()) * 4;
-    h[name] = {{"dtype", "F32"}, {"shape", shape}, {"data_offsets", {off, off + n}}};
-    off += n;
-  }
-  std::string header = h.dump();
-  header.append((8 - header.size() % 8) % 8, ' ');
-  uint8_t len[8];
-  for (int i = 0; i < 8; ++i) len[i] = uint8_t(uint64_t(header.size()) >> (8 * i));
-  pieces.push_back({len, 8});
-  pieces.push_back({header.data(), header.size()});
-  for (auto& [name, shape] : shapes) {
-    const Tensor& t = m.params.at(name);
-    pieces.push_back({t.data.data(), t.data.size() * 4});
-  }
-
-  const std::string config = own_config_json(m.cfg).dump(2) + "\n";
-
-  std::vector<std::string_view> views;
-  for (auto& [ptr, n] : pieces) views.emplace_back(static_cast<const char*>(ptr), n);
-  write_file_atomic((d / kWeightsName).string(), views);  // weights first: config.json marks a complete pair
+  // tensors in parameter_shapes order, contiguous F32 data (io/safetensors.h)
+  std::vector<TensorView> views;
+  for (auto& [name, shape] : parameter_shapes(m.cfg)) views.push_back({name, shape, m.params.at(name).data});
+  const std::string config = model_config_json(m.cfg);
+  write_f32_tensors((d / kWeightsName).string(), views, {{"format", "mantis"}, {"mantis_format", "1"}});
+  // weights first: config.json marks a complete pair
   write_file_atomic((d / kConfigName).string(), config);
 }
 

@@ -18,6 +18,15 @@ namespace mantis {
 
 // PATH is a checkpoint file or a directory holding model.safetensors + config.json.
 Model load_model(const std::string& path);
+// The config.json save_model writes for this configuration.
+std::string model_config_json(const ModelConfig& c);
+// A config.json alone, as load_model reads it (the project's own or Hugging Face GPT-2's).
+ModelConfig load_model_config(const std::string& path);
+// The identity of a model as loaded, whatever file format it came from: SHA-256 (lower-case hex)
+// of the text "mantis model v1\n", the configuration's fields (arch vocab ctx layers heads
+// kv_heads dim hidden gelu_tanh tied, norm_eps and rope_theta as binary32 bit patterns in hex), then
+// per parameter in parameter_shapes order "NAME [SHAPE] SHA-256(its binary32 bytes)\n".
+std::string model_sha256(const Model& m);
 // Writes DIR/model.safetensors and DIR/config.json (creating DIR), atomically.
 void save_model(const Model& m, const std::string& dir);
 

@@ -10,11 +10,14 @@
 #include "core/error.h"
 #include "core/file.h"
 #include "core/toml.h"
+#include "io/checkpoint.h"
 #include "io/tokenizer.h"
 
 namespace mantis {
 
-std::string TrainConfig::hash() const { return sha256_hex(text); }
+std::string TrainConfig::hash() const {
+  return init.empty() ? sha256_hex(text) : sha256_hex(text + "\n[model] init sha256 " + init_sha256);
+}
 
 // ---------------------------------------------------------------------------------------------
 // configuration
@@ -70,6 +73,19 @@ struct TomlReader {
 
 }  // namespace
 
+namespace {
+
+// The init checkpoint, its load errors prefixed with the configuration that named it.
+Model prefixed_init(const std::string& init, const std::string& path) {
+  try {
+    return load_model(init);
+  } catch (const InputError& e) {
+    throw InputError(fmt::format("{}: [model] init: {}", path, e.what()));
+  }
+}
+
+}  // namespace
+
 TrainConfig train_config_from_toml(const std::string& text, const std::string& path) {
   const toml::table root = parse_toml(text, path);
   const TomlReader r{root, path};
@@ -85,7 +101,15 @@ TrainConfig train_config_from_toml(const std::string& text, const std::string& p
     c.out = o->as_string()->get();
   }
   const auto* model = r.table("model", {"arch", "layers", "heads", "kv_heads", "dim", "hidden", "ctx", "gelu_tanh", "tied",
-                                        "norm_eps", "rope_theta", "init_seed"});
+                                        "norm_eps", "rope_theta", "init_seed", "init"});
+  r.get(model, "model", "init", c.init);
+  if (model && model->get("init") && c.init.empty())
+    throw InputError(fmt::format("{}: [model] init must name a checkpoint (it is empty)", r.line(*model->get("init"))));
+  if (!c.init.empty())
+    for (auto&& [k, v] : *model)
+      if (k.str() != "init")
+        throw InputError(fmt::format("{}: [model] '{}' cannot stand beside init (the model, its shape and its values "
+                                     "come from the init checkpoint)", r.line(v), k.str()));
   std::string arch = "gpt2";
   r.get(model, "model", "arch", arch);
   if (arch != "gpt2" && arch != "llama")
@@ -112,6 +136,15 @@ TrainConfig train_config_from_toml(const std::string& text, const std::string& p
   r.get(data, "data", "train", c.train_data);
   r.get(data, "data", "validation", c.val_data);
   m.vocab = int(make_tokenizer(c.tokenizer)->vocab_size());
+  if (!c.init.empty()) {
+    auto init = std::make_shared<Model>(prefixed_init(c.init, path));
+    if (init->cfg.vocab != m.vocab)
+      throw InputError(fmt::format("{}: [model] init {} has vocabulary {}, but tokenizer '{}' has {}", path, c.init,
+                                   init->cfg.vocab, c.tokenizer, m.vocab));
+    m = init->cfg;
+    c.init_sha256 = model_sha256(*init);
+    c.init_model = std::move(init);
+  }
   validate(m);
 
   const auto* train = r.table("train", {"steps", "batch", "accum", "lr", "min_lr", "warmup", "grad_clip", "seed",

@@ -1,7 +1,12 @@
 // config — a training run's configuration: the TOML form (experiments/train-*.toml) and its checks.
 //   out = "DIR"
 //   [model]      arch (gpt2 | llama), layers, heads, kv_heads, dim, hidden, ctx, gelu_tanh, tied,
-//                norm_eps, rope_theta, init_seed
+//                norm_eps, rope_theta, init_seed; or init = "PATH" alone: start from a checkpoint
+//                (anything io/checkpoint.h load_model reads, the path as given, relative to the
+//                working directory) with a fresh optimizer at step 0. Its ModelConfig is the
+//                run's, so no other [model] key may stand beside `init` (refused, one line), and
+//                its vocabulary must be the tokenizer's. The loaded model's model_sha256 becomes
+//                part of the configuration's hash, so a resume refuses a changed init.
 //   [data]       tokenizer, train, validation (corpora, io/dataset.h)
 //   [train]      steps, batch, accum, lr, min_lr, warmup, grad_clip, seed, val_every, val_seqs,
 //                checkpoint_every
@@ -11,6 +16,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 
 #include "nn/backward.h"
@@ -36,8 +42,12 @@ struct TrainConfig {
   std::string policy = "native";  // policy_from_spec
   SavedQuant act_quant;           // bits 0: none
   std::string out;                // output directory (the CLI may override)
+  std::string init;               // [model] init (empty: init_model(model, init_seed))
+  std::string init_sha256;        // model_sha256 of the init model
+  std::shared_ptr<const Model> init_model;  // the init model as loaded
   std::string text, path;         // the TOML source and its path
-  std::string hash() const;       // SHA-256 of `text`
+  // SHA-256 of `text`; with an init, of `text` + "\n[model] init sha256 " + init_sha256.
+  std::string hash() const;
 };
 
 // Parses the TOML form (experiments/train-*.toml); unknown tables or keys are InputErrors naming

@@ -173,7 +173,8 @@ void write_trainer_state(const std::string& dir, const TrainerState& s, const Ru
   j["data"] = {{"seed", run.seed}, {"rule", "sequence k starts at philox64(seed, 0x7a11, k) mod (n - ctx)"}};
   nlohmann::ordered_json log = nlohmann::ordered_json::array();
   for (auto& r : s.log)
-    log.push_back({r.step, exact(r.loss), exact(r.val_loss), exact(r.lr), exact(r.grad_norm), r.tokens, r.seconds});
+    log.push_back({r.step, exact(r.loss), exact(r.val_loss), exact(r.lr), exact(r.grad_norm), r.tokens, r.seconds,
+                   r.state_bytes});
   j["log"] = log;
   j["units"] = s.units;
   write_file_atomic(dir + "/trainer.json", j.dump(1) + "\n");
@@ -233,8 +234,9 @@ TrainerState read_trainer_state(const std::string& ck, uint64_t at, const RunIde
     for (uint64_t i = 0; i < step; ++i) {
       const auto& r = jl.at(i);
       const std::string row = fmt::format("log row {}", i);
-      if (!r.is_array() || r.size() != 7)
-        throw InputError(fmt::format("{}: {} must be [step, loss, val_loss, lr, grad_norm, tokens, seconds]", tf, row));
+      if (!r.is_array() || (r.size() != 7 && r.size() != 8))  // 7: before state_bytes was logged
+        throw InputError(fmt::format("{}: {} must be [step, loss, val_loss, lr, grad_norm, tokens, seconds, "
+                                     "state_bytes]", tf, row));
       StepRecord rec;
       if (!r[0].is_number_unsigned() || r[0].get<uint64_t>() != i || !r[5].is_number_unsigned() ||
           r[5].get<uint64_t>() != (i + 1) * nseq * T)
@@ -248,6 +250,11 @@ TrainerState read_trainer_state(const std::string& ck, uint64_t at, const RunIde
       if (!r[6].is_number() || !(r[6].get<double>() >= 0))
         throw InputError(fmt::format("{}: {}: seconds {} must be a number ≥ 0", tf, row, shown(r[6])));
       rec.seconds = r[6].get<double>();
+      if (r.size() == 8) {
+        if (!r[7].is_number_unsigned() || r[7].get<uint64_t>() < 8)  // the step count alone is 8 bytes
+          throw InputError(fmt::format("{}: {}: state_bytes {} must be an integer ≥ 8", tf, row, shown(r[7])));
+        rec.state_bytes = r[7].get<uint64_t>();
+      }
       s.log.push_back(rec);
     }
     const auto& ju = j.at("units");

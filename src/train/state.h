@@ -2,7 +2,9 @@
 // is written and how it is verified on resume:
 //   trainer.json   step, sequences done, the configuration's SHA-256, the optimizer (name, steps,
 //                  state bytes, optimizer.bin's SHA-256 and its index of tensors), the data rule,
-//                  every log row (numbers as round-tripping decimals) and every units.csv row
+//                  every log row (numbers as round-tripping decimals; [step, loss, val_loss, lr,
+//                  grad_norm, tokens, seconds, state_bytes], older checkpoints' rows without
+//                  state_bytes still read, as 0 = not recorded) and every units.csv row
 //   optimizer.bin  the optimizer's state tensors' bytes back to back, in state() order; the index
 //                  in trainer.json gives each {name, dtype, shape, values (its element count)}
 //                  ("format": 2). Format 1 (no "format" key; mantis before typed state): every
@@ -27,6 +29,7 @@ struct StepRecord {
   double loss = 0, val_loss = 0, lr = 0, grad_norm = 0;  // val_loss NaN when not run
   uint64_t tokens = 0;                                   // tokens processed so far
   double seconds = 0;                                    // wall time of the step
+  uint64_t state_bytes = 0;  // the optimizer's state_bytes() after the step; 0: not recorded (older checkpoints)
 };
 
 // A run's progress as a checkpoint records it.

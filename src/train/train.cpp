@@ -66,7 +66,7 @@ Trainer::Trainer(TrainConfig c, TrainController* controller)
   } catch (const InputError& e) {
     throw InputError(fmt::format("validation data '{}': {}", c_.val_data, e.what()));
   }
-  model_ = init_model(c_.model, c_.init_seed);
+  model_ = c_.init_model ? *c_.init_model : init_model(c_.model, c_.init_seed);  // [model] init: as loaded
   opt_ = make_optimizer(model_, c_.optimizer);
   if (!c_.out.empty()) remove_stale(c_.out);
 }
@@ -159,6 +159,7 @@ StepRecord Trainer::step() {
   rec.lr = lr;
   rec.grad_norm = norm;
   rec.tokens = (step_ + 1) * nseq * T;
+  rec.state_bytes = opt_->state_bytes();
   rec.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   for (auto& u : units) {
     const double rms = u.act.count ? std::sqrt(u.act.sum_sq / double(u.act.count)) : 0;
@@ -190,10 +191,11 @@ double Trainer::validation_loss() {
 void Trainer::write_logs() const {
   std::error_code ec;
   fs::create_directories(c_.out, ec);
-  std::string log = "step,loss,val_loss,lr,grad_norm,tokens,seconds\n";
+  std::string log = "step,loss,val_loss,lr,grad_norm,tokens,seconds,state_bytes\n";
   for (auto& r : log_)
-    log += fmt::format("{},{},{},{},{},{},{:.4f}\n", r.step, fmt_num(r.loss), fmt_num(r.val_loss), fmt_num(r.lr),
-                       fmt_num(r.grad_norm), r.tokens, r.seconds);
+    log += fmt::format("{},{},{},{},{},{},{:.4f},{}\n", r.step, fmt_num(r.loss), fmt_num(r.val_loss), fmt_num(r.lr),
+                       fmt_num(r.grad_norm), r.tokens, r.seconds,
+                       r.state_bytes ? std::to_string(r.state_bytes) : std::string());
   write_file_atomic(c_.out + "/log.csv", log);
   std::string units = "step,layer,unit,bits,grad_norm,act_rms,act_absmax,quant_rel_rms\n";
   for (auto& u : unit_rows_) units += u + "\n";

@@ -22,7 +22,9 @@
 //
 // Output directory OUT:
 //   config.toml            the configuration the run was started with
-//   log.csv                step,loss,val_loss,lr,grad_norm,tokens,seconds (val_loss empty when not run)
+//   log.csv                step,loss,val_loss,lr,grad_norm,tokens,seconds,state_bytes (val_loss empty
+//                          when not run; state_bytes: the optimizer's after the step, empty for rows
+//                          resumed from a checkpoint that did not record it)
 //   units.csv              step,layer,unit,bits,grad_norm,act_rms,act_absmax,quant_rel_rms
 //   checkpoint-<step>/     model.safetensors + config.json (checkpoint.h), optimizer.bin (the
 //                          optimizer's state tensors, indexed in trainer.json with each one's dtype
@@ -63,7 +65,8 @@ namespace mantis {
 
 class Trainer {
  public:
-  // Starts a run: initialises the model (init_model) and the optimizer, loads the data.
+  // Starts a run: the model (init_model, or the [model] init checkpoint as loaded), a fresh
+  // optimizer, the data.
   Trainer(TrainConfig c, TrainController* controller = nullptr);
   // Restores the newest checkpoint of `dir` (latest); InputError on a config mismatch or a
   // corrupt or inconsistent checkpoint.
