@@ -530,7 +530,7 @@ OptimStudyResult run_optim_study(const OptimStudyOptions& o) {
     return compute_cell(c, cells[i], o.cell >= 0, [&] { if (ticks++ < plan.work_per_cell) tick(); });
   };
   plan.done = [&](size_t i, const ojson& r, const Progress&) {
-    if (o.log && o.progress != ProgressMode::bar)
+    if (o.log && o.progress != ProgressMode::bar && !spawn)  // a child prints its own line
       fmt::print(o.log, "cell {} ({}): final val loss {:.4f}, {:.3f} B/param\n", i, cells[i].name(),
                  json_to_double(r.at("final_val_loss"), "final_val_loss"),
                  json_to_double(r.at("bytes_per_param"), "bytes_per_param"));
