@@ -1,5 +1,5 @@
 #!/bin/sh
-# Executes notebooks/optim.ipynb headless (jupyter nbconvert) on the committed result set
+# Runs tools/optim_readme.py, then executes notebooks/optim.ipynb headless (jupyter nbconvert) on the committed result set
 # tests/data/optim-small (from tests/data/optim-small.toml) and checks that it printed its tables
 # and, where the kernel has matplotlib, wrote its three figures as PNGs; then that it refuses a
 # copy of the set with one file changed after its manifest. Exit 77 (SKIP) without nbconvert.
@@ -8,6 +8,11 @@ export PYTHONDONTWRITEBYTECODE=1  # no __pycache__ in the source tree
 src=$1
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
+# tools/optim_readme.py (the README tables' draft) on the same set
+python3 "$src/tools/optim_readme.py" "$src/tests/data/optim-small" >"$out/tables.md"
+for t in "final val loss (95 % t)" "Gefen momentum against the FP32 shadow" "Codebook distortion" "Detected periods"; do
+  grep -q "$t" "$out/tables.md" || { echo "FAIL: tools/optim_readme.py printed no '$t'"; exit 1; }
+done
 command -v jupyter-nbconvert >/dev/null 2>&1 || { echo "SKIP: jupyter-nbconvert is not installed"; exit 77; }
 OPTIM_RESULTS="$src/tests/data/optim-small" OPTIM_FIGURES="$out" MANTIS_TOOLS="$src/tools" \
   jupyter-nbconvert --to notebook --execute "$src/notebooks/optim.ipynb" --output-dir "$out" --output executed.ipynb

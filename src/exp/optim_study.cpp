@@ -527,7 +527,7 @@ OptimStudyResult run_optim_study(const OptimStudyOptions& o) {
     }
     // ticks beyond the plan's per-cell work (cells of another model may run longer) are dropped
     uint64_t ticks = 0;
-    return compute_cell(c, cells[i], o.cell >= 0, [&] { if (ticks++ < plan.work_per_cell) tick(); });
+    return compute_cell(c, cells[i], o.cell >= 0 && o.isolate, [&] { if (ticks++ < plan.work_per_cell) tick(); });
   };
   plan.done = [&](size_t i, const ojson& r, const Progress&) {
     if (o.log && o.progress != ProgressMode::bar && !spawn)  // a child prints its own line

@@ -107,7 +107,9 @@ struct OptimStudyOptions {
   std::string out;      // overrides the config's out
   int cell = -1;        // ≥ 0: only this cell, in this process
   bool merge_only = false, overwrite = false, allow_partial = false;
-  bool isolate = true;  // without `cell`: each cell in a child process (exe optim-study … --cell i)
+  // Without `cell`: each cell in a child process (exe optim-study … --cell i). With `cell`: this
+  // process computes only that cell, so its peak RSS is the cell's ("rss_scope": "cell process").
+  bool isolate = true;
   std::string exe = "/proc/self/exe";
   int threads = 0;      // passed to the children (0: their default)
   ProgressMode progress = ProgressMode::automatic;
