@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "core/file.h"
+#include "core/threads.h"
 #include "exp/optim_study.h"
 #include "exp/study.h"
 #include "optim/gefen_codebook.h"
@@ -483,4 +484,20 @@ TEST_CASE("the shipped study configurations read (optimizers not yet registered 
   CHECK(optim_study_cells(study).size() == 2 * (2 * 3 + 5 + 1));
   CHECK(optim_study_cells(smoke).size() == 2);
   CHECK(study.analysis_every == 25);
+}
+
+TEST_CASE("optimizer study: a cell's curves and Gefen analyses are bit-identical for 1 and 2 threads") {
+  register_fake();
+  const fs::path dir = scratch("optim-study-threads");
+  const std::string path = write_study(dir);
+  ojson got[2];
+  for (int t : {1, 2}) {
+    set_num_threads(t);
+    OptimStudyOptions o = opts(path, dir / fmt::format("t{}", t));
+    o.cell = 2;  // test-fake-gefen seed 1, analysed
+    run_optim_study(o);
+    got[t - 1] = read_cell(cell_path(o.out, 2));
+  }
+  set_num_threads(0);
+  for (const char* k : {"val_curve", "train_loss", "gefen", "final_val_loss", "state_bytes"}) CHECK(got[0][k] == got[1][k]);
 }
