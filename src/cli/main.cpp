@@ -1,5 +1,5 @@
 // mantis — command-line front end: a registry of commands (formats, round, dot, bench, verify,
-// sweep, tokenize, detokenize, shards, logits, eval, train, lamp; `mantis help` lists them), each
+// sweep, tokenize, detokenize, shards, logits, eval, train, lamp, optim-study; `mantis help` lists them), each
 // declared in its own cmd_*.cpp.
 //
 // Exit status: 0 success; 1 a check failed (verify found mismatches); 2 a usage or input error
