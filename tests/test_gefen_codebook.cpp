@@ -1,8 +1,11 @@
-// Gefen's codebook (optim/gefen_codebook.h): the histogram's bins, the authors' padding, and the DP
-// against a brute-force search over every partition of the points into K contiguous clusters.
+// Gefen's codebook (optim/gefen_codebook.h): the histogram's bins, the authors' padding, the DP
+// against a brute-force search over every partition of the points into K contiguous clusters, and
+// the fast DP against the reference DP, bit for bit.
 #include <catch2/catch.hpp>
 
+#include <array>
 #include <cmath>
+#include <cstring>
 #include <functional>
 #include <vector>
 
@@ -149,4 +152,88 @@ TEST_CASE("gefen codebook: K = 256 on a gradient-like histogram") {
   const GefenCodebook same = learn_gefen_codebook(x, w, 256);
   CHECK(same.codes == c.codes);
   CHECK(mantis::test::same(same.cost, c.cost));
+}
+
+namespace {
+
+// Compares the fast DP with the reference on one instance: codes bit for bit and the cost.
+bool same_dp(const std::vector<double>& x, const std::vector<double>& w, int K) {
+  const GefenCodebook a = learn_gefen_codebook(x, w, K), b = learn_gefen_codebook_reference(x, w, K);
+  return a.codes.size() == b.codes.size() &&
+         std::memcmp(a.codes.data(), b.codes.data(), a.codes.size() * sizeof(float)) == 0 &&
+         mantis::test::same(a.cost, b.cost);
+}
+
+// B occupied bins out of 4096 (evenly spread when `even`, else at random), weights 1..wmax.
+void instance(uint64_t seed, size_t B, bool even, uint64_t wmax, std::vector<double>& x, std::vector<double>& w) {
+  x.clear(), w.clear();
+  std::vector<size_t> bins;
+  if (even)
+    for (size_t j = 0; j < B; ++j) bins.push_back(j * size_t(kGefenHistogramBins) / B);
+  else {
+    std::vector<char> used(kGefenHistogramBins, 0);
+    for (uint64_t k = 0; bins.size() < B; ++k) {
+      const size_t j = random_word(seed, 7, k) % kGefenHistogramBins;
+      if (!used[j]) used[j] = 1, bins.push_back(j);
+    }
+    std::sort(bins.begin(), bins.end());
+  }
+  for (size_t j : bins) {
+    x.push_back(-1.0 + double(2 * j + 1) * 0x1p-12);
+    w.push_back(double(1 + random_word(seed, 8, j) % wmax));
+  }
+}
+
+}  // namespace
+
+TEST_CASE("gefen codebook: the fast DP equals the reference DP bit for bit (codes and cost)") {
+  std::vector<double> x, w;
+  int n = 0;
+  // random sizes, random or even spacing, weights from constant (many exact ties) to wide
+  for (uint64_t seed = 0; seed < 120; ++seed) {
+    const size_t B = 2 + random_word(seed, 1, 0) % 300;
+    const int K = int(2 + random_word(seed, 1, 1) % (B - 1));  // K ≤ B, B near K included
+    const uint64_t wmax = std::array<uint64_t, 4>{1, 2, 1000, 1000000}[seed % 4];
+    instance(seed, B, seed % 3 == 0, wmax, x, w);
+    INFO("seed " << seed << " B " << B << " K " << K << " wmax " << wmax);
+    CHECK(same_dp(x, w, K));
+    ++n;
+  }
+  // B at and just above K = 256; crafted ties: equally spaced points, equal weights, symmetric
+  for (size_t B : {256, 257, 259, 300, 600}) {
+    instance(B, B, true, 1, x, w);
+    INFO("even, equal weights, B " << B);
+    CHECK(same_dp(x, w, 256));
+    instance(B, B, false, 5, x, w);
+    CHECK(same_dp(x, w, 256));
+    n += 2;
+  }
+  // sparse: a few bins far apart, and a near-tie between two pairs of points
+  CHECK(same_dp({-0.9, -0.1, 0.1, 0.9}, {1, 1, 1, 1}, 3));
+  CHECK(same_dp({-0.5, -0.25, 0.25, 0.5, 0.75}, {3, 3, 3, 3, 3}, 4));
+  CHECK(same_dp({-1.0 + 0x1p-12, 1.0 - 0x1p-12}, {1e12, 1}, 2));
+  // all 4096 bins, a gradient-like histogram (fewer codes, so that the reference stays fast)
+  std::vector<int64_t> counts(kGefenHistogramBins);
+  for (size_t j = 0; j < counts.size(); ++j) {
+    const double t = (double(j) - 2047.5) / 300.0;
+    counts[j] = 1 + int64_t(1e6 * std::exp(-t * t / 2)) + int64_t(random_word(9, 0, j) % 7);
+  }
+  for (int K : {2, 3, 17}) {
+    const GefenCodebook a = learn_gefen_codebook(counts, K), b = learn_gefen_codebook_reference(counts, K);
+    CHECK(a.codes == b.codes);
+    CHECK(mantis::test::same(a.cost, b.cost));
+  }
+  CHECK(n > 120);
+}
+
+// Hidden (run with `test_gefen_codebook "[full]"`): the reference takes seconds at this size.
+TEST_CASE("gefen codebook: the fast DP equals the reference on 4096 occupied bins with K = 256", "[.][full]") {
+  std::vector<int64_t> counts(kGefenHistogramBins);
+  for (size_t j = 0; j < counts.size(); ++j) {
+    const double t = (double(j) - 2047.5) / 300.0;
+    counts[j] = 1 + int64_t(1e6 * std::exp(-t * t / 2)) + int64_t(random_word(9, 0, j) % 7);
+  }
+  const GefenCodebook a = learn_gefen_codebook(counts), b = learn_gefen_codebook_reference(counts);
+  CHECK(a.codes == b.codes);
+  CHECK(mantis::test::same(a.cost, b.cost));
 }

@@ -43,6 +43,7 @@ Runner setup_eval(CLI::App& sub);
 Runner setup_train(CLI::App& sub);
 Runner setup_lamp(CLI::App& sub);
 Runner setup_optim(CLI::App& sub);
+Runner setup_optim_study(CLI::App& sub);
 
 // ---------------------------------------------------------------- shared option groups
 // Only one subcommand runs, so the options every command means the same way by live once here;

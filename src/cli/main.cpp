@@ -1,5 +1,5 @@
 // mantis — command-line front end: a registry of commands (formats, round, dot, bench, verify,
-// sweep, tokenize, detokenize, shards, logits, eval, train, lamp; `mantis help` lists them), each
+// sweep, tokenize, detokenize, shards, logits, eval, train, lamp, optim, optim-study; `mantis help` lists them), each
 // declared in its own cmd_*.cpp.
 //
 // Exit status: 0 success; 1 a check failed (verify found mismatches); 2 a usage or input error
@@ -40,7 +40,8 @@ const std::vector<Command>& commands() {
       {"eval", "FP32 against a policy on windows of real text: KL, flips, perplexity", setup_eval},
       {"train", "train a model on the corpora", setup_train},
       {"lamp", "the LAMP study: resumable sweep of cells, merged into one result set", setup_lamp},
-      {"optim", "optimizers on recorded gradients: replay", setup_optim},
+      {"optim", "optimizers on recorded gradients: replay, synth, list", setup_optim},
+      {"optim-study", "the optimizer study: every optimizer on the shipped models, resumable cells", setup_optim_study},
   };
   return list;
 }

@@ -7,14 +7,18 @@
 #include <stdexcept>
 
 #include "core/error.h"
+#include "optim/adam4bit.h"
+#include "optim/adam8bit.h"
 #include "optim/adamw.h"
+#include "optim/gefen.h"
+#include "optim/gefen_muon.h"
 
 namespace mantis {
 
 namespace {
 
 std::vector<OptimizerEntry>& registry() {
-  static std::vector<OptimizerEntry> r = {adamw_entry()};
+  static std::vector<OptimizerEntry> r = {adamw_entry(), gefen_entry(), gefen_muon_entry(), adam8bit_entry(), adam4bit_entry(), adam_mini_entry(), adafactor_entry(), sm3_entry()};
   return r;
 }
 

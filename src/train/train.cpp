@@ -169,6 +169,7 @@ StepRecord Trainer::step() {
   }
   log_.push_back(rec);
   ++step_;
+  if (observer_) observer_(rec, grads, *opt_);
   return rec;
 }
 

@@ -85,6 +85,11 @@ class Trainer {
   uint64_t next_step() const { return step_; }
   const std::vector<StepRecord>& log() const { return log_; }
   const Optimizer& optimizer() const { return *opt_; }
+  // Called at the end of every step() with its record (val_loss not yet set), the gradients as
+  // the optimizer saw them (after clipping) and the optimizer after its update: for analyses
+  // that watch training (exp/optim_study.h) without changing it.
+  using StepObserver = std::function<void(const StepRecord&, const GradMap<float>&, const Optimizer&)>;
+  void set_observer(StepObserver f) { observer_ = std::move(f); }
   // The data read (its sources and SHA-256s, for the run's manifest).
   const TokenData& train_data() const { return train_; }
   const TokenData& val_data() const { return val_; }
@@ -94,6 +99,7 @@ class Trainer {
   void write_logs() const;
   TrainConfig c_;
   TrainController* controller_;
+  StepObserver observer_;
   TrainController default_controller_;
   Model model_;
   std::unique_ptr<Optimizer> opt_;
