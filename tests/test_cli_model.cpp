@@ -706,6 +706,11 @@ TEST_CASE("manifests: eval, lamp sweep and train record command, build, CPU, has
   CHECK(tm["files"]["log.csv"] == sha256_file((tout / "log.csv").string()));
   CHECK(tm["data"]["train"]["sources"][0]["sha256"].is_string());
   CHECK(tm["config_sha256"] == sha256_hex(slurp(cfg)));
+  // the optimizer and its exact state bytes, as the last checkpoint records them
+  const auto tj = nlohmann::json::parse(slurp(tout / "checkpoint-00000004" / "trainer.json"));
+  CHECK(tm["optimizer"]["name"] == "adamw");
+  CHECK(tm["optimizer"]["state_bytes"] == tj["optimizer"]["state_bytes"]);
+  CHECK(!tm.contains("init"));
   const Result q = run({"train", cfg.string(), "--out", (scratch_dir() / "train-manifest-q").string(), "-q"});
   CHECK(q.status == 0);
   CHECK(q.err.empty());

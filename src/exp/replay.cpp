@@ -77,7 +77,7 @@ ReplayResult replay(const ReplayOptions& o) {
     if (!has)
       throw InputError(fmt::format("optim replay: optimizer '{}' has no setting '{}' (its keys: {})", o.optimizer, k,
                                    entry->keys.empty() ? std::string("none") : fmt::format("{}", fmt::join(entry->keys, ", "))));
-    opts.values[k] = OptionValue{v, "optim replay: --" + k};
+    opts.values[k] = OptionValue{v, fmt::format("optim replay: --{}", k)};
   }
   entry->check(opts);
   if (!(o.lr >= 0) || !std::isfinite(o.lr)) throw InputError(fmt::format("optim replay: --lr {} must be finite and ≥ 0", o.lr));
