@@ -344,7 +344,7 @@ std::vector<T> tensor_values(const std::vector<StateTensor>& st, const std::stri
   for (auto& t : st)
     if (t.name == name) {
       std::vector<T> v(t.numel());
-      t.copy_to(std::span<T>(v));
+      if (!v.empty()) t.copy_to(std::span<T>(v));
       return v;
     }
   FAIL("no state tensor " << name);

@@ -95,6 +95,17 @@ float gefen_torch_sum(const float* x, size_t n) { return torch_sum<false>(x, n);
 
 namespace {
 
+// A tensor of `v` (StateTensor::of would memcpy from a null pointer when v is empty).
+template <class T>
+StateTensor state_tensor(std::string name, std::vector<uint64_t> shape, const std::vector<T>& v) {
+  if (v.empty()) return StateTensor{std::move(name), dtype_of<T>(), std::move(shape), {}};
+  return StateTensor::of<T>(std::move(name), std::move(shape), v);
+}
+template <class T>
+void copy_from(const StateTensor& t, std::vector<T>& v) {
+  if (!v.empty()) t.copy_to(std::span<T>(v));
+}
+
 struct Slot {
   std::string name;
   std::vector<uint64_t> shape;
@@ -145,9 +156,9 @@ class Gefen final : public Optimizer {
     std::vector<StateTensor> out;
     out.push_back(StateTensor::of<float>("codebook", {uint64_t(codebook_.size())}, codebook_));
     for (auto& s : slots_) {
-      out.push_back(StateTensor::of<uint8_t>(s.name + ".idx", s.shape, s.idx));
-      out.push_back(StateTensor::of<float>(s.name + ".mag", {uint64_t(s.mag.size())}, s.mag));
-      out.push_back(StateTensor::of<float>(s.name + ".v", {uint64_t(s.v.size())}, s.v));
+      out.push_back(state_tensor<uint8_t>(s.name + ".idx", s.shape, s.idx));
+      out.push_back(state_tensor<float>(s.name + ".mag", {uint64_t(s.mag.size())}, s.mag));
+      out.push_back(state_tensor<float>(s.name + ".v", {uint64_t(s.v.size())}, s.v));
       const uint64_t P = s.P;
       out.push_back(StateTensor::of<uint64_t>(s.name + ".period", {}, std::span<const uint64_t>(&P, 1)));
     }
@@ -186,9 +197,9 @@ class Gefen final : public Optimizer {
       auto& s = slots_[i];
       s.P = P[i], s.Q = P[i] ? gefen_magnitude_block(s.n, P[i]) : 0;
       s.mag.assign(s.P ? s.n / s.Q : 0, 0.0f), s.v.assign(s.P ? s.n / s.P : 0, 0.0f);
-      expect_state(st, s.name + ".idx", DType::u8, s.shape).copy_to(std::span<uint8_t>(s.idx));
-      expect_state(st, s.name + ".mag", DType::f32, {uint64_t(s.mag.size())}).copy_to(std::span<float>(s.mag));
-      expect_state(st, s.name + ".v", DType::f32, {uint64_t(s.v.size())}).copy_to(std::span<float>(s.v));
+      copy_from(expect_state(st, s.name + ".idx", DType::u8, s.shape), s.idx);
+      copy_from(expect_state(st, s.name + ".mag", DType::f32, {uint64_t(s.mag.size())}), s.mag);
+      copy_from(expect_state(st, s.name + ".v", DType::f32, {uint64_t(s.v.size())}), s.v);
     }
     t_ = steps;
   }
@@ -341,7 +352,9 @@ std::vector<float> gefen_momentum(const std::vector<StateTensor>& state, const s
     throw InputError(fmt::format("gefen momentum: the state of '{}' is inconsistent with period {}", param, P));
   std::vector<float> C(kGefenCodebookSize), M(n / Q);
   std::vector<uint8_t> I(n);
-  cb.copy_to(std::span<float>(C)), mag.copy_to(std::span<float>(M)), idx.copy_to(std::span<uint8_t>(I));
+  cb.copy_to(std::span<float>(C));
+  if (n == 0) return out;
+  mag.copy_to(std::span<float>(M)), idx.copy_to(std::span<uint8_t>(I));
   for (size_t i = 0; i < n; ++i) out[i] = C[I[i]] * M[i / Q];
   return out;
 }
