@@ -103,7 +103,7 @@ TEST_CASE("registry: the name picks the optimizer, which reads and checks its ow
   o.source = "x.toml";
   CHECK_NOTHROW(check_optimizer(o));  // the default: adamw with its defaults
   o.name = "lion";
-  CHECK_THROWS_WITH(check_optimizer(o), "x.toml: [optimizer] name = 'lion' (known: adamw, gefen, gefen-muon)");
+  CHECK_THROWS_WITH(check_optimizer(o), "x.toml: [optimizer] name = 'lion' (known: adamw, gefen, gefen-muon, adam8bit, adam4bit, adam-mini, adafactor, sm3)");
   o.name = "adamw";
   o.values["beta3"] = {0.5, "x.toml:4"};
   CHECK_THROWS_WITH(check_optimizer(o),
@@ -122,7 +122,7 @@ TEST_CASE("registry: the name picks the optimizer, which reads and checks its ow
                       [](const ParamSet&, const OptimizerOptions&) -> std::unique_ptr<Optimizer> { return nullptr; }});
   CHECK_THROWS_WITH(register_optimizer(optimizers().front()), "optimizer 'adamw' is already registered");
   o.name = "sgd";
-  CHECK_THROWS_WITH(check_optimizer(o), "x.toml: [optimizer] name = 'sgd' (known: adamw, gefen, gefen-muon, test-none)");
+  CHECK_THROWS_WITH(check_optimizer(o), "x.toml: [optimizer] name = 'sgd' (known: adamw, gefen, gefen-muon, adam8bit, adam4bit, adam-mini, adafactor, sm3, test-none)");
   o.name = "test-none";
   CHECK_THROWS_WITH(check_optimizer(o), "x.toml:5: unknown key 'weight_decay' in [optimizer] (known: name)");
   o.values.clear();
