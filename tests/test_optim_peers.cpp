@@ -12,6 +12,7 @@
 #include "core/threads.h"
 #include "optim/adafactor.h"
 #include "optim/adam_mini.h"
+#include "optim/gefen.h"
 #include "optim/optimizer.h"
 #include "optim/sm3.h"
 #include "testutil.h"
@@ -142,17 +143,21 @@ void adam_mini_ref_step(const std::vector<ParamInfo>& ps, std::map<std::string, 
     MiniRef& s = st[p.name];
     if (s.m.empty()) s.m.assign(n, 0), s.v.assign(nb, 0), s.m64.assign(n, 0), s.v64.assign(nb, 0);
     const auto& gr = g.at(p.name);
-    std::vector<double> sum(nb, 0.0), sum64(nb, 0.0), len(nb, 0.0);
+    std::vector<double> sum64(nb, 0.0), len(nb, 0.0);
+    std::vector<std::vector<float>> sq(nb);  // each block's g·g, in index order
     for (uint64_t k = 0; k < n; ++k) {
       const uint64_t b = block_of(p, k);
-      sum[b] += double(gr[k] * gr[k]), sum64[b] += double(gr[k]) * double(gr[k]), len[b] += 1;
+      sq[b].push_back(gr[k] * gr[k]), sum64[b] += double(gr[k]) * double(gr[k]), len[b] += 1;
     }
     const bool wd = p.shape.size() >= 2 && c.weight_decay > 0;
     auto& q = p32.params.at(p.name).data;
     auto& q64 = p64.at(p.name);
     for (uint64_t b = 0; b < nb; ++b) {
       s.v64[b] = c.beta2 * s.v64[b] + (1 - c.beta2) * sum64[b] / len[b];
-      if (!p.bias) s.v[b] = std::fma(float(sum[b] / len[b]), float(1 - c.beta2), float(c.beta2) * s.v[b]);
+      if (!p.bias) {  // torch's mean: ATen's binary32 sum (gefen_torch_sum, tested in test_gefen), / f32(L)
+        const float mean = gefen_torch_sum(sq[b].data(), sq[b].size()) / float(len[b]);
+        s.v[b] = std::fma(mean, float(1 - c.beta2), float(c.beta2) * s.v[b]);
+      }
     }
     for (uint64_t k = 0; k < n; ++k) {
       const uint64_t b = block_of(p, k);

@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "core/error.h"
+#include "optim/gefen.h"  // gefen_torch_sum: ATen's binary32 sum order
 
 namespace mantis {
 
@@ -102,20 +103,23 @@ class AdamMini final : public Optimizer {
       for (const VSegment& seg : s.part.segments) {
         const int64_t count = int64_t(seg.count);
         const uint64_t len = seg.length;
-#pragma omp parallel for schedule(static) if (seg.count * len > 65536 && seg.count > 1)
-        for (int64_t b = 0; b < count; ++b) {
-          const uint64_t o = off + uint64_t(b) * len;
-          double sq = 0;
-          for (uint64_t i = o; i < o + len; ++i) sq += double(gr[i] * gr[i]);
-          const float mean = float(sq / double(len));
-          float& v = vv[vb + uint64_t(b)];
-          v = std::fma(mean, a2, b2 * v);
-          const float h = std::sqrt(v) / bc2_sqrt + eps;
-          const float k = (1.0f / h) * inv_bc1;
-          for (uint64_t i = o; i < o + len; ++i) {
-            if (wd) p[i] *= decay;
-            mm[i] = lerp(mm[i], gr[i], w);
-            p[i] = p[i] + -((mm[i] * k) * lr_f);
+#pragma omp parallel if (seg.count * len > 65536 && seg.count > 1)
+        {
+          std::vector<float> sq(len);  // this thread's g·g of one block (torch's temporary)
+#pragma omp for schedule(static)
+          for (int64_t b = 0; b < count; ++b) {
+            const uint64_t o = off + uint64_t(b) * len;
+            for (uint64_t i = 0; i < len; ++i) sq[i] = gr[o + i] * gr[o + i];
+            const float mean = gefen_torch_sum(sq.data(), len) / float(len);
+            float& v = vv[vb + uint64_t(b)];
+            v = std::fma(mean, a2, b2 * v);
+            const float h = std::sqrt(v) / bc2_sqrt + eps;
+            const float k = (1.0f / h) * inv_bc1;
+            for (uint64_t i = o; i < o + len; ++i) {
+              if (wd) p[i] *= decay;
+              mm[i] = lerp(mm[i], gr[i], w);
+              p[i] = p[i] + -((mm[i] * k) * lr_f);
+            }
           }
         }
         off += seg.count * len;

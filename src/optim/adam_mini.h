@@ -24,9 +24,10 @@
 //   bc1 = 1 − β1^t, bc2 = 1 − β2^t (binary64), w = f32(1 − β1)
 //   lerp(m, g)  = fma(w, g − m, m)            if w < 0.5, else fma(w − 1, g − m, g)
 //   block tensors (per head / row / tensor), block b of length L:
-//     s_b  = f32(Σ_{i∈b} g_i·g_i / L)          (g·g in binary32, Σ and /L in binary64, in index order,
-//                                               rounded once; torch 1.13's binary32 mean is ≤ 3 ulp
-//                                               from it, measured on L = 32…3072, ~40% not equal)
+//     s_b  = gefen_torch_sum(g_i·g_i, i ∈ b) / f32(L)   (torch.mean(g·g, dim=1) and, for norms,
+//                                               torch.sum(g·g) / numel: g·g in binary32, summed in
+//                                               binary32 in ATen's 8-lane cascade order (optim/gefen.h),
+//                                               then one binary32 division)
 //     v_b  = fma(s_b, f32(1 − β2), f32(β2)·v_b)
 //     p    = p·f32(1 − lr·wd)                  (only decays() tensors, only when wd > 0)
 //     m    = lerp(m, g)
@@ -40,8 +41,8 @@
 // Weight decay: v1.1.1 disables it for names containing "norm", "ln" or "bias"; decays() (≥ 2
 // dimensions) picks the same tensors of both shipped model families.
 // Checked once against adam_mini.py 1.1.1 itself (Debian's torch 1.13, CPU, one thread; a
-// llama-named set, 5 steps, wd 0.1): norms and biases bit-identical; the other tensors differ only
-// through torch's binary32 mean (3% of the elements, by ≤ 2e-6 of the update). Also measured there:
+// llama-named set of every role but the fused qkv, 5 steps, wd 0.1): every parameter bit-identical.
+// Also measured there:
 // torch 1.13's CPU addcmul, add(alpha) and lerp are fused as written above, addcdiv is not.
 // State: <param>.m f32 [param shape]; <param>.v f32 [number of v blocks]; + the step count.
 // [optimizer] keys: name = "adam-mini", beta1 (0.9), beta2 (0.999), eps (1e-8; v1.1.1's default,
