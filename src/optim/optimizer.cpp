@@ -8,10 +8,13 @@
 
 #include "core/error.h"
 #include "optim/adam4bit.h"
+#include "optim/adafactor.h"
 #include "optim/adam8bit.h"
+#include "optim/adam_mini.h"
 #include "optim/adamw.h"
 #include "optim/gefen.h"
 #include "optim/gefen_muon.h"
+#include "optim/sm3.h"
 
 namespace mantis {
 
