@@ -9,7 +9,6 @@
 #include "core/error.h"
 #include "optim/adafactor.h"
 #include "optim/adam4bit.h"
-#include "optim/adafactor.h"
 #include "optim/adam8bit.h"
 #include "optim/adam_mini.h"
 #include "optim/adamw.h"
