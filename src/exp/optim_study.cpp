@@ -505,8 +505,13 @@ OptimStudyResult run_optim_study(const OptimStudyOptions& o) {
     if (!data.count(m)) {
       const TrainConfig t = load_train_config(c.models[m]);
       const auto tok = make_tokenizer(t.tokenizer);
-      data[m] = {{"train", data_sources_json(load_tokens(t.train_data, *tok, data_root()))},
-                 {"validation", data_sources_json(load_tokens(t.val_data, *tok, data_root()))}};
+      // What the data is, not where this checkout keeps it: a cell keyed here is valid in any clone.
+      auto sources = [&](const std::string& split) {
+        ojson a = data_sources_json(load_tokens(split, *tok, data_root()));
+        for (auto& s : a) s.erase("file");
+        return a;
+      };
+      data[m] = {{"train", sources(t.train_data)}, {"validation", sources(t.val_data)}};
     }
     return data[m];
   };
