@@ -10,12 +10,14 @@
 #include <random>
 
 #include "core/threads.h"
+#include "optim/adamw.h"
 #include "optim/gefen.h"
 #include "optim/gefen_codebook.h"
 #include "optim/gefen_muon.h"
 #include "optim/gefen_period.h"
 #include "optim/optimizer.h"
 #include "testutil.h"
+#include "train/train.h"
 
 using namespace mantis;
 using mantis::test::error_of;
@@ -735,10 +737,13 @@ TEST_CASE("gefen-muon: state, round trip, threads, errors") {
     moved = std::max(moved, std::abs(double(a.m.params.at("w").data[i]) - double(fresh.m.params.at("w").data[i])));
   CHECK(moved > 1e-3);
   CHECK(moved < 7 * 1e-2 * gefen_muon_lr_ratio(40, 24, false) * 1.25);
-  // errors: a vector parameter, keys
-  CHECK_THROWS_WITH(make_gefen_muon(fixture().ps, GefenMuonConfig{}),
+  // errors: a vector parameter under rest = "refuse" (the released behaviour), keys
+  GefenMuonConfig refuse;
+  refuse.rest = GefenMuonRest::refuse;
+  CHECK_THROWS_WITH(make_gefen_muon(fixture().ps, refuse),
                     "gefen-muon: parameter 'gain' has shape [768]: GefenMuon takes only matrices (2-D parameters), as "
                     "the authors' code");
+  CHECK_NOTHROW(make_gefen_muon(muon_fixture().ps, refuse));
   OptimizerOptions o;
   o.name = "gefen-muon";
   o.source = "x.toml";
@@ -753,6 +758,258 @@ TEST_CASE("gefen-muon: state, round trip, threads, errors") {
   CHECK_THROWS_WITH(check_optimizer(o), "gefen-muon: ns_steps = 100 must be < 100");
   o.values = {{"beta1", {0.9, "x.toml:5"}}};
   CHECK_THROWS_WITH(check_optimizer(o), Catch::Matchers::StartsWith("x.toml:5: unknown key 'beta1' in [optimizer]"));
+}
+
+namespace {
+
+// A subset of f (names in `keep`), roles unknown, same values.
+Fixture subset(const Fixture& f, const std::vector<std::string>& keep) {
+  Fixture g;
+  g.ps.roles = f.ps.roles;
+  for (auto& p : f.ps.params)
+    if (std::find(keep.begin(), keep.end(), p.name) != keep.end()) {
+      g.ps.params.push_back(p);
+      g.m.params[p.name] = f.m.params.at(p.name);
+      g.names.push_back(p.name);
+    }
+  return g;
+}
+GradMap<float> only(const GradMap<float>& g, const Fixture& f) {
+  GradMap<float> out;
+  for (auto& n : f.names) out[n] = g.at(n);
+  return out;
+}
+bool has_state(const std::vector<StateTensor>& st, const std::string& name) {
+  return std::any_of(st.begin(), st.end(), [&](const StateTensor& t) { return t.name == name; });
+}
+OptimizerOptions muon_options(std::map<std::string, OptionValue> v) {
+  OptimizerOptions o;
+  o.name = "gefen-muon", o.source = "x.toml", o.values = std::move(v);
+  return o;
+}
+
+}  // namespace
+
+TEST_CASE("gefen-muon: the two groups are GefenMuon on the matrices and Gefen / AdamW on the rest, bit for bit") {
+  const std::vector<std::string> mats = {"w", "big", "zero"}, rest = {"gain", "prime", "one"};
+  for (const char* kind : {"gefen", "adamw"}) {
+    INFO("rest = " << kind);
+    // non-default rest settings, so that each key is seen to reach the rest group's optimizer
+    const OptimizerOptions o = muon_options({{"rest", {std::string(kind), "x.toml:2"}},
+                                             {"rest_beta1", {0.8, "x.toml:3"}},
+                                             {"rest_beta2", {0.99, "x.toml:4"}},
+                                             {"rest_eps", {1e-6, "x.toml:5"}},
+                                             {"rest_weight_decay", {0.05, "x.toml:6"}},
+                                             {"momentum", {0.9, "x.toml:7"}}});
+    Fixture whole = fixture();  // roles unknown: every matrix in the Muon group
+    Fixture fm = subset(whole, mats), fr = subset(whole, rest);
+    auto opt = make_optimizer(whole.ps, o);
+    GefenMuonConfig mc;
+    mc.momentum = 0.9, mc.rest = GefenMuonRest::refuse;
+    auto om = make_gefen_muon(fm.ps, mc);
+    std::unique_ptr<Optimizer> orr;
+    if (std::string(kind) == "gefen") {
+      GefenConfig gc;
+      gc.beta1 = 0.8, gc.beta2 = 0.99, gc.eps = 1e-6, gc.weight_decay = 0.05;
+      orr = make_gefen(fr.ps, gc);
+    } else {
+      AdamWConfig ac;
+      ac.beta1 = 0.8, ac.beta2 = 0.99, ac.eps = 1e-6, ac.weight_decay = 0.05;
+      orr = make_adamw(fr.ps, ac);
+    }
+    for (int t = 0; t < 3; ++t) {
+      const GradMap<float> g = grads(whole, t);
+      opt->step(whole.m, g, 1e-2);
+      om->step(fm.m, only(g, fm), 1e-2);
+      orr->step(fr.m, only(g, fr), 1e-2);
+    }
+    for (auto& n : mats) CHECK(same_bits(whole.m.params.at(n).data, fm.m.params.at(n).data));
+    for (auto& n : rest) CHECK(same_bits(whole.m.params.at(n).data, fr.m.params.at(n).data));
+    // the state: the Muon group's tensors under their names, then the rest group's prefixed "rest."
+    const auto st = opt->state(), sm = om->state(), sr = orr->state();
+    REQUIRE(st.size() == sm.size() + sr.size());
+    for (size_t i = 0; i < st.size(); ++i) {
+      const StateTensor& want = i < sm.size() ? sm[i] : sr[i - sm.size()];
+      INFO(st[i].name);
+      CHECK(st[i].name == (i < sm.size() ? "" : "rest.") + want.name);
+      CHECK(st[i].dtype == want.dtype);
+      CHECK(st[i].shape == want.shape);
+      CHECK(st[i].bytes == want.bytes);
+    }
+    CHECK(opt->state_bytes() == om->state_bytes() + orr->state_bytes() - 8);
+    uint64_t total = 8;
+    for (auto& t : st) total += t.bytes.size();
+    CHECK(opt->state_bytes() == total);
+    CHECK(opt->steps() == 3);
+    // round trip: a fresh one takes the state and continues bit for bit
+    Fixture copy = whole;
+    auto o2 = make_optimizer(copy.ps, o);
+    o2->load_state(st, opt->steps());
+    for (int t = 3; t < 5; ++t) {
+      const GradMap<float> g = grads(whole, t);
+      opt->step(whole.m, g, 1e-2);
+      o2->step(copy.m, g, 1e-2);
+    }
+    for (auto& n : whole.names) CHECK(same_bits(whole.m.params.at(n).data, copy.m.params.at(n).data));
+    const auto s1 = opt->state(), s2 = o2->state();
+    REQUIRE(s1.size() == s2.size());
+    for (size_t i = 0; i < s1.size(); ++i) CHECK((s1[i].name == s2[i].name && s1[i].bytes == s2[i].bytes));
+    // a state without the rest group's tensors, or with a wrong one, is refused naming it
+    std::vector<StateTensor> bad(st.begin(), st.begin() + std::ptrdiff_t(sm.size()));
+    CHECK_THROWS_AS(make_optimizer(whole.ps, o)->load_state(bad, 3), InputError);
+    bad = st;
+    bad.back().shape.push_back(1);
+    CHECK_THROWS_WITH(make_optimizer(whole.ps, o)->load_state(bad, 3),
+                      Catch::Matchers::Contains("gefen-muon's rest group, prefix 'rest.'"));
+  }
+  // no rest group (matrices only): the state is the released GefenMuon's, nothing prefixed
+  Fixture mf = muon_fixture();
+  auto a = make_gefen_muon(mf.ps, GefenMuonConfig{});
+  a->step(mf.m, grads(mf, 0), 1e-2);
+  for (auto& t : a->state()) CHECK(!t.name.starts_with("rest."));
+  // no matrix at all: an empty Muon group (its codebook stays zero) and a resumable state
+  Fixture vf = subset(fixture(), rest);
+  auto b = make_gefen_muon(vf.ps, GefenMuonConfig{});
+  for (int t = 0; t < 2; ++t) b->step(vf.m, grads(vf, t), 1e-2);
+  auto b2 = make_gefen_muon(vf.ps, GefenMuonConfig{});
+  CHECK_NOTHROW(b2->load_state(b->state(), b->steps()));
+  CHECK(b2->state_bytes() == b->state_bytes());
+  // a Muon-group name that could collide with the rest group's prefix
+  Fixture cf = fixture();
+  cf.ps.params[0].name = "rest.w";
+  CHECK_THROWS_WITH(make_gefen_muon(cf.ps, GefenMuonConfig{}),
+                    "gefen-muon: parameter 'rest.w' of the Muon group begins with 'rest.', the rest group's state "
+                    "prefix");
+}
+
+TEST_CASE("gefen-muon: the partition by shape and role, the embeddings key, the keys' errors") {
+  for (const char* arch : {"gpt2", "llama"}) {
+    INFO(arch);
+    ModelConfig c;
+    c.arch = std::string(arch) == "gpt2" ? Arch::gpt2 : Arch::llama;
+    c.vocab = 256, c.ctx = 16, c.layers = 1, c.heads = 4, c.kv_heads = c.arch == Arch::gpt2 ? 4 : 2, c.dim = 32,
+    c.hidden = 64, c.tied = c.arch == Arch::gpt2;  // llama untied: its lm_head too
+    const ParamSet ps = param_set(c);
+    ParamSet anon = ps;
+    anon.roles = false;
+    for (bool emb_muon : {false, true}) {
+      GefenMuonConfig gc;
+      gc.embeddings_muon = emb_muon;
+      const auto st = make_gefen_muon(ps, gc)->state(), sa = make_gefen_muon(anon, gc)->state();
+      size_t muon = 0, embeddings = 0;
+      for (auto& p : ps.params) {
+        const bool emb = p.role == Role::tok_emb || p.role == Role::pos_emb || p.role == Role::lm_head;
+        const bool want = p.shape.size() == 2 && (emb_muon || !emb);
+        INFO(p.name << " emb " << emb << " embeddings = muon " << emb_muon);
+        embeddings += emb;
+        CHECK(gefen_muon_takes(p, true, gc) == want);
+        CHECK(gefen_muon_takes(p, false, gc) == (p.shape.size() == 2));  // no roles: every matrix
+        muon += want;
+        CHECK(has_state(st, p.name + ".idx") == want);
+        CHECK(has_state(st, "rest." + p.name + ".idx") == !want);
+        CHECK(has_state(st, "rest." + p.name + ".v") == !want);  // Gefen's v: the rest group only
+        CHECK(has_state(sa, p.name + ".idx") == (p.shape.size() == 2));
+      }
+      CHECK(embeddings == 2);  // gpt2 wte, wpe; llama tok_embeddings, output
+      CHECK(muon > 0);
+      CHECK(muon < ps.params.size());
+      CHECK(has_state(st, "codebook"));
+      CHECK(has_state(st, "rest.codebook"));
+    }
+    // rest = "refuse": the first non-matrix is named, as the authors' constructor raises
+    GefenMuonConfig refuse;
+    refuse.rest = GefenMuonRest::refuse;
+    std::string first;
+    for (auto& p : ps.params)
+      if (p.shape.size() != 2 && first.empty()) first = p.name;
+    CHECK_THROWS_WITH(make_gefen_muon(ps, refuse), Catch::Matchers::StartsWith("gefen-muon: parameter '" + first + "'"));
+    CHECK_THROWS_AS(make_optimizer(ps, muon_options({{"rest", {std::string("refuse"), "x.toml:2"}}})), InputError);
+  }
+  // the keys
+  CHECK_NOTHROW(check_optimizer(muon_options({{"rest", {std::string("adamw"), "x.toml:2"}},
+                                              {"embeddings", {std::string("muon"), "x.toml:3"}},
+                                              {"rest_weight_decay", {0.1, "x.toml:4"}}})));
+  CHECK_THROWS_WITH(check_optimizer(muon_options({{"rest", {std::string("sgd"), "x.toml:2"}}})),
+                    "x.toml: gefen-muon: rest = 'sgd' (known: gefen, adamw, refuse)");
+  CHECK_THROWS_WITH(check_optimizer(muon_options({{"embeddings", {std::string("adam"), "x.toml:2"}}})),
+                    "x.toml: gefen-muon: embeddings = 'adam' (known: rest, muon)");
+  CHECK_THROWS_WITH(check_optimizer(muon_options({{"rest_beta1", {1.0, "x.toml:2"}}})),
+                    "gefen-muon: rest_beta1 = 1 must lie in [0, 1)");
+  CHECK_THROWS_WITH(check_optimizer(muon_options({{"rest_beta2", {-0.5, "x.toml:2"}}})),
+                    "gefen-muon: rest_beta2 = -0.5 must lie in [0, 1)");
+  CHECK_THROWS_WITH(check_optimizer(muon_options({{"rest_eps", {0.0, "x.toml:2"}}})),
+                    "gefen-muon: rest_eps = 0 must be positive");
+  CHECK_THROWS_WITH(check_optimizer(muon_options({{"rest_weight_decay", {-1.0, "x.toml:2"}}})),
+                    "gefen-muon: rest_weight_decay = -1 must be ≥ 0");
+  CHECK_THROWS_WITH(check_optimizer(muon_options({{"rest", {true, "x.toml:7"}}})),
+                    Catch::Matchers::StartsWith("x.toml:7: 'rest' in [optimizer] must be"));
+}
+
+TEST_CASE("gefen-muon trains tiny gpt2 and llama models: finite, deterministic, 1 and 2 threads identical") {
+  for (const char* arch : {"gpt2", "llama"})
+    for (const char* rest : {"gefen", "adamw"}) {
+      INFO(arch << ", rest = " << rest);
+      auto train = [&](int threads, const std::string& tag) {
+        const std::string t = fmt::format(R"([model]
+arch = "{}"
+layers = 1
+heads = 4
+kv_heads = {}
+dim = 32
+ctx = 32
+
+[data]
+tokenizer = "bytes"
+train = "kjv/test"
+validation = "kjv/validation"
+
+[train]
+steps = 4
+batch = 2
+lr = 3e-3
+warmup = 1
+val_seqs = 2
+
+[optimizer]
+name = "gefen-muon"
+rest = "{}"
+)", arch, std::string(arch) == "llama" ? 2 : 4, rest);
+        TrainConfig c = train_config_from_toml(t, "tiny.toml");
+        c.out = mantis::test::scratch(fmt::format("muon-{}-{}-{}", arch, rest, tag)).string();
+        set_num_threads(threads);
+        auto tr = std::make_unique<Trainer>(c);
+        tr->run();
+        set_num_threads(1);
+        return tr;
+      };
+      const auto a = train(1, "a"), b = train(2, "b"), again = train(1, "c");
+      REQUIRE(a->log().size() == 4);
+      const Model init = init_model(a->model().cfg, a->config().init_seed);
+      bool moved = false;
+      for (auto& [n, t] : a->model().params) {
+        INFO(n);
+        CHECK(std::all_of(t.data.begin(), t.data.end(), [](float x) { return std::isfinite(x); }));
+        CHECK(same_bits(t.data, b->model().params.at(n).data));
+        CHECK(same_bits(t.data, again->model().params.at(n).data));
+        moved = moved || !same_bits(t.data, init.params.at(n).data);
+      }
+      CHECK(moved);
+      for (size_t i = 0; i < a->log().size(); ++i) {
+        CHECK(std::isfinite(a->log()[i].loss));
+        CHECK(a->log()[i].loss == b->log()[i].loss);
+      }
+      // every parameter in one group; the vectors in the rest group
+      const auto st = a->optimizer().state();
+      for (auto& [n, t] : a->model().params) {
+        const bool muon = has_state(st, n + ".idx");
+        CHECK(muon != has_state(st, std::string("rest.") + n + (std::string(rest) == "gefen" ? ".idx" : ".m")));
+        if (t.shape.size() != 2) CHECK(!muon);
+      }
+      uint64_t total = 8;
+      for (auto& t : st) total += t.bytes.size();
+      CHECK(a->optimizer().state_bytes() == total);
+      CHECK(a->log().back().state_bytes == total);
+    }
 }
 
 TEST_CASE("gefen: ATen's binary32 sum order, against a second restatement and exact sums") {

@@ -326,8 +326,7 @@ ModelConfig optim_bench_model(uint64_t params) {
 // set of gradients (allocated once; gradient i of tensor t uniform in [−1e−3, 1e−3) from
 // Philox64(7, t, i)), per thread count: one warm-up step (Gefen's first step also learns its
 // periods and codebook: reported as first_step_seconds), then the median of --reps steps at lr
-// 1e−4, beside AdamW's ns/parameter at the same thread count. An optimizer that refuses the whole
-// set (GefenMuon: matrices only) is timed on its matrices ("param_set": "matrices"). Then Gefen's codebook DP
+// 1e−4, beside AdamW's ns/parameter at the same thread count. Then Gefen's codebook DP
 // (learn_gefen_codebook) on a histogram of --dp-bins occupied bins spread evenly over the 4096
 // (counts 1 + Philox64(5, 0, j) mod 1000), median of --reps.
 ojson bench_optim(const BenchArgs& a, Progress& progress) {
@@ -354,11 +353,6 @@ ojson bench_optim(const BenchArgs& a, Progress& progress) {
     m.params[p.name] = std::move(x);
     g[p.name] = std::move(gv);
   }
-  ParamSet matrices = set;
-  std::erase_if(matrices.params, [](const ParamInfo& p) { return p.shape.size() != 2; });
-  GradMap<float> g_matrices;  // the same gradients, by copy (allocated once as well)
-  uint64_t n_matrices = 0;
-  for (auto& p : matrices.params) g_matrices[p.name] = g.at(p.name), n_matrices += g.at(p.name).size();
   ojson results = ojson::array();
   if (!a.json) {
     std::printf("optimizer step on %llu parameters (%s), median of %d steps after one warm-up\n",
@@ -378,22 +372,12 @@ ojson bench_optim(const BenchArgs& a, Progress& progress) {
       OptimizerOptions o;
       o.name = e->name;
       o.source = "bench optim";
-      // An optimizer that refuses the whole set (GefenMuon: matrices only) is timed on the
-      // matrices, per parameter it serves.
-      const ParamSet* used = &set;
-      std::unique_ptr<Optimizer> opt;
-      try {
-        opt = e->make(set, o);
-      } catch (const InputError&) {
-        used = &matrices;
-        opt = e->make(matrices, o);
-      }
+      std::unique_ptr<Optimizer> opt = e->make(set, o);
       if (!opt) continue;
-      const uint64_t n = used == &set ? n_all : n_matrices;
-      const GradMap<float>& gu = used == &set ? g : g_matrices;
-      const double first = time_once([&] { opt->step(m, gu, 1e-4); });
+      const uint64_t n = n_all;
+      const double first = time_once([&] { opt->step(m, g, 1e-4); });
       std::vector<double> ts;
-      for (int r = 0; r < a.reps; ++r) ts.push_back(time_once([&] { opt->step(m, gu, 1e-4); }));
+      for (int r = 0; r < a.reps; ++r) ts.push_back(time_once([&] { opt->step(m, g, 1e-4); }));
       const double med = median(ts), ns = med * 1e9 / double(n);
       if (e->name == "adamw") adamw[th] = ns;
       const double bpp = double(opt->state_bytes()) / double(n);
@@ -401,7 +385,6 @@ ojson bench_optim(const BenchArgs& a, Progress& progress) {
       results.push_back(ojson{{"benchmark", "step"},
                               {"optimizer", e->name},
                               {"threads", th},
-                              {"param_set", used == &set ? "all" : "matrices"},
                               {"params", n},
                               {"step_seconds", med},
                               {"ns_per_param", med * 1e9 / double(n)},

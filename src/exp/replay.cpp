@@ -165,8 +165,12 @@ ReplayResult replay(const ReplayOptions& o) {
       r.codebook.clear();
       for (size_t i = 0; i < t.numel(); ++i)
         if (auto v = element(t, i)) r.codebook.push_back(*v);
-    } else if (t.name.ends_with(".period") && t.numel() == 1 && index.count(t.name.substr(0, t.name.size() - 7))) {
-      if (auto v = element(t, 0)) r.periods[t.name.substr(0, t.name.size() - 7)] = uint64_t(*v);
+    } else if (t.name.ends_with(".period") && t.numel() == 1) {
+      // "<p>.period", or GefenMuon's rest group "rest.<p>.period" (each parameter in one group)
+      std::string p = t.name.substr(0, t.name.size() - 7);
+      if (!index.count(p) && p.starts_with("rest.") && index.count(p.substr(5))) p = p.substr(5);
+      if (index.count(p))
+        if (auto v = element(t, 0)) r.periods[p] = uint64_t(*v);
     }
   }
   if (r.codebook.empty() || r.periods.empty()) r.codebook.clear(), r.periods.clear();  // not Gefen's naming

@@ -24,7 +24,9 @@
 //     a one-line InputError.
 //   Result: the optimizer's name, N, its state_bytes() after the last step, the element count of
 //     P, state_bytes / params; and when its state holds a tensor `codebook` and tensors
-//     `<p>.period` (Gefen's naming), the codebook's values (as doubles) and each p's period.
+//     `<p>.period` (Gefen's naming), the codebook's values (as doubles) and each p's period;
+//     gefen-muon: `codebook` is its Muon group's, and the periods are both groups' (the rest
+//     group's `rest.<p>.period` reported as p's; its own `rest.codebook` only in `state`).
 #pragma once
 
 #include <cstdint>

@@ -86,7 +86,8 @@ std::vector<float> gefen_learn_codebook(const std::vector<std::span<const float>
                                         const std::vector<size_t>& periods);
 
 // For studies: the dequantised momentum of `param` (C[idx_i]·mag[i/Q], binary32, flattened) from a
-// Gefen (or GefenMuon) state(); InputError if the tensors are missing; zeros before the first step.
+// Gefen (or GefenMuon: its Muon group; its rest group's tensors with the "rest." prefix removed)
+// state(); InputError if the tensors are missing; zeros before the first step.
 std::vector<float> gefen_momentum(const std::vector<StateTensor>& state, const std::string& param);
 
 }  // namespace mantis

@@ -6,11 +6,14 @@
 #include <algorithm>
 #include <cfloat>
 #include <cmath>
+#include <memory>
+#include <string_view>
 #include <utility>
 
 #include "core/error.h"
 #include "core/format.h"
 #include "core/round.h"
+#include "optim/adamw.h"
 #include "optim/gefen.h"
 #include "optim/gefen_codebook.h"
 
@@ -94,14 +97,11 @@ struct Slot {
   std::vector<float> mag;
 };
 
-class GefenMuon final : public Optimizer {
+// The Muon group: matrices only (the caller partitions).
+class MuonGroup final : public Optimizer {
  public:
-  GefenMuon(const ParamSet& ps, const GefenMuonConfig& c) : c_(c), codebook_(kGefenCodebookSize, 0.0f) {
+  MuonGroup(const ParamSet& ps, const GefenMuonConfig& c) : c_(c), codebook_(kGefenCodebookSize, 0.0f) {
     for (auto& p : ps.params) {
-      if (p.shape.size() != 2)
-        throw InputError(fmt::format("gefen-muon: parameter '{}' has shape [{}]: GefenMuon takes only matrices "
-                                     "(2-D parameters), as the authors' code",
-                                     p.name, fmt::join(p.shape, ", ")));
       Slot s;
       s.name = p.name;
       s.shape.assign(p.shape.begin(), p.shape.end());
@@ -202,7 +202,7 @@ class GefenMuon final : public Optimizer {
     expect_state_count(st, 1 + 3 * slots_.size());
     if (set != 0 && set != slots_.size())
       throw InputError("optimizer state: gefen periods are set for some tensors but not for others");
-    if (set == 0 && steps != 0)
+    if (set == 0 && steps != 0 && !slots_.empty())
       throw InputError(fmt::format("optimizer state: gefen has no periods but {} steps", steps));
     if (set != 0 && !std::is_sorted(cb.begin(), cb.end()))
       throw InputError("optimizer state: the gefen codebook is not ascending");
@@ -224,9 +224,90 @@ class GefenMuon final : public Optimizer {
   uint64_t t_ = 0;
 };
 
+constexpr const char* kRestPrefix = "rest.";
+
+// The whole optimizer: the Muon group, then the rest group (absent when no parameter is left to it).
+class GefenMuon final : public Optimizer {
+ public:
+  GefenMuon(const ParamSet& ps, const GefenMuonConfig& c) {
+    ParamSet mu{{}, ps.roles}, rest{{}, ps.roles};
+    for (auto& p : ps.params) {
+      if (gefen_muon_takes(p, ps.roles, c)) mu.params.push_back(p);
+      else if (c.rest == GefenMuonRest::refuse)
+        throw InputError(fmt::format("gefen-muon: parameter '{}' has shape [{}]: GefenMuon takes only matrices "
+                                     "(2-D parameters), as the authors' code",
+                                     p.name, fmt::join(p.shape, ", ")));
+      else rest.params.push_back(p);
+    }
+    if (!rest.params.empty())
+      for (auto& p : mu.params)  // its state tensors could collide with the rest group's
+        if (p.name.starts_with(kRestPrefix))
+          throw InputError(fmt::format("gefen-muon: parameter '{}' of the Muon group begins with '{}', the rest "
+                                       "group's state prefix",
+                                       p.name, kRestPrefix));
+    muon_ = std::make_unique<MuonGroup>(mu, c);
+    if (rest.params.empty()) return;
+    if (c.rest == GefenMuonRest::adamw) {
+      AdamWConfig a;
+      a.beta1 = c.rest_beta1, a.beta2 = c.rest_beta2, a.eps = c.rest_eps, a.weight_decay = c.rest_weight_decay;
+      rest_ = make_adamw(rest, a);
+    } else {
+      GefenConfig g;
+      g.beta1 = c.rest_beta1, g.beta2 = c.rest_beta2, g.eps = c.rest_eps, g.weight_decay = c.rest_weight_decay;
+      g.period_rule = c.period_rule;
+      rest_ = make_gefen(rest, g);
+    }
+  }
+  std::string name() const override { return "gefen-muon"; }
+  uint64_t steps() const override { return muon_->steps(); }
+  uint64_t state_bytes() const override {  // one step count, not two
+    return muon_->state_bytes() + (rest_ ? rest_->state_bytes() - sizeof(uint64_t) : 0);
+  }
+  void step(Model& m, const GradMap<float>& g, double lr) override {
+    muon_->step(m, g, lr);
+    if (rest_) rest_->step(m, g, lr);
+  }
+  std::vector<StateTensor> state() const override {
+    std::vector<StateTensor> out = muon_->state();
+    if (rest_)
+      for (auto& t : rest_->state()) {
+        t.name = kRestPrefix + t.name;
+        out.push_back(std::move(t));
+      }
+    return out;
+  }
+  void load_state(const std::vector<StateTensor>& st, uint64_t steps) override {
+    std::vector<StateTensor> mu, rest;
+    for (auto& t : st)
+      if (rest_ && t.name.starts_with(kRestPrefix)) {
+        rest.push_back(t);
+        rest.back().name.erase(0, std::string_view(kRestPrefix).size());
+      } else {
+        mu.push_back(t);
+      }
+    // Both checked before either takes anything: a failed load leaves the optimizer as it was.
+    auto m2 = std::make_unique<MuonGroup>(*muon_);
+    m2->load_state(mu, steps);
+    if (rest_) {
+      try {
+        rest_->load_state(rest, steps);
+      } catch (const InputError& e) {
+        throw InputError(fmt::format("{} (gefen-muon's rest group, prefix '{}')", e.what(), kRestPrefix));
+      }
+    }
+    muon_ = std::move(m2);
+  }
+
+ private:
+  std::unique_ptr<MuonGroup> muon_;
+  std::unique_ptr<Optimizer> rest_;
+};
+
 const std::vector<std::string>& keys() {
-  static const std::vector<std::string> k = {"momentum", "nesterov", "weight_decay", "eps", "ns_steps",
-                                             "ns_a",     "ns_b",     "ns_c",         "adjust_lr_fn", "period_rule"};
+  static const std::vector<std::string> k = {"momentum",   "nesterov",   "weight_decay", "eps",
+                                             "ns_steps",   "ns_a",       "ns_b",         "ns_c",
+                                             "adjust_lr_fn", "period_rule", "rest",      "rest_beta1",
+                                             "rest_beta2", "rest_eps",   "rest_weight_decay", "embeddings"};
   return k;
 }
 
@@ -250,6 +331,20 @@ GefenMuonConfig parse(const OptimizerOptions& o) {
   if (rule == "code") c.period_rule = GefenPeriodRule::code;
   else if (rule == "brief") c.period_rule = GefenPeriodRule::brief;
   else throw InputError(fmt::format("{}: gefen-muon: period_rule = '{}' (known: code, brief)", o.source, rule));
+  std::string rest = "gefen", emb = "rest";
+  r.get("rest", rest);
+  if (rest == "gefen") c.rest = GefenMuonRest::gefen;
+  else if (rest == "adamw") c.rest = GefenMuonRest::adamw;
+  else if (rest == "refuse") c.rest = GefenMuonRest::refuse;
+  else throw InputError(fmt::format("{}: gefen-muon: rest = '{}' (known: gefen, adamw, refuse)", o.source, rest));
+  r.get("rest_beta1", c.rest_beta1);
+  r.get("rest_beta2", c.rest_beta2);
+  r.get("rest_eps", c.rest_eps);
+  r.get("rest_weight_decay", c.rest_weight_decay);
+  r.get("embeddings", emb);
+  if (emb != "rest" && emb != "muon")
+    throw InputError(fmt::format("{}: gefen-muon: embeddings = '{}' (known: rest, muon)", o.source, emb));
+  c.embeddings_muon = emb == "muon";
   validate(c);
   return c;
 }
@@ -265,6 +360,17 @@ void validate(const GefenMuonConfig& c) {
   if (c.ns_steps >= 100) throw InputError(fmt::format("gefen-muon: ns_steps = {} must be < 100", c.ns_steps));
   if (!std::isfinite(c.ns_a) || !std::isfinite(c.ns_b) || !std::isfinite(c.ns_c))
     throw InputError("gefen-muon: ns_a, ns_b and ns_c must be finite");
+  for (auto [key, b] : {std::pair{"rest_beta1", c.rest_beta1}, std::pair{"rest_beta2", c.rest_beta2}})
+    if (!(b >= 0 && b < 1)) throw InputError(fmt::format("gefen-muon: {} = {} must lie in [0, 1)", key, b));
+  if (!(c.rest_eps > 0)) throw InputError(fmt::format("gefen-muon: rest_eps = {} must be positive", c.rest_eps));
+  if (!(c.rest_weight_decay >= 0))
+    throw InputError(fmt::format("gefen-muon: rest_weight_decay = {} must be ≥ 0", c.rest_weight_decay));
+}
+
+bool gefen_muon_takes(const ParamInfo& p, bool roles, const GefenMuonConfig& c) {
+  if (p.shape.size() != 2) return false;
+  if (c.rest == GefenMuonRest::refuse || c.embeddings_muon || !roles) return true;
+  return p.role != Role::tok_emb && p.role != Role::pos_emb && p.role != Role::lm_head;
 }
 
 std::unique_ptr<Optimizer> make_gefen_muon(const ParamSet& p, const GefenMuonConfig& c) {
@@ -274,7 +380,8 @@ std::unique_ptr<Optimizer> make_gefen_muon(const ParamSet& p, const GefenMuonCon
 
 OptimizerEntry gefen_muon_entry() {
   return {"gefen-muon",
-          "GefenMuon (ndvbd/Gefen): Muon's bf16 Newton-Schulz step on a Gefen 8-bit codebook momentum; matrices only",
+          "GefenMuon (ndvbd/Gefen): Muon's bf16 Newton-Schulz step on a Gefen 8-bit codebook momentum for the "
+          "matrices; Gefen (or AdamW) for the rest",
           keys(), [](const OptimizerOptions& o) { parse(o); },
           [](const ParamSet& p, const OptimizerOptions& o) { return make_gefen_muon(p, parse(o)); }};
 }

@@ -2,8 +2,21 @@
 // Newton–Schulz orthogonalisation of a momentum that is stored as Gefen stores it (8-bit codes of
 // the global 256-entry codebook, one absmax per magnitude block; optim/gefen.h), no second moment.
 //
-// Parameters must all be matrices (2-D), as the authors' constructor requires (InputError naming
-// the first other one: their code raises; there is no fallback for vectors in GefenMuon).
+// Two parameter groups, as Muon is used in practice (Keller Jordan's Muon trains only the hidden
+// matrices and leaves the rest to an Adam-type optimizer): the authors' GefenMuon accepts only 2-D
+// parameters (their constructor raises on any other), so alone it cannot train a model, whose norm
+// gains and biases are vectors. Here
+//   the Muon group: every matrix (ndim = 2) except, by default, the embeddings and the output
+//     matrix (roles tok_emb, pos_emb, lm_head; Muon's authors keep these out of Muon) — only when
+//     the ParamSet knows the roles (a replay without --config: every matrix is in the Muon group);
+//     `embeddings = "muon"` puts them in the Muon group too. Its step is the one below.
+//   the rest group: every other parameter, through its own optim/gefen (rest = "gefen", default:
+//     its own periods, codebook learned from the rest group's first gradients, weight decay only
+//     on ≥ 2-D tensors, as gefen.h) or optim/adamw (rest = "adamw"), with rest_beta1, rest_beta2,
+//     rest_eps, rest_weight_decay and (gefen) this optimizer's period_rule. Both groups take the
+//     step's lr; the Muon group steps first (the groups are disjoint, so the order is immaterial).
+//   rest = "refuse" is the released behaviour: every matrix (embeddings included) in the Muon
+//     group and an InputError naming the first parameter that is not a matrix.
 // First step: periods (gefen_period.h, rule "code" by default) and the codebook, exactly as Gefen.
 // Step t, per tensor (m_old = C[idx]·mag, binary32):
 //   m = lerp(m_old, g, f32(1 − μ)) (ATen's fma form, as gefen.h)
@@ -30,14 +43,21 @@
 // by the iteration). When a matrix's smaller side is ≤ 16 torch 1.13 takes another bf16 kernel for
 // the r×r GEMMs whose rounding we have not identified (neither one rounding nor a bf16 rounding
 // per k step matches), and NS differs by up to ~10% of its largest entry there.
-// State: as Gefen without v: "codebook" f32 [256]; "<p>.idx" u8, "<p>.mag" f32 [n/Q],
-// "<p>.period" u64 {} (0, with mag [0], before the first step). state_bytes = Σ bytes + 8.
+// State: the Muon group as Gefen without v: "codebook" f32 [256] (present even when the group is
+// empty); "<p>.idx" u8, "<p>.mag" f32 [n/Q], "<p>.period" u64 {} (0, with mag [0], before the first
+// step); then, when the rest group is not empty, its optimizer's state tensors with their names
+// prefixed "rest." ("rest.codebook", "rest.<p>.idx", …, "rest.<p>.v"; or AdamW's "rest.<p>.m",
+// "rest.<p>.v"). A Muon-group parameter whose name begins "rest." is refused when a rest group
+// exists (the names could collide). state_bytes = Σ bytes of state() + 8 (one step count).
 // [optimizer] keys: name = "gefen-muon", momentum (0.95), nesterov (true), weight_decay (0.1),
 // eps (1e-7), ns_steps (5), ns_a, ns_b, ns_c (the coefficients), adjust_lr_fn ("original" |
-// "match_rms_adamw"), period_rule ("code" | "brief").
+// "match_rms_adamw"), period_rule ("code" | "brief"); rest ("gefen" | "adamw" | "refuse"),
+// rest_beta1 (0.9), rest_beta2 (0.999), rest_eps (1e-8), rest_weight_decay (0.0), embeddings
+// ("rest" | "muon").
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <span>
 #include <vector>
@@ -47,6 +67,8 @@
 
 namespace mantis {
 
+enum class GefenMuonRest : uint8_t { gefen, adamw, refuse };
+
 struct GefenMuonConfig {
   double momentum = 0.95, weight_decay = 0.1, eps = 1e-7;
   bool nesterov = true;
@@ -54,9 +76,14 @@ struct GefenMuonConfig {
   uint64_t ns_steps = 5;
   bool match_rms_adamw = false;  // adjust_lr_fn
   GefenPeriodRule period_rule = GefenPeriodRule::code;
+  GefenMuonRest rest = GefenMuonRest::gefen;
+  double rest_beta1 = 0.9, rest_beta2 = 0.999, rest_eps = 1e-8, rest_weight_decay = 0.0;
+  bool embeddings_muon = false;  // embeddings = "muon"
 };
 
 void validate(const GefenMuonConfig& c);
+// Whether p goes to the Muon group (above; `roles`: whether the set knows p's role).
+bool gefen_muon_takes(const ParamInfo& p, bool roles, const GefenMuonConfig& c);
 std::unique_ptr<Optimizer> make_gefen_muon(const ParamSet& p, const GefenMuonConfig& c);
 OptimizerEntry gefen_muon_entry();
 
