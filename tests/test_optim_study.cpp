@@ -480,8 +480,8 @@ TEST_CASE("the shipped study configurations read (optimizers not yet registered 
   const OptimStudyConfig study = read_optim_study("experiments/optim/study.toml");
   const OptimStudyConfig smoke = read_optim_study("experiments/optim/smoke.toml");
   fs::current_path(cwd);
-  // per model: adamw and gefen × 3 seeds, five peers × 1, the re-learning variant × 1
-  CHECK(optim_study_cells(study).size() == 2 * (2 * 3 + 5 + 1));
+  // per model: adamw and gefen × 3 seeds, five peers × 1, the re-learning and GefenMuon variants × 1
+  CHECK(optim_study_cells(study).size() == 2 * (2 * 3 + 5 + 2));
   CHECK(optim_study_cells(smoke).size() == 2);
   CHECK(study.analysis_every == 25);
 }
