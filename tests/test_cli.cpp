@@ -686,4 +686,18 @@ TEST_CASE("bench optim: every optimizer beside AdamW at each thread count, and t
   CHECK(j["manifest"]["settings"]["params"] == res[0]["params"]);
   const auto bad = run({"bench", "optim", "--params", "0"});
   CHECK(bad.status != 0);
+  // --optimizers: those, after the adamw baseline; an unregistered name is a one-line error
+  const auto some = run({"bench", "optim", "--params", "1000", "--reps", "1", "--dp-bins", "64", "--threads", "1",
+                         "--optimizers", "sm3,gefen", "--json", "-q"});
+  REQUIRE(some.status == 0);
+  const auto js = nlohmann::json::parse(some.out)["results"];
+  REQUIRE(js.size() == 4);
+  CHECK(js[0]["optimizer"] == "adamw");
+  CHECK(js[1]["optimizer"] == "gefen");  // registry order
+  CHECK(js[2]["optimizer"] == "sm3");
+  const auto lion = run({"bench", "optim", "--optimizers", "lion"});
+  INFO(lion.err);
+  CHECK(lion.status == 2);
+  CHECK(std::count(lion.err.begin(), lion.err.end(), '\n') == 1);
+  CHECK(lion.err.find("bench optim --optimizers: [optimizer] name = 'lion'") != std::string::npos);
 }

@@ -54,6 +54,7 @@ struct BenchArgs {
   std::string model;  // forward: a checkpoint instead of the random GPT-2-shaped model
   uint64_t params = 0;  // optim: 0 = GPT-2 small's parameter set, else the smallest model of ≥ this many
   int dp_bins = kGefenHistogramBins;  // optim: occupied bins of the codebook DP's histogram
+  std::vector<std::string> optimizers;  // optim: these (and adamw, the baseline); empty = every registered one
 };
 
 // Copy `bytes` from src to dst in `threads` contiguous parts, one per thread.
@@ -365,7 +366,8 @@ ojson bench_optim(const BenchArgs& a, Progress& progress) {
   std::vector<const OptimizerEntry*> order;
   for (auto& e : optimizers())
     if (e.name == "adamw") order.insert(order.begin(), &e);  // first: the others' ratios need it
-    else order.push_back(&e);
+    else if (a.optimizers.empty() || std::find(a.optimizers.begin(), a.optimizers.end(), e.name) != a.optimizers.end())
+      order.push_back(&e);
   for (const OptimizerEntry* e : order)
     for (int th : a.threads) {
       set_num_threads(th);
@@ -422,13 +424,21 @@ uint64_t measurements(const BenchArgs& a) {
   const uint64_t th = a.threads.size();
   if (a.what == "round") return 2 * 3 * 2 * th;  // containers × formats × modes × threads
   if (a.what == "gemm") return a.sizes.size() * th;
-  if (a.what == "optim") return optimizers().size() * th + 1;
+  if (a.what == "optim")
+    return (a.optimizers.empty() ? optimizers().size()
+                                 : 1 + size_t(std::count_if(a.optimizers.begin(), a.optimizers.end(),
+                                                            [](auto& n) { return n != "adamw"; }))) * th + 1;
   return th;
 }
 
 int run_bench(const BenchArgs& a) {
   if (a.what != "round" && a.what != "gemm" && a.what != "forward" && a.what != "train" && a.what != "optim")
     throw InputError(fmt::format("unknown benchmark '{}' (known: round, gemm, forward, train, optim)", a.what));
+  for (auto& name : a.optimizers) {  // each --optimizers name must be registered (the lookup's error lists them)
+    OptimizerOptions o;
+    o.name = name, o.source = "bench optim --optimizers";
+    find_optimizer(o);
+  }
   const Stopwatch sw;
   ojson results;
   {
@@ -490,6 +500,8 @@ Runner setup_bench(CLI::App& sub) {
       ->check(CLI::IsMember({"round", "gemm", "forward", "train", "optim"}));
   sub.add_option("--params", a->params, "optim: at least this many parameters (default: GPT-2 small's 124,439,808)")
       ->check(CLI::Range(uint64_t(1), uint64_t(1) << 34));
+  sub.add_option("--optimizers", a->optimizers, "optim: only these (comma-separated; adamw, the baseline, always runs)")
+      ->delimiter(',');
   sub.add_option("--dp-bins", a->dp_bins, "optim: occupied bins of the codebook DP's histogram")
       ->capture_default_str()
       ->check(CLI::Range(2, kGefenHistogramBins));
