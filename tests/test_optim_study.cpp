@@ -387,6 +387,14 @@ TEST_CASE("optimizer study: keyed cells, resume, --cell shards + merge equal to 
   const ojson c0 = read_cell(cell_path(one.string(), 0)), c2 = read_cell(cell_path(one.string(), 2));
   CHECK(c0["applied"] == ojson({"beta1", "beta2", "eps", "weight_decay"}));
   CHECK(c2["applied"] == ojson({"beta1"}));
+  {  // results.csv: one field per header column, the applied keys last
+    std::istringstream csv(slurp(one / "results.csv"));
+    std::string header, row;
+    std::getline(csv, header);
+    std::getline(csv, row);
+    CHECK(std::count(row.begin(), row.end(), ',') == std::count(header.begin(), header.end(), ','));
+    CHECK(row.ends_with(",beta1 beta2 eps weight_decay"));
+  }
   CHECK(c0["val_curve"].size() == 2);  // after steps 2 and 4
   CHECK(c0["val_curve"][1][0] == 4);
   CHECK(c0["final_val_loss"] == c0["val_curve"][1][1]);

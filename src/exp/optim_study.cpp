@@ -241,7 +241,7 @@ void write_merged(const OptimStudyConfig& c, const std::vector<OptimStudyCell>& 
     auto num = [&](const char* k) { return json_to_double(r.at(k), k); };
     std::string applied;
     for (auto& a : r.at("applied")) applied += (applied.empty() ? "" : " ") + a.get<std::string>();
-    results += fmt::format("{},{},{},{},{},{},{},{},{},{}\n", pre, r.at("steps").get<uint64_t>(),
+    results += fmt::format("{},{},{},{},{},{},{},{},{},{},{}\n", pre, r.at("steps").get<uint64_t>(),
                            csv_num(num("final_val_loss")), csv_num(num("final_val_ppl")), r.at("params").get<uint64_t>(),
                            r.at("state_bytes").get<uint64_t>(), csv_num(num("bytes_per_param")),
                            csv_num(num("median_step_seconds")), r.at("peak_rss_bytes").get<uint64_t>(),
