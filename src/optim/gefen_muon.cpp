@@ -28,18 +28,26 @@ const Target<float>& bf16_target() {
 float bf16(float x) { return round_value<Rounding::rne>(x, bf16_target()); }
 
 // out (n × m) = bf16(alpha·(A·B) + beta·Cin), A n × k, B k × m, row-major; acc in binary32, k ascending.
+// Row i's m accumulators advance together over l (each still sums its products in ascending l, the
+// order of a plain dot product, so the result is that of the scalar loops bit for bit — test_gefen
+// checks it), which reads B row by row and lets the compiler vectorise across j.
 void gemm_bf16(const std::vector<float>& A, const std::vector<float>& B, size_t n, size_t k, size_t m, float alpha,
                float beta, const std::vector<float>* Cin, std::vector<float>& out) {
   out.assign(n * m, 0.0f);
 #pragma omp parallel for schedule(static) if (n * m * k > (1u << 20))
-  for (size_t i = 0; i < n; ++i)
-    for (size_t j = 0; j < m; ++j) {
-      float acc = 0;
-      for (size_t l = 0; l < k; ++l) acc += A[i * k + l] * B[l * m + j];
-      float r = alpha == 1.0f ? acc : alpha * acc;
-      if (Cin) r = r + beta * (*Cin)[i * m + j];
-      out[i * m + j] = bf16(r);
+  for (size_t i = 0; i < n; ++i) {
+    float* acc = out.data() + i * m;  // row i, zero
+    for (size_t l = 0; l < k; ++l) {
+      const float a = A[i * k + l];
+      const float* b = B.data() + l * m;
+      for (size_t j = 0; j < m; ++j) acc[j] += a * b[j];
     }
+    for (size_t j = 0; j < m; ++j) {
+      float r = alpha == 1.0f ? acc[j] : alpha * acc[j];
+      if (Cin) r = r + beta * (*Cin)[i * m + j];
+      acc[j] = bf16(r);
+    }
+  }
 }
 
 }  // namespace
