@@ -210,10 +210,7 @@ Adam4bitConfig parse(const OptimizerOptions& o) {
 }  // namespace
 
 void validate(const Adam4bitConfig& c) {
-  if (!(c.beta1 >= 0 && c.beta1 < 1) || !(c.beta2 >= 0 && c.beta2 < 1))
-    throw InputError(fmt::format("adam4bit: betas ({}, {}) must lie in [0, 1)", c.beta1, c.beta2));
-  if (!(c.eps > 0)) throw InputError(fmt::format("adam4bit: eps = {} must be positive", c.eps));
-  if (!(c.weight_decay >= 0)) throw InputError(fmt::format("adam4bit: weight_decay = {} must be ≥ 0", c.weight_decay));
+  check_adam_settings("adam4bit", c.beta1, c.beta2, c.eps, c.weight_decay);
   if (c.block < 2 || c.block > (uint64_t(1) << 20) || c.block % 2 != 0)  // two codes per byte within a block
     throw InputError(fmt::format("adam4bit: block = {} must be even and lie in [2, 1048576]", c.block));
 }

@@ -212,10 +212,7 @@ Adam8bitConfig parse(const OptimizerOptions& o) {
 }  // namespace
 
 void validate(const Adam8bitConfig& c) {
-  if (!(c.beta1 >= 0 && c.beta1 < 1) || !(c.beta2 >= 0 && c.beta2 < 1))
-    throw InputError(fmt::format("adam8bit: betas ({}, {}) must lie in [0, 1)", c.beta1, c.beta2));
-  if (!(c.eps > 0)) throw InputError(fmt::format("adam8bit: eps = {} must be positive", c.eps));
-  if (!(c.weight_decay >= 0)) throw InputError(fmt::format("adam8bit: weight_decay = {} must be ≥ 0", c.weight_decay));
+  check_adam_settings("adam8bit", c.beta1, c.beta2, c.eps, c.weight_decay);
   if (c.block < 1 || c.block > (uint64_t(1) << 20))
     throw InputError(fmt::format("adam8bit: block = {} must lie in [1, 1048576]", c.block));
 }

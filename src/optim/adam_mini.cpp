@@ -184,10 +184,7 @@ AdamMiniConfig parse(const OptimizerOptions& o) {
 }  // namespace
 
 void validate(const AdamMiniConfig& c) {
-  if (!(c.beta1 >= 0 && c.beta1 < 1) || !(c.beta2 >= 0 && c.beta2 < 1))
-    throw InputError(fmt::format("adam-mini: betas ({}, {}) must lie in [0, 1)", c.beta1, c.beta2));
-  if (!(c.eps > 0)) throw InputError(fmt::format("adam-mini: eps = {} must be positive", c.eps));
-  if (!(c.weight_decay >= 0)) throw InputError(fmt::format("adam-mini: weight_decay = {} must be ≥ 0", c.weight_decay));
+  check_adam_settings("adam-mini", c.beta1, c.beta2, c.eps, c.weight_decay);
 }
 
 std::unique_ptr<Optimizer> make_adam_mini(const ParamSet& p, const AdamMiniConfig& c) {

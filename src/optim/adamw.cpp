@@ -104,10 +104,7 @@ AdamWConfig parse(const OptimizerOptions& o) {
 }  // namespace
 
 void validate(const AdamWConfig& c) {
-  if (!(c.beta1 >= 0 && c.beta1 < 1) || !(c.beta2 >= 0 && c.beta2 < 1))
-    throw InputError(fmt::format("adamw: betas ({}, {}) must lie in [0, 1)", c.beta1, c.beta2));
-  if (!(c.eps > 0)) throw InputError(fmt::format("adamw: eps = {} must be positive", c.eps));
-  if (!(c.weight_decay >= 0)) throw InputError(fmt::format("adamw: weight_decay = {} must be ≥ 0", c.weight_decay));
+  check_adam_settings("adamw", c.beta1, c.beta2, c.eps, c.weight_decay);
 }
 
 std::unique_ptr<Optimizer> make_adamw(const ParamSet& p, const AdamWConfig& c) {

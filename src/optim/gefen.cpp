@@ -312,10 +312,7 @@ GefenConfig parse(const OptimizerOptions& o) {
 }  // namespace
 
 void validate(const GefenConfig& c) {
-  if (!(c.beta1 >= 0 && c.beta1 < 1) || !(c.beta2 >= 0 && c.beta2 < 1))
-    throw InputError(fmt::format("gefen: betas ({}, {}) must lie in [0, 1)", c.beta1, c.beta2));
-  if (!(c.eps > 0)) throw InputError(fmt::format("gefen: eps = {} must be positive", c.eps));
-  if (!(c.weight_decay >= 0)) throw InputError(fmt::format("gefen: weight_decay = {} must be ≥ 0", c.weight_decay));
+  check_adam_settings("gefen", c.beta1, c.beta2, c.eps, c.weight_decay);
 }
 
 std::unique_ptr<Optimizer> make_gefen(const ParamSet& p, const GefenConfig& c) {

@@ -93,6 +93,13 @@ const StateTensor& expect_state(const std::vector<StateTensor>& s, const std::st
   throw InputError(fmt::format("optimizer state: missing tensor '{}'", name));
 }
 
+void check_adam_settings(const char* who, double beta1, double beta2, double eps, double weight_decay) {
+  if (!(beta1 >= 0 && beta1 < 1) || !(beta2 >= 0 && beta2 < 1))
+    throw InputError(fmt::format("{}: betas ({}, {}) must lie in [0, 1)", who, beta1, beta2));
+  if (!(eps > 0)) throw InputError(fmt::format("{}: eps = {} must be positive", who, eps));
+  if (!(weight_decay >= 0)) throw InputError(fmt::format("{}: weight_decay = {} must be ≥ 0", who, weight_decay));
+}
+
 void expect_state_count(const std::vector<StateTensor>& s, size_t count) {
   if (s.size() != count) throw InputError(fmt::format("optimizer state: {} tensors, expected {}", s.size(), count));
 }

@@ -110,6 +110,11 @@ class Optimizer {
   virtual void load_state(const std::vector<StateTensor>& s, uint64_t steps) = 0;
 };
 
+// The Adam family's shared settings (AdamW, Gefen, the 8- and 4-bit Adams, Adam-mini): InputError
+// "WHO: betas (b1, b2) must lie in [0, 1)", "WHO: eps = … must be positive" or
+// "WHO: weight_decay = … must be ≥ 0".
+void check_adam_settings(const char* who, double beta1, double beta2, double eps, double weight_decay);
+
 // For load_state: the tensor of `s` named `name`, which must have this dtype and shape;
 // InputError "optimizer state: …" naming it otherwise.
 const StateTensor& expect_state(const std::vector<StateTensor>& s, const std::string& name, DType dtype,
