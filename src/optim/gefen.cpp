@@ -95,17 +95,6 @@ float gefen_torch_sum(const float* x, size_t n) { return torch_sum<false>(x, n);
 
 namespace {
 
-// A tensor of `v` (StateTensor::of would memcpy from a null pointer when v is empty).
-template <class T>
-StateTensor state_tensor(std::string name, std::vector<uint64_t> shape, const std::vector<T>& v) {
-  if (v.empty()) return StateTensor{std::move(name), dtype_of<T>(), std::move(shape), {}};
-  return StateTensor::of<T>(std::move(name), std::move(shape), v);
-}
-template <class T>
-void copy_from(const StateTensor& t, std::vector<T>& v) {
-  if (!v.empty()) t.copy_to(std::span<T>(v));
-}
-
 struct Slot {
   std::string name;
   std::vector<uint64_t> shape;
@@ -156,9 +145,9 @@ class Gefen final : public Optimizer {
     std::vector<StateTensor> out;
     out.push_back(StateTensor::of<float>("codebook", {uint64_t(codebook_.size())}, codebook_));
     for (auto& s : slots_) {
-      out.push_back(state_tensor<uint8_t>(s.name + ".idx", s.shape, s.idx));
-      out.push_back(state_tensor<float>(s.name + ".mag", {uint64_t(s.mag.size())}, s.mag));
-      out.push_back(state_tensor<float>(s.name + ".v", {uint64_t(s.v.size())}, s.v));
+      out.push_back(StateTensor::of<uint8_t>(s.name + ".idx", s.shape, s.idx));
+      out.push_back(StateTensor::of<float>(s.name + ".mag", {uint64_t(s.mag.size())}, s.mag));
+      out.push_back(StateTensor::of<float>(s.name + ".v", {uint64_t(s.v.size())}, s.v));
       const uint64_t P = s.P;
       out.push_back(StateTensor::of<uint64_t>(s.name + ".period", {}, std::span<const uint64_t>(&P, 1)));
     }
@@ -197,9 +186,9 @@ class Gefen final : public Optimizer {
       auto& s = slots_[i];
       s.P = P[i], s.Q = P[i] ? gefen_magnitude_block(s.n, P[i]) : 0;
       s.mag.assign(s.P ? s.n / s.Q : 0, 0.0f), s.v.assign(s.P ? s.n / s.P : 0, 0.0f);
-      copy_from(expect_state(st, s.name + ".idx", DType::u8, s.shape), s.idx);
-      copy_from(expect_state(st, s.name + ".mag", DType::f32, {uint64_t(s.mag.size())}), s.mag);
-      copy_from(expect_state(st, s.name + ".v", DType::f32, {uint64_t(s.v.size())}), s.v);
+      expect_state(st, s.name + ".idx", DType::u8, s.shape).copy_to(std::span(s.idx));
+      expect_state(st, s.name + ".mag", DType::f32, {uint64_t(s.mag.size())}).copy_to(std::span(s.mag));
+      expect_state(st, s.name + ".v", DType::f32, {uint64_t(s.v.size())}).copy_to(std::span(s.v));
     }
     t_ = steps;
   }

@@ -86,17 +86,6 @@ std::vector<float> gefen_newton_schulz(std::span<const float> G, size_t rows, si
 
 namespace {
 
-// A tensor of `v` (StateTensor::of would memcpy from a null pointer when v is empty).
-template <class T>
-StateTensor state_tensor(std::string name, std::vector<uint64_t> shape, const std::vector<T>& v) {
-  if (v.empty()) return StateTensor{std::move(name), dtype_of<T>(), std::move(shape), {}};
-  return StateTensor::of<T>(std::move(name), std::move(shape), v);
-}
-template <class T>
-void copy_from(const StateTensor& t, std::vector<T>& v) {
-  if (!v.empty()) t.copy_to(std::span<T>(v));
-}
-
 struct Slot {
   std::string name;
   std::vector<uint64_t> shape;
@@ -183,8 +172,8 @@ class MuonGroup final : public Optimizer {
     std::vector<StateTensor> out;
     out.push_back(StateTensor::of<float>("codebook", {uint64_t(codebook_.size())}, codebook_));
     for (auto& s : slots_) {
-      out.push_back(state_tensor<uint8_t>(s.name + ".idx", s.shape, s.idx));
-      out.push_back(state_tensor<float>(s.name + ".mag", {uint64_t(s.mag.size())}, s.mag));
+      out.push_back(StateTensor::of<uint8_t>(s.name + ".idx", s.shape, s.idx));
+      out.push_back(StateTensor::of<float>(s.name + ".mag", {uint64_t(s.mag.size())}, s.mag));
       const uint64_t P = s.P;
       out.push_back(StateTensor::of<uint64_t>(s.name + ".period", {}, std::span<const uint64_t>(&P, 1)));
     }
@@ -219,8 +208,8 @@ class MuonGroup final : public Optimizer {
       auto& s = slots_[i];
       s.P = P[i], s.Q = P[i] ? gefen_magnitude_block(s.n, P[i]) : 0;
       s.mag.assign(s.P ? s.n / s.Q : 0, 0.0f);
-      copy_from(expect_state(st, s.name + ".idx", DType::u8, s.shape), s.idx);
-      copy_from(expect_state(st, s.name + ".mag", DType::f32, {uint64_t(s.mag.size())}), s.mag);
+      expect_state(st, s.name + ".idx", DType::u8, s.shape).copy_to(std::span(s.idx));
+      expect_state(st, s.name + ".mag", DType::f32, {uint64_t(s.mag.size())}).copy_to(std::span(s.mag));
     }
     t_ = steps;
   }

@@ -70,13 +70,13 @@ struct StateTensor {
   template <class T>
   static StateTensor of(std::string name, std::vector<uint64_t> shape, std::span<const T> values) {
     StateTensor t{std::move(name), dtype_of<T>(), std::move(shape), std::vector<std::byte>(values.size_bytes())};
-    std::memcpy(t.bytes.data(), values.data(), values.size_bytes());
+    if (!values.empty()) std::memcpy(t.bytes.data(), values.data(), values.size_bytes());  // (empty: data() may be null)
     return t;
   }
   // Copies the elements into `out` (out.size() must equal numel(); the dtype must be T's).
   template <class T>
   void copy_to(std::span<T> out) const {
-    std::memcpy(out.data(), bytes.data(), out.size_bytes());
+    if (!out.empty()) std::memcpy(out.data(), bytes.data(), out.size_bytes());
   }
 };
 
