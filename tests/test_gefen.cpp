@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <bit>
 #include <cmath>
+#include <limits>
 #include <random>
 
 #include "core/format.h"
@@ -360,6 +361,121 @@ bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
 }
 
 }  // namespace
+
+namespace {
+
+// Codebooks for NearestCode: learned ones (a Gaussian histogram; a padded one from few bins),
+// crafted ones with ±0, duplicates, ±inf, subnormals, a dense cluster inside one key bucket
+// (window 6), one too dense for the table (window > 8), short ones; and invalid ones (descending,
+// NaN) that must take the reference.
+std::vector<std::vector<float>> nearest_codebooks() {
+  std::vector<std::vector<float>> out;
+  std::mt19937_64 rng(11);
+  std::normal_distribution<double> nd(0.0, 1.0);
+  std::vector<int64_t> counts(kGefenHistogramBins, 0);
+  std::vector<float> gr(20000);
+  for (auto& x : gr) x = float(nd(rng));
+  add_to_gefen_histogram(gr, 50, counts);
+  out.push_back(learn_gefen_codebook(counts).codes);
+  std::vector<int64_t> few(kGefenHistogramBins, 0);
+  few[100] = 3, few[2000] = 5, few[2048] = 1, few[4000] = 2;
+  out.push_back(learn_gefen_codebook(few).codes);  // padded: duplicates
+  out.push_back({-1.0f, -0.0f, 0.0f, 0.0f, 1e-40f, 3e-39f, 0.25f, 1.0f});
+  out.push_back({-std::numeric_limits<float>::infinity(), -2.0f, 0.5f, std::numeric_limits<float>::infinity()});
+  out.push_back({0.75f});
+  out.push_back({-0.5f, 0.5f});
+  std::vector<float> dense;  // 7 codes in [0.5, 0.5 + 2^-8): one bucket of the key's top 16 bits
+  for (int j = 0; j < 7; ++j) dense.push_back(0.5f + float(j) * 0x1p-11f);
+  dense.push_back(0.9f);
+  out.push_back(dense);
+  std::vector<float> too_dense;  // 12 codes in one bucket
+  for (int j = 0; j < 12; ++j) too_dense.push_back(0.5f + float(j) * 0x1p-12f);
+  out.push_back(too_dense);
+  out.push_back({0.5f, -0.5f, 1.0f});                                     // not ascending
+  out.push_back({-1.0f, std::numeric_limits<float>::quiet_NaN(), 1.0f});  // a NaN
+  return out;
+}
+
+// Inputs: every code and its neighbours up to 40 ulps either side, midpoints of neighbours and
+// their ulps, both ends of every key bucket, the specials, and random bit patterns.
+std::vector<float> nearest_inputs(const std::vector<float>& C) {
+  std::vector<float> x;
+  auto around = [&](float c, int n) {
+    float lo = c, hi = c;
+    x.push_back(c);
+    for (int i = 0; i < n; ++i) {
+      lo = std::nextafter(lo, -INFINITY), hi = std::nextafter(hi, INFINITY);
+      x.push_back(lo), x.push_back(hi);
+    }
+  };
+  for (size_t j = 0; j < C.size(); ++j) {
+    if (std::isnan(C[j])) continue;
+    around(C[j], 40);
+    if (j > 0 && std::isfinite(C[j]) && std::isfinite(C[j - 1])) around((C[j - 1] + C[j]) * 0.5f, 16);
+  }
+  for (uint32_t b = 0; b < (1u << 16); ++b)
+    for (uint32_t key : {b << 16, (b << 16) | 0xffffu}) {
+      const uint32_t u = key & 0x80000000u ? key ^ 0x80000000u : ~key;
+      x.push_back(std::bit_cast<float>(u));
+    }
+  for (float f : {0.0f, -0.0f, INFINITY, -INFINITY, NAN, -NAN, std::numeric_limits<float>::denorm_min(),
+                  -std::numeric_limits<float>::max(), std::numeric_limits<float>::max()})
+    x.push_back(f);
+  std::mt19937 rng(5);
+  for (int i = 0; i < 200000; ++i) x.push_back(std::bit_cast<float>(uint32_t(rng())));
+  for (int i = 0; i < 200000; ++i) x.push_back(std::uniform_real_distribution<float>(-1.0f, 1.0f)(rng));
+  return x;
+}
+
+}  // namespace
+
+TEST_CASE("nearest code: the table path equals the reference (searchsorted) on every kind of input") {
+  const auto books = nearest_codebooks();
+  int fast = 0;
+  for (size_t bi = 0; bi < books.size(); ++bi) {
+    const std::vector<float>& C = books[bi];
+    const NearestCode nc(C);
+    fast += nc.fast();
+    const bool valid =
+        std::is_sorted(C.begin(), C.end()) && std::none_of(C.begin(), C.end(), [](float c) { return std::isnan(c); });
+    if (!valid) CHECK_FALSE(nc.fast());
+    const std::vector<float> x = valid ? nearest_inputs(C) : std::vector<float>{-2.0f, 0.0f, 0.7f, 2.0f};
+    std::vector<uint32_t> got(x.size());
+    nc.codes(x.data(), x.size(), got.data());
+    size_t bad = 0;
+    for (size_t i = 0; i < x.size(); ++i) {
+      const uint8_t want = gefen_nearest_code(C, x[i]);
+      bad += got[i] != want || nc(x[i]) != want;
+      if (valid) bad += want != ref_nearest(C, x[i]);  // the reference against the plain loop
+    }
+    INFO("codebook " << bi << " (" << C.size() << " codes, window " << nc.window() << "), " << x.size() << " inputs");
+    CHECK(bad == 0);
+  }
+  // The table takes the valid codebooks but a run of equal codes (a padded codebook: equal
+  // thresholds), infinities and the too dense one.
+  for (size_t bi : {0, 2, 4, 5, 6}) CHECK(NearestCode(books[bi]).fast());
+  for (size_t bi : {1, 3, 7, 8, 9}) CHECK_FALSE(NearestCode(books[bi]).fast());
+  CHECK(fast == 5);
+  CHECK(NearestCode(books[0]).window() <= 2);
+  CHECK(NearestCode(books[6]).window() == 6);  // the 7 codes in one bucket: 6 thresholds inside it
+}
+
+// Hidden (run with `test_gefen "[full]"`): every one of the 2^32 binary32 inputs, one learned
+// codebook (about three minutes: the reference is a binary search per input).
+TEST_CASE("nearest code: the table path equals the reference on all 2^32 inputs", "[.][full]") {
+  const std::vector<float> C = nearest_codebooks()[0];
+  const NearestCode nc(C);
+  REQUIRE(nc.fast());
+  std::vector<float> x(1 << 20);
+  std::vector<uint32_t> got(x.size());
+  uint64_t bad = 0;
+  for (uint64_t base = 0; base < (uint64_t(1) << 32); base += x.size()) {
+    for (size_t i = 0; i < x.size(); ++i) x[i] = std::bit_cast<float>(uint32_t(base + i));
+    nc.codes(x.data(), x.size(), got.data());
+    for (size_t i = 0; i < x.size(); ++i) bad += got[i] != gefen_nearest_code(C, x[i]);
+  }
+  CHECK(bad == 0);
+}
 
 TEST_CASE("gefen: a scalar binary32 restatement, bit for bit, and binary64 with a tolerance") {
   for (double wd : {0.0, 0.1}) {

@@ -8,15 +8,9 @@
 
 #include "core/error.h"
 #include "optim/gefen_codebook.h"
+#include "optim/nearest_code.h"
 
 namespace mantis {
-
-uint8_t gefen_nearest_code(std::span<const float> C, float x) {
-  const size_t k = size_t(std::lower_bound(C.begin(), C.end(), x) - C.begin());
-  const size_t last = C.size() - 1;
-  const size_t left = k == 0 ? 0 : std::min(k - 1, last), right = std::min(k, last);
-  return uint8_t(std::abs(x - C[left]) <= std::abs(x - C[right]) ? left : right);
-}
 
 std::vector<float> gefen_learn_codebook(const std::vector<std::span<const float>>& grads,
                                         const std::vector<size_t>& periods) {
@@ -95,6 +89,60 @@ float gefen_torch_sum(const float* x, size_t n) { return torch_sum<false>(x, n);
 
 namespace {
 
+// The pieces of Gefen's update of one Q-block (the order and operations of gefen.h), each a loop
+// without branches over pointers that do not overlap, so that they vectorise.
+struct K {
+  float b2, a2, w, inv_bc1, bc2_sqrt, eps, lr, decay;
+  bool wd;
+};
+
+// P = 1: v_i and s_i of every element.
+void block_second_moment(const float* __restrict g, float* __restrict v, size_t Q, const K& k, float* __restrict st) {
+  for (size_t j = 0; j < Q; ++j) {
+    v[j] = std::fma(g[j] * g[j], k.a2, k.b2 * v[j]);
+    const float h = std::sqrt(v[j]) / k.bc2_sqrt + k.eps;
+    st[j] = (1.0f / h) * k.inv_bc1;
+  }
+}
+
+// m_i = lerp(C[idx_i]·mag_old, g_i, w) into m; returns max |m_i| (16 lanes: the max of
+// non-negative values is the same in any order, and NaNs are skipped either way).
+float block_momentum(const float* __restrict g, const uint8_t* __restrict idx, const float* __restrict C, float mag_old,
+                     float w, size_t Q, float* __restrict m) {
+  if (std::abs(w) < 0.5f) {
+    for (size_t i = 0; i < Q; ++i) {
+      const float mo = C[idx[i]] * mag_old;
+      m[i] = std::fma(w, g[i] - mo, mo);
+    }
+  } else {
+    for (size_t i = 0; i < Q; ++i) {
+      const float mo = C[idx[i]] * mag_old;
+      m[i] = std::fma(w - 1.0f, g[i] - mo, g[i]);
+    }
+  }
+  float lane[16] = {}, mx = 0;
+  size_t i = 0;
+  for (; i + 16 <= Q; i += 16)
+    for (size_t l = 0; l < 16; ++l) lane[l] = std::max(lane[l], std::abs(m[i + l]));
+  for (; i < Q; ++i) mx = std::max(mx, std::abs(m[i]));
+  for (float l : lane) mx = std::max(mx, l);
+  return mx;
+}
+
+// idx_i ← c_i; θ_i ← θ_i·decay (if wd); θ_i ← θ_i − ((C[c_i]·mx)·s)·lr, s = st[i] (per_element) or st[0].
+void block_apply(float* __restrict p, uint8_t* __restrict idx, const uint32_t* __restrict c, const float* __restrict C,
+                 const float* __restrict st, bool per_element, float mx, const K& k, size_t Q) {
+  for (size_t i = 0; i < Q; ++i) idx[i] = uint8_t(c[i]);
+  if (k.wd)
+    for (size_t i = 0; i < Q; ++i) p[i] *= k.decay;
+  if (per_element) {
+    for (size_t i = 0; i < Q; ++i) p[i] = p[i] - ((C[int32_t(c[i])] * mx) * st[i]) * k.lr;
+  } else {
+    const float s0 = st[0];
+    for (size_t i = 0; i < Q; ++i) p[i] = p[i] - ((C[int32_t(c[i])] * mx) * s0) * k.lr;
+  }
+}
+
 struct Slot {
   std::string name;
   std::vector<uint64_t> shape;
@@ -135,9 +183,10 @@ class Gefen final : public Optimizer {
     k.b2 = float(c_.beta2), k.a2 = float(1 - c_.beta2), k.w = float(1 - c_.beta1);
     k.inv_bc1 = float(1 / bc1), k.bc2_sqrt = float(std::sqrt(bc2)), k.eps = float(c_.eps), k.lr = float(lr);
     k.decay = float(1 - lr * c_.weight_decay);
+    const NearestCode nc(codebook_);  // built per step (~0.3 ms), never stale
     for (auto& s : slots_) {
       k.wd = s.decay && c_.weight_decay > 0;
-      update(s, m.params.at(s.name).data.data(), g.at(s.name).data(), k);
+      update(s, m.params.at(s.name).data.data(), g.at(s.name).data(), k, nc);
     }
   }
 
@@ -194,11 +243,6 @@ class Gefen final : public Optimizer {
   }
 
  private:
-  struct K {
-    float b2, a2, w, inv_bc1, bc2_sqrt, eps, lr, decay;
-    bool wd;
-  };
-
   bool ready() const { return slots_.empty() || slots_.front().P != 0; }
 
   void first_step(const GradMap<float>& g) {
@@ -220,52 +264,46 @@ class Gefen final : public Optimizer {
     for (auto& s : slots_) grads.push_back(g.at(s.name)), periods.push_back(s.P);
     const std::vector<float> old = codebook_;
     codebook_ = gefen_learn_codebook(grads, periods);
+    const NearestCode nc(codebook_);
     for (auto& s : slots_) {
       uint8_t* idx = s.idx.data();
       const size_t n = s.n;
 #pragma omp parallel for schedule(static) if (n > 65536)
-      for (size_t i = 0; i < n; ++i) idx[i] = gefen_nearest_code(codebook_, old[idx[i]]);
+      for (size_t i = 0; i < n; ++i) idx[i] = nc(old[idx[i]]);
     }
   }
 
-  void update(Slot& s, float* p, const float* g, const K& k) const {
+  // The update of one tensor, per Q-block: its P-blocks' s_b, the new m (block_momentum), the
+  // codes of m/mag (NearestCode), then decay and the parameter (block_apply).
+  void update(Slot& s, float* p, const float* g, const K& k, const NearestCode& nc) const {
     const size_t P = s.P, Q = s.Q, nq = s.n / Q, nv = Q / P;  // nv: P-blocks per Q-block (1, or Q when P = 1)
     const float* C = codebook_.data();
-    const std::span<const float> Cs(codebook_);
     uint8_t* idx = s.idx.data();
     float *mag = s.mag.data(), *v = s.v.data();
-#pragma omp parallel for schedule(static) if (s.n > 16384)
-    for (size_t q = 0; q < nq; ++q) {
-      float step[256];  // s_b of this Q-block's P-blocks (nv ≤ 256: nv > 1 only when Q ≤ 256)
-      for (size_t j = 0; j < nv; ++j) {
-        const size_t b = q * nv + j, e0 = b * P;
-        float ms;
+#pragma omp parallel if (s.n > 16384)
+    {
+      std::vector<float> mbuf(Q), sbuf(nv);  // [Q] m, then m/mag; [nv] s_b
+      std::vector<uint32_t> cbuf(Q);         // [Q] the new codes
+#pragma omp for schedule(static)
+      for (size_t q = 0; q < nq; ++q) {
+        const size_t i0 = q * Q;
+        float *st = sbuf.data(), *mb = mbuf.data();
         if (P == 1) {
-          ms = g[e0] * g[e0];
-        } else {
-          ms = torch_sum<true>(g + e0, P) / float(P);
+          block_second_moment(g + i0, v + i0, Q, k, st);
+        } else {  // Q = P: one P-block
+          const float ms = torch_sum<true>(g + i0, P) / float(P);
+          v[q] = std::fma(ms, k.a2, k.b2 * v[q]);
+          const float h = std::sqrt(v[q]) / k.bc2_sqrt + k.eps;
+          st[0] = (1.0f / h) * k.inv_bc1;
         }
-        v[b] = std::fma(ms, k.a2, k.b2 * v[b]);
-        const float h = std::sqrt(v[b]) / k.bc2_sqrt + k.eps;
-        step[j] = (1.0f / h) * k.inv_bc1;
-      }
-      const size_t i0 = q * Q;
-      const float mag_old = mag[q];
-      // The new m twice (the same operations): once for the block's absmax, once to requantise.
-      auto new_m = [&](size_t i) {
-        const float mo = C[idx[i]] * mag_old, d = g[i] - mo;
-        return std::abs(k.w) < 0.5f ? std::fma(k.w, d, mo) : std::fma(k.w - 1.0f, d, g[i]);
-      };
-      float mx = 0;
-      for (size_t i = i0; i < i0 + Q; ++i) mx = std::max(mx, std::abs(new_m(i)));
-      mag[q] = mx;
-      for (size_t i = i0; i < i0 + Q; ++i) {
-        const float mi = new_m(i);
-        const uint8_t c = gefen_nearest_code(Cs, mx > 0 ? mi / mx : 0.0f);
-        idx[i] = c;
-        if (k.wd) p[i] *= k.decay;
-        const float u = ((C[c] * mx) * step[(i - i0) / P]) * k.lr;
-        p[i] = p[i] - u;
+        const float mx = block_momentum(g + i0, idx + i0, C, mag[q], k.w, Q, mb);
+        mag[q] = mx;
+        if (mx > 0)  // x = m/mag, or 0 (a loop each: a division under ?: does not vectorise)
+          for (size_t e = 0; e < Q; ++e) mb[e] = mb[e] / mx;
+        else
+          std::fill(mb, mb + Q, 0.0f);
+        nc.codes(mb, Q, cbuf.data());
+        block_apply(p + i0, idx + i0, cbuf.data(), C, st, P == 1, mx, k, Q);
       }
     }
   }
@@ -290,9 +328,12 @@ GefenConfig parse(const OptimizerOptions& o) {
   r.get("weight_decay", c.weight_decay);
   std::string rule = to_string(c.period_rule);
   r.get("period_rule", rule);
-  if (rule == "code") c.period_rule = GefenPeriodRule::code;
-  else if (rule == "brief") c.period_rule = GefenPeriodRule::brief;
-  else throw InputError(fmt::format("{}: gefen: period_rule = '{}' (known: code, brief)", o.source, rule));
+  if (rule == "code")
+    c.period_rule = GefenPeriodRule::code;
+  else if (rule == "brief")
+    c.period_rule = GefenPeriodRule::brief;
+  else
+    throw InputError(fmt::format("{}: gefen: period_rule = '{}' (known: code, brief)", o.source, rule));
   r.get("relearn_every", c.relearn_every);
   validate(c);
   return c;
@@ -300,9 +341,7 @@ GefenConfig parse(const OptimizerOptions& o) {
 
 }  // namespace
 
-void validate(const GefenConfig& c) {
-  check_adam_settings("gefen", c.beta1, c.beta2, c.eps, c.weight_decay);
-}
+void validate(const GefenConfig& c) { check_adam_settings("gefen", c.beta1, c.beta2, c.eps, c.weight_decay); }
 
 std::unique_ptr<Optimizer> make_gefen(const ParamSet& p, const GefenConfig& c) {
   validate(c);

@@ -53,6 +53,7 @@
 #include <vector>
 
 #include "optim/gefen_period.h"
+#include "optim/nearest_code.h"  // gefen_nearest_code: idx_i's rule
 #include "optim/optimizer.h"
 
 namespace mantis {
@@ -77,8 +78,6 @@ OptimizerEntry gefen_entry();
 inline constexpr size_t kGefenTorchLanes = 8;
 float gefen_torch_sum(const float* x, size_t n);
 
-// The nearest code to x in the ascending codebook C, as above (searchsorted, ties to the lower).
-uint8_t gefen_nearest_code(std::span<const float> C, float x);
 
 // The codebook learned from gradients (each flattened) with their periods: the histogram over all
 // of them (in order), then learn_gefen_codebook; 256 codes.

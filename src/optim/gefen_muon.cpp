@@ -130,7 +130,7 @@ class MuonGroup final : public Optimizer {
     }
     ++t_;
     const float w = float(1 - c_.momentum), mu = float(c_.momentum), decay = float(1 - lr * c_.weight_decay);
-    const std::span<const float> Cs(codebook_);
+    const NearestCode nc(codebook_);
     const float* C = codebook_.data();
     for (auto& s : slots_) {
       const float* gr = g.at(s.name).data();
@@ -152,7 +152,7 @@ class MuonGroup final : public Optimizer {
         mag[q] = mx;
         const float den = std::max(mx, FLT_MIN);
         for (size_t i = i0; i < i0 + Q; ++i) {
-          const uint8_t k = gefen_nearest_code(Cs, mx > 0 ? u[i] / den : 0.0f);
+          const uint8_t k = nc(mx > 0 ? u[i] / den : 0.0f);
           idx[i] = k;
           const float qm = C[k] * mx;
           u[i] = c_.nesterov ? std::fma(gr[i], w, qm * mu) : qm;
