@@ -183,7 +183,7 @@ class Gefen final : public Optimizer {
     k.b2 = float(c_.beta2), k.a2 = float(1 - c_.beta2), k.w = float(1 - c_.beta1);
     k.inv_bc1 = float(1 / bc1), k.bc2_sqrt = float(std::sqrt(bc2)), k.eps = float(c_.eps), k.lr = float(lr);
     k.decay = float(1 - lr * c_.weight_decay);
-    const NearestCode nc(codebook_);  // built per step (~0.3 ms), never stale
+    const NearestCode nc(codebook_);  // built per step (~0.15 ms), never stale
     for (auto& s : slots_) {
       k.wd = s.decay && c_.weight_decay > 0;
       update(s, m.params.at(s.name).data.data(), g.at(s.name).data(), k, nc);

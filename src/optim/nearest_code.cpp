@@ -18,10 +18,20 @@ constexpr uint32_t kKeyMinusInf = 0x007fffffu, kKeyPlusInf = 0xff800000u;  // or
 
 float from_key(uint32_t key) { return std::bit_cast<float>(key & 0x80000000u ? key ^ 0x80000000u : ~key); }
 
+// The table path for W ≥ the window: code = base + Σ_{j<W} [L[base + j] < key] (L padded with
+// 0xffffffff, which no key exceeds), 0 for NaN. Integer compares and arithmetic instead of ?:
+// (GCC does not if-convert around a float compare under -ftrapping-math), restrict pointers and
+// int32 indices, so that the loop vectorises and uses the hardware's gathers.
 template <int W>
 void table_codes(const float* __restrict x, size_t n, uint32_t* __restrict out, const uint32_t* __restrict base,
                  const uint32_t* __restrict L) {
-  for (size_t e = 0; e < n; ++e) out[e] = NearestCode::lookup<W>(base, L, x[e]);
+  for (size_t e = 0; e < n; ++e) {
+    const uint32_t key = order_key(x[e]);
+    const int32_t b = int32_t(base[int32_t(key >> 16)]);
+    uint32_t c = uint32_t(b);
+    for (int j = 0; j < W; ++j) c += uint32_t(L[b + j] < key);
+    out[e] = c & (0u - uint32_t(x[e] == x[e]));
+  }
 }
 
 }  // namespace

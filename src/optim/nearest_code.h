@@ -53,21 +53,6 @@ class NearestCode {
   // out[e] = the code nearest x[e] for e < n.
   void codes(const float* x, size_t n, uint32_t* out) const;
 
-  // The table path, for loops that fuse it with other work (fast() only; W ≥ window()):
-  // lookup<W>(base(), thresholds(), x) = the code nearest x. Integer compares and arithmetic
-  // instead of ?: (GCC does not if-convert around a float compare under -ftrapping-math), so that
-  // a loop over it vectorises; int32 indices, so that it uses the hardware's gathers.
-  const uint32_t* base() const { return base_.data(); }
-  const uint32_t* thresholds() const { return L_.data(); }
-  template <int W>
-  static uint32_t lookup(const uint32_t* base, const uint32_t* L, float x) {
-    const uint32_t key = order_key(x);
-    const int32_t b = int32_t(base[int32_t(key >> 16)]);
-    uint32_t c = uint32_t(b);
-    for (int j = 0; j < W; ++j) c += uint32_t(L[b + j] < key);  // L is padded with 0xffffffff
-    return c & (0u - uint32_t(x == x));                         // NaN: 0
-  }
-
  private:
   std::vector<float> C_;        // [K] the codebook
   std::vector<uint32_t> base_;  // [65536] per key bucket
