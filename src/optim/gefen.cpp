@@ -328,12 +328,9 @@ GefenConfig parse(const OptimizerOptions& o) {
   r.get("weight_decay", c.weight_decay);
   std::string rule = to_string(c.period_rule);
   r.get("period_rule", rule);
-  if (rule == "code")
-    c.period_rule = GefenPeriodRule::code;
-  else if (rule == "brief")
-    c.period_rule = GefenPeriodRule::brief;
-  else
-    throw InputError(fmt::format("{}: gefen: period_rule = '{}' (known: code, brief)", o.source, rule));
+  if (rule == "code") c.period_rule = GefenPeriodRule::code;
+  else if (rule == "brief") c.period_rule = GefenPeriodRule::brief;
+  else throw InputError(fmt::format("{}: gefen: period_rule = '{}' (known: code, brief)", o.source, rule));
   r.get("relearn_every", c.relearn_every);
   validate(c);
   return c;
@@ -341,7 +338,9 @@ GefenConfig parse(const OptimizerOptions& o) {
 
 }  // namespace
 
-void validate(const GefenConfig& c) { check_adam_settings("gefen", c.beta1, c.beta2, c.eps, c.weight_decay); }
+void validate(const GefenConfig& c) {
+  check_adam_settings("gefen", c.beta1, c.beta2, c.eps, c.weight_decay);
+}
 
 std::unique_ptr<Optimizer> make_gefen(const ParamSet& p, const GefenConfig& c) {
   validate(c);

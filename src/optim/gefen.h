@@ -78,7 +78,6 @@ OptimizerEntry gefen_entry();
 inline constexpr size_t kGefenTorchLanes = 8;
 float gefen_torch_sum(const float* x, size_t n);
 
-
 // The codebook learned from gradients (each flattened) with their periods: the histogram over all
 // of them (in order), then learn_gefen_codebook; 256 codes.
 std::vector<float> gefen_learn_codebook(const std::vector<std::span<const float>>& grads,
