@@ -456,8 +456,18 @@ TEST_CASE("bench --json shapes", "[cli][bench]") {
   const auto g = run({"bench", "gemm", "--json", "--reps", "1", "--sizes", "16", "--threads", "1"});
   INFO(flat(g.out + g.err));
   REQUIRE(g.status == 0);
-  CHECK(g.out.rfind("{\"results\":[{\"shape\":[16,16,16],\"threads\":1,\"strict_gflops\":", 0) == 0);
-  CHECK(g.out.find("\"slowdown\":") != std::string::npos);
+  CHECK(g.out.rfind("{\"results\":[{\"shape\":[16,16,16],\"threads\":1,\"case\":\"strict ps4 rne\",", 0) == 0);
+  const auto gj = nlohmann::json::parse(g.out);
+  std::vector<std::string> cases;
+  for (auto& r : gj["results"]) {
+    cases.push_back(r["case"]);
+    CHECK(r["gflops"].get<double>() > 0);
+    CHECK(r["slowdown"].get<double>() > 0);
+  }
+  CHECK(cases == std::vector<std::string>{"strict ps4 rne", "strict ps4 sr", "unfused ps4 rne", "blocked ps4 rne",
+                                          "strict bf16 rne", "e4m3 in, ps4 rne"});
+  CHECK(gj["results"][5]["input"] == "e4m3");
+  CHECK(gj["results"][4]["accumulator"] == "bf16");
 }
 
 TEST_CASE("an unwritable standard output is status 2 (not 0 with truncated output)", "[cli][errors]") {

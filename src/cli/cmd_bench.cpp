@@ -146,18 +146,38 @@ ojson bench_round(const BenchArgs& a, Progress& progress) {
 
 ojson bench_gemm(const BenchArgs& a, Progress& progress) {
   using Mat = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+  // The emulated GEMM's cases, each beside Eigen's float GEMM on the same operands and threads:
+  // the baseline (strict ps4 rne), then sr, unfused, blocked (k_b = 32), a bf16 accumulator, and
+  // e4m3 inputs (operands rounded once, rne) into strict ps4.
+  struct Case {
+    const char* name;
+    GemmSpec spec;
+  };
+  auto spec = [](const char* acc, Rounding mode, Accumulation acc_kind, const char* input = nullptr) {
+    GemmSpec s;
+    s.acc = format_lookup(acc);
+    s.acc_mode = mode;
+    s.accumulation = acc_kind;
+    if (input) s.input = format_lookup(input);
+    validate(s);
+    return s;
+  };
+  const std::vector<Case> cases = {
+      {"strict ps4 rne", spec("ps4", Rounding::rne, Accumulation::strict)},
+      {"strict ps4 sr", spec("ps4", Rounding::sr, Accumulation::strict)},
+      {"unfused ps4 rne", spec("ps4", Rounding::rne, Accumulation::unfused)},
+      {"blocked ps4 rne", spec("ps4", Rounding::rne, Accumulation::blocked)},
+      {"strict bf16 rne", spec("bf16", Rounding::rne, Accumulation::strict)},
+      {"e4m3 in, ps4 rne", spec("ps4", Rounding::rne, Accumulation::strict, "e4m3")},
+  };
   ojson results = ojson::array();
   if (!a.json) {
-    std::printf("strict GEMM, ps4 accumulator (rne), vs Eigen float GEMM; GFLOP/s = 2MNK/time, median of %d\n",
+    std::printf("emulated GEMM vs Eigen float GEMM on the same operands; GFLOP/s = 2MNK/time, median of %d\n",
                 a.reps);
-    std::printf("%-16s %7s %14s %14s %10s\n", "shape", "threads", "strict GFLOP/s", "Eigen GFLOP/s", "eigen/strict");
+    std::printf("%-16s %7s %-18s %14s %14s %10s\n", "shape", "threads", "case", "GFLOP/s", "Eigen GFLOP/s",
+                "eigen/case");
     std::fflush(stdout);
   }
-  GemmSpec s;
-  s.acc = format_lookup("ps4");
-  s.acc_mode = Rounding::rne;
-  s.accumulation = Accumulation::strict;
-  validate(s);
   for (int sz : a.sizes) {
     const size_t M = size_t(sz), N = M, K = M;
     Mat A(M, K), B(K, N), C(M, N);
@@ -168,26 +188,34 @@ ojson bench_gemm(const BenchArgs& a, Progress& progress) {
     for (int th : a.threads) {
       set_num_threads(th);
       Eigen::setNbThreads(th);
-      auto strict = [&] { gemm(A.data(), B.data(), Cs.data(), M, N, K, s); };
       auto eigen = [&] { C.noalias() = A * B; };
-      strict();
       eigen();
-      std::vector<double> ts, te;
-      for (int r = 0; r < a.reps; ++r) {
-        ts.push_back(time_once(strict));
-        te.push_back(time_once(eigen));
-      }
-      const double gs = flop / median(ts) * 1e-9, ge = flop / median(te) * 1e-9;
-      results.push_back(ojson{{"shape", {M, N, K}},
-                              {"threads", th},
-                              {"strict_gflops", gs},
-                              {"eigen_gflops", ge},
-                              {"slowdown", ge / gs}});
-      progress.update(results.size());
-      if (!a.json) {
-        progress.interrupt();
-        std::printf("%-16s %7d %14.3f %14.3f %10.1f\n", fmt::format("{}x{}x{}", M, N, K).c_str(), th, gs, ge, ge / gs);
-        std::fflush(stdout);
+      for (const Case& c : cases) {
+        auto emulated = [&] { gemm(A.data(), B.data(), Cs.data(), M, N, K, c.spec); };
+        emulated();
+        std::vector<double> ts, te;
+        for (int r = 0; r < a.reps; ++r) {  // interleaved, so that both see the same machine state
+          ts.push_back(time_once(emulated));
+          te.push_back(time_once(eigen));
+        }
+        const double gs = flop / median(ts) * 1e-9, ge = flop / median(te) * 1e-9;
+        results.push_back(ojson{{"shape", {M, N, K}},
+                                {"threads", th},
+                                {"case", c.name},
+                                {"accumulator", c.spec.acc.name},
+                                {"mode", to_string(c.spec.acc_mode)},
+                                {"accumulation", to_string(c.spec.accumulation)},
+                                {"input", c.spec.input ? ojson(c.spec.input->name) : ojson(nullptr)},
+                                {"gflops", gs},
+                                {"eigen_gflops", ge},
+                                {"slowdown", ge / gs}});
+        progress.update(results.size());
+        if (!a.json) {
+          progress.interrupt();
+          std::printf("%-16s %7d %-18s %14.3f %14.3f %10.1f\n", fmt::format("{}x{}x{}", M, N, K).c_str(), th, c.name,
+                      gs, ge, ge / gs);
+          std::fflush(stdout);
+        }
       }
     }
   }
@@ -489,8 +517,8 @@ Runner setup_bench(CLI::App& sub) {
   auto a = std::make_shared<BenchArgs>();
   sub.description(
       "round: ns per element of out-of-place round_array (double and float arrays; bf16, fp16, ps4; "
-      "rne, sr) beside memcpy of the same array. gemm: GFLOP/s of strict GEMM with a ps4 "
-      "accumulator beside Eigen's float GEMM. forward: tokens/s of a random GPT-2-shaped model (or --model), FP32, "
+      "rne, sr) beside memcpy of the same array. gemm: GFLOP/s of the emulated GEMM (strict ps4 rne and sr, "
+      "unfused, blocked, a bf16 accumulator, e4m3 inputs) beside Eigen's float GEMM. forward: tokens/s of a random GPT-2-shaped model (or --model), FP32, "
       "LAMP's uniform ps4 policy and LAMP strict tau = 1. train: training tokens/s of --config, without and with "
       "4-bit saved activations. optim: step time per parameter of every registered optimizer on GPT-2 small's "
       "parameters (or --params N), beside AdamW in the same run, and Gefen's codebook DP on --dp-bins bins. "

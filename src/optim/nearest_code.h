@@ -13,11 +13,11 @@
 // order_key whose code is < j (found by bisection on keys against the reference). A table over
 // the top 16 bits of the key holds base = #{L_j < the bucket's smallest key}; then code = base +
 // Σ_{i<W} [L[base + i] < key], exact for every key of the bucket, W (window) being the most L_j
-// inside one bucket (a bucket spans 2^-8 at [0.5, 1), 8 histogram bins; 1 or 2 for learned
-// codebooks). Integer compares only, no branches: the batch loop vectorises. Built per codebook
-// (~255·32 reference calls and a sweep of 65,536 buckets, well under a millisecond). Codebooks
-// that are not ascending, hold a NaN or an infinity, have more than 256 codes or a window over
-// kMaxWindow take the reference instead (fast() false).
+// inside one bucket (a bucket spans 2^-8 at [0.5, 1), 8 histogram bins; 1–2 for the learned
+// codebooks seen here). Integer compares only, no branches: the batch loop vectorises. Built per
+// codebook (~255·32 reference calls and a sweep of 65,536 buckets: 0.15 ms). Codebooks that are
+// not ascending, hold a NaN or an infinity, have more than 256 codes or a window over kMaxWindow
+// (a padded codebook: its repeated codes repeat a threshold) take the reference (fast() false).
 #pragma once
 
 #include <bit>

@@ -2,7 +2,8 @@
 """FP32 forward tokens/s: mantis beside Debian's PyTorch 1.13 (OpenBLAS) in the same run.
 
 Same GPT-2 shape (default GPT-2 small: 12 layers, d = 768, 12 heads, V = 50257, T = 1024),
-random weights, one sequence, same thread count; medians of --reps timed runs after a warm-up.
+random weights, one sequence, same thread count — PyTorch's OpenBLAS pool pinned too (pinned.py);
+medians of --reps timed runs after a warm-up.
 PyTorch runs the textbook GPT-2 forward (as Hugging Face's GPT2Model does in 1.13): LayerNorm,
 fused qkv Linear, full T×T scores with a causal mask, softmax, GELU (erf), tied lm_head, under
 torch.inference_mode(). mantis runs `mantis bench forward --json` (FP32 and LAMP ps4 policies).
@@ -14,15 +15,18 @@ Needs python3-torch (and libopenblas0-pthread for a multithreaded BLAS).
 import argparse
 import json
 import math
+import os
 import statistics
 import subprocess
 import sys
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import pinned  # noqa: E402
 
-def torch_forward_seconds(torch, L, C, NH, V, T, threads, reps):
+
+def torch_forward_seconds(torch, L, C, NH, V, T, reps):
     F = torch.nn.functional
-    torch.set_num_threads(threads)
     g = torch.Generator().manual_seed(1)
 
     def w(*shape, std=0.02):
@@ -62,6 +66,8 @@ def torch_forward_seconds(torch, L, C, NH, V, T, threads, reps):
 
 
 def main():
+    child = pinned.child_threads()
+    argv = sys.argv[1:]
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--mantis", default="build/src/cli/mantis")
     ap.add_argument("--threads", default="1,2")
@@ -71,12 +77,14 @@ def main():
     ap.add_argument("--heads", type=int, default=12)
     ap.add_argument("--ctx", type=int, default=1024)
     a = ap.parse_args()
+    V = 50257
+    if child is not None:
+        return pinned.run_child(child, lambda torch: torch_forward_seconds(torch, a.layers, a.dim, a.heads, V, a.ctx, a.reps))
     try:
         import torch
     except ImportError:
         print("error: PyTorch is not installed (apt-get install python3-torch libopenblas0-pthread)", file=sys.stderr)
         return 2
-    V = 50257
     threads = [int(t) for t in a.threads.split(",")]
     out = subprocess.run([a.mantis, "bench", "forward", "--json", "--reps", str(a.reps), "--threads", a.threads,
                           "--layers", str(a.layers), "--dim", str(a.dim), "--heads", str(a.heads), "--ctx", str(a.ctx)],
@@ -88,7 +96,7 @@ def main():
           f"{'lamp/fp32 time':>15}")
     rows = []
     for th in threads:
-        ts = torch_forward_seconds(torch, a.layers, a.dim, a.heads, V, a.ctx, th, a.reps)
+        ts = pinned.measure(__file__, th, argv)
         m = mantis[th]
         row = dict(threads=th, torch_tokens_per_s=a.ctx / ts, mantis_tokens_per_s=m["fp32_tokens_per_s"],
                    speedup_vs_torch=m["fp32_tokens_per_s"] / (a.ctx / ts),

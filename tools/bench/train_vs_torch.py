@@ -7,7 +7,8 @@ one step = forward + mean cross-entropy + backward + AdamW on batch x accum sequ
 tokens, float32, random weights (GPT-2 init), medians of --reps steps after a warm-up. PyTorch runs
 the textbook GPT-2 (LayerNorm, fused qkv, full causal-masked T x T attention, GELU erf, tied
 lm_head) with torch.optim.AdamW (foreach=False); the sequences of a step are one batched tensor.
-mantis runs `mantis bench train --json` (which also reports 4-bit saved activations).
+mantis runs `mantis bench train --json` (which also reports 4-bit saved activations). Same
+thread count on both sides, PyTorch's OpenBLAS pool pinned too (pinned.py).
 
 Usage: /usr/bin/python3 tools/bench/train_vs_torch.py [--mantis build/src/cli/mantis]
        [--config experiments/train-gpt2-bytes.toml] [--threads 1,2] [--reps 3]
@@ -15,16 +16,19 @@ Usage: /usr/bin/python3 tools/bench/train_vs_torch.py [--mantis build/src/cli/ma
 import argparse
 import json
 import math
+import os
 import statistics
 import subprocess
 import sys
 import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import pinned  # noqa: E402
 import tomllib
 
 
-def torch_step_seconds(torch, cfg, threads, reps):
+def torch_step_seconds(torch, cfg, reps):
     F = torch.nn.functional
-    torch.set_num_threads(threads)
     m, t = cfg["model"], cfg["train"]
     L, C, NH, T = m["layers"], m["dim"], m["heads"], m["ctx"]
     H, V = m.get("hidden", 4 * C), 256
@@ -85,12 +89,17 @@ def torch_step_seconds(torch, cfg, threads, reps):
 
 
 def main():
+    child = pinned.child_threads()
+    argv = sys.argv[1:]
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--mantis", default="build/src/cli/mantis")
     ap.add_argument("--config", default="experiments/train-gpt2-bytes.toml")
     ap.add_argument("--threads", default="1,2")
     ap.add_argument("--reps", type=int, default=3)
     a = ap.parse_args()
+    if child is not None:
+        cfg = tomllib.load(open(a.config, "rb"))
+        return pinned.run_child(child, lambda torch: torch_step_seconds(torch, cfg, a.reps))
     try:
         import torch
     except ImportError:
@@ -108,7 +117,7 @@ def main():
           f"{'overhead':>9}")
     rows = []
     for th in [int(t) for t in a.threads.split(",")]:
-        ts, ntok = torch_step_seconds(torch, cfg, th, a.reps)
+        ts, ntok = pinned.measure(__file__, th, argv)
         m = mantis[th]
         row = dict(threads=th, torch_tokens_per_s=ntok / ts, mantis_tokens_per_s=m["tokens_per_s"],
                    speedup_vs_torch=m["tokens_per_s"] / (ntok / ts), act4_tokens_per_s=m["act4_tokens_per_s"],
