@@ -42,7 +42,6 @@ class NearestCode {
  public:
   static constexpr int kMaxWindow = 8;
 
-  NearestCode() = default;
   explicit NearestCode(std::span<const float> C);
 
   bool fast() const { return window_ > 0; }
