@@ -144,19 +144,19 @@ ojson bench_round(const BenchArgs& a, Progress& progress) {
   return results;
 }
 
-ojson bench_gemm(const BenchArgs& a, Progress& progress) {
-  using Mat = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
-  // The emulated GEMM's cases, each beside Eigen's float GEMM on the same operands and threads:
-  // the baseline (strict ps4 rne), then sr, unfused, blocked (k_b = 32), a bf16 accumulator, and
-  // e4m3 inputs (operands rounded once, rne) into strict ps4.
-  struct Case {
-    const char* name;
-    GemmSpec spec;
-    GemmPlan plan;  // validated once, as the model's sites are
-  };
+// The emulated GEMM's cases, each beside Eigen's float GEMM on the same operands and threads:
+// the baseline (strict ps4 rne), then sr, unfused, blocked (k_b = 32), a bf16 accumulator, and
+// e4m3 inputs (operands rounded once, rne) into strict ps4.
+struct GemmCase {
+  const char* name;
+  GemmSpec spec;
+  GemmPlan plan;  // validated once, as the model's sites are
+};
+
+std::vector<GemmCase> gemm_cases() {
   auto make = [](const char* name, const char* acc, Rounding mode, Accumulation acc_kind,
                  const char* input = nullptr) {
-    Case c{name, {}, {}};
+    GemmCase c{name, {}, {}};
     c.spec.acc = format_lookup(acc);
     c.spec.acc_mode = mode;
     c.spec.accumulation = acc_kind;
@@ -164,7 +164,7 @@ ojson bench_gemm(const BenchArgs& a, Progress& progress) {
     c.plan = plan_gemm(c.spec);
     return c;
   };
-  const std::vector<Case> cases = {
+  return {
       make("strict ps4 rne", "ps4", Rounding::rne, Accumulation::strict),
       make("strict ps4 sr", "ps4", Rounding::sr, Accumulation::strict),
       make("unfused ps4 rne", "ps4", Rounding::rne, Accumulation::unfused),
@@ -172,6 +172,11 @@ ojson bench_gemm(const BenchArgs& a, Progress& progress) {
       make("strict bf16 rne", "bf16", Rounding::rne, Accumulation::strict),
       make("e4m3 in, ps4 rne", "ps4", Rounding::rne, Accumulation::strict, "e4m3"),
   };
+}
+
+ojson bench_gemm(const BenchArgs& a, Progress& progress) {
+  using Mat = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+  const std::vector<GemmCase> cases = gemm_cases();
   ojson results = ojson::array();
   if (!a.json) {
     std::printf("emulated GEMM vs Eigen float GEMM on the same operands; GFLOP/s = 2MNK/time, median of %d\n",
@@ -192,7 +197,7 @@ ojson bench_gemm(const BenchArgs& a, Progress& progress) {
       Eigen::setNbThreads(th);
       auto eigen = [&] { C.noalias() = A * B; };
       eigen();
-      for (const Case& c : cases) {
+      for (const GemmCase& c : cases) {
         auto emulated = [&] { gemm(c.plan, A.data(), B.data(), Cs.data(), M, N, K, c.spec.stream); };
         emulated();
         std::vector<double> ts, te;
@@ -453,7 +458,7 @@ ojson bench_optim(const BenchArgs& a, Progress& progress) {
 uint64_t measurements(const BenchArgs& a) {
   const uint64_t th = a.threads.size();
   if (a.what == "round") return 2 * 3 * 2 * th;  // containers × formats × modes × threads
-  if (a.what == "gemm") return a.sizes.size() * th;
+  if (a.what == "gemm") return a.sizes.size() * gemm_cases().size() * th;
   if (a.what == "optim")
     return (a.optimizers.empty() ? optimizers().size()
                                  : 1 + size_t(std::count_if(a.optimizers.begin(), a.optimizers.end(),
