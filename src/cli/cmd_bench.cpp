@@ -145,8 +145,9 @@ ojson bench_round(const BenchArgs& a, Progress& progress) {
 }
 
 // The emulated GEMM's cases, each beside Eigen's float GEMM on the same operands and threads:
-// the baseline (strict ps4 rne), then sr, unfused, blocked (k_b = 32), a bf16 accumulator, and
-// e4m3 inputs (operands rounded once, rne) into strict ps4.
+// the baseline (strict ps4 rne) and the same on the portable kernel, then sr (32 random bits:
+// the binary64 container; 18 bits: binary32), unfused, blocked (k_b = 32), a bf16 accumulator,
+// and e4m3 inputs (operands rounded once, rne) into strict ps4.
 struct GemmCase {
   const char* name;
   GemmSpec spec;
@@ -155,18 +156,22 @@ struct GemmCase {
 
 std::vector<GemmCase> gemm_cases() {
   auto make = [](const char* name, const char* acc, Rounding mode, Accumulation acc_kind,
-                 const char* input = nullptr) {
+                 const char* input = nullptr, int sr_bits = 32, bool portable = false) {
     GemmCase c{name, {}, {}};
     c.spec.acc = format_lookup(acc);
     c.spec.acc_mode = mode;
     c.spec.accumulation = acc_kind;
+    c.spec.sr_bits = sr_bits;
     if (input) c.spec.input = format_lookup(input);
     c.plan = plan_gemm(c.spec);
+    if (portable) c.plan.kernel = GemmKernel::portable;
     return c;
   };
   return {
       make("strict ps4 rne", "ps4", Rounding::rne, Accumulation::strict),
+      make("strict ps4 rne", "ps4", Rounding::rne, Accumulation::strict, nullptr, 32, true),
       make("strict ps4 sr", "ps4", Rounding::sr, Accumulation::strict),
+      make("strict ps4 sr18", "ps4", Rounding::sr, Accumulation::strict, nullptr, 18),
       make("unfused ps4 rne", "ps4", Rounding::rne, Accumulation::unfused),
       make("blocked ps4 rne", "ps4", Rounding::rne, Accumulation::blocked),
       make("strict bf16 rne", "bf16", Rounding::rne, Accumulation::strict),
@@ -181,8 +186,8 @@ ojson bench_gemm(const BenchArgs& a, Progress& progress) {
   if (!a.json) {
     std::printf("emulated GEMM vs Eigen float GEMM on the same operands; GFLOP/s = 2MNK/time, median of %d\n",
                 a.reps);
-    std::printf("%-16s %7s %-18s %14s %14s %10s\n", "shape", "threads", "case", "GFLOP/s", "Eigen GFLOP/s",
-                "eigen/case");
+    std::printf("%-16s %7s %-18s %-16s %14s %14s %10s\n", "shape", "threads", "case", "kernel", "GFLOP/s",
+                "Eigen GFLOP/s", "eigen/case");
     std::fflush(stdout);
   }
   for (int sz : a.sizes) {
@@ -211,6 +216,8 @@ ojson bench_gemm(const BenchArgs& a, Progress& progress) {
                                 {"case", c.name},
                                 {"accumulator", c.spec.acc.name},
                                 {"mode", to_string(c.spec.acc_mode)},
+                                {"sr_bits", c.spec.sr_bits},
+                                {"kernel", to_string(c.plan.kernel)},
                                 {"accumulation", to_string(c.spec.accumulation)},
                                 {"input", c.spec.input ? ojson(c.spec.input->name) : ojson(nullptr)},
                                 {"gflops", gs},
@@ -219,8 +226,8 @@ ojson bench_gemm(const BenchArgs& a, Progress& progress) {
         progress.update(results.size());
         if (!a.json) {
           progress.interrupt();
-          std::printf("%-16s %7d %-18s %14.3f %14.3f %10.1f\n", fmt::format("{}x{}x{}", M, N, K).c_str(), th, c.name,
-                      gs, ge, ge / gs);
+          std::printf("%-16s %7d %-18s %-16s %14.3f %14.3f %10.1f\n", fmt::format("{}x{}x{}", M, N, K).c_str(), th,
+                      c.name, to_string(c.plan.kernel), gs, ge, ge / gs);
           std::fflush(stdout);
         }
       }

@@ -7,6 +7,7 @@
 
 #include "mantis_config.h"
 #include "core/accumulate.h"
+#include "core/gemm_kernel.h"
 #include "core/round.h"
 #include "core/round_array.h"
 
@@ -45,6 +46,11 @@ Accumulation accumulation_from_string(const std::string& s) {
 const char* to_string(Accumulation a) {
   static const char* n[] = {"strict", "unfused", "blocked"};
   return n[int(a)];
+}
+
+const char* to_string(GemmKernel k) {
+  static const char* n[] = {"portable", "avx512-binary32", "avx512-binary64"};
+  return n[int(k)];
 }
 
 namespace {
@@ -125,7 +131,48 @@ void gemm_mode(const float* A, const float* B, double* C, size_t M_, size_t N, s
   }
 }
 
+// Output (i, j) by the definition: every step rounded by round_value (any value, any range).
+template <Rounding M>
+double general_output(const float* a, const float* B, size_t i, size_t j, size_t N, size_t K, const GemmPlan& p,
+                      uint64_t stream) {
+  const Target<double>& t = p.acc;
+  const uint64_t o = i * N + j;
+  auto word = [&](uint64_t index) { return is_stochastic(M) ? random_word(p.seed, stream, index) : 0u; };
+  double acc = 0.0;
+  switch (p.accumulation) {
+    case Accumulation::strict:
+      for (size_t k = 0; k < K; ++k)
+        acc = round_value<M>(strict_value(acc, a[k], B[k * N + j]), t, word(strict_index(o, K, k)));
+      break;
+    case Accumulation::unfused:
+      for (size_t k = 0; k < K; ++k) {
+        const double pr = round_value<M>(exact_product(a[k], B[k * N + j]), t, word(unfused_product_index(o, K, k)));
+        acc = round_value<M>(sum_value(acc, pr), t, word(unfused_sum_index(o, K, k)));
+      }
+      break;
+    case Accumulation::blocked: {
+      const size_t kb = p.block, nchunks = chunk_count(K, kb);
+      for (size_t c = 0; c < nchunks; ++c) {
+        float chunk = 0.0f;
+        for (size_t k = c * kb; k < std::min(K, (c + 1) * kb); ++k) chunk = chunk_step(chunk, a[k], B[k * N + j]);
+        acc = round_value<M>(sum_value(acc, double(chunk)), t, word(blocked_index(o, nchunks, c)));
+      }
+      break;
+    }
+  }
+  return acc;
+}
+
 }  // namespace
+
+void gemm_tile_general(const GemmPlan& p, const float* A, const float* B, double* C, size_t N, size_t K,
+                       size_t i0, size_t i1, size_t j0, size_t j1, uint64_t stream) {
+  with_rounding(p.acc_mode, [&](auto mode) {
+    for (size_t i = i0; i < i1; ++i)
+      for (size_t j = j0; j < j1; ++j)
+        C[i * N + j] = general_output<decltype(mode)::value>(A + i * K, B, i, j, N, K, p, stream);
+  });
+}
 
 GemmPlan plan_gemm(const GemmSpec& s) {
   validate(s);
@@ -136,6 +183,8 @@ GemmPlan plan_gemm(const GemmSpec& s) {
   p.seed = s.seed;
   p.acc = make_target<double>(s.acc, s.sr_bits);
   p.acc_fits_float = fits_float(s.acc);
+  if (p.acc_fits_float) p.acc_f = make_target<float>(s.acc, s.sr_bits);
+  p.kernel = fastest_kernel(s);
   if (s.input) p.input = plan_round(*s.input, s.input_mode, s.sr_bits, s.seed);
   return p;
 }
@@ -151,7 +200,10 @@ void gemm(const GemmPlan& p, const float* A, const float* B, double* C, size_t M
     A = Ar.data();
     B = Br.data();
   }
-  with_rounding(p.acc_mode, [&](auto mode) { gemm_mode<decltype(mode)::value>(A, B, C, M, N, K, p, stream); });
+  if (p.kernel != GemmKernel::portable)
+    gemm_avx512(p, A, B, C, M, N, K, stream);
+  else
+    with_rounding(p.acc_mode, [&](auto mode) { gemm_mode<decltype(mode)::value>(A, B, C, M, N, K, p, stream); });
 }
 
 void gemm(const GemmPlan& p, const float* A, const float* B, float* C, size_t M, size_t N, size_t K,

@@ -44,6 +44,12 @@ void validate(const GemmSpec& s);
 Accumulation accumulation_from_string(const std::string& s);  // strict | unfused | blocked
 const char* to_string(Accumulation a);
 
+// The kernel that computes a plan (all give the same bits; gemm_kernel.h): the portable one
+// (vectorised across j by the compiler), or the register-blocked AVX-512 one in a binary32 or
+// binary64 container, picked by plan_gemm from the spec and this CPU at run time.
+enum class GemmKernel : uint8_t { portable, avx512_binary32, avx512_binary64 };
+const char* to_string(GemmKernel k);
+
 // A GemmSpec validated once, its targets precomputed. The policy layer compiles each site into
 // one plan per pass, so the per-call path (~10⁵ calls per site and forward) neither validates nor
 // throws InputError. The stream is per call (spec.stream is not part of the plan).
@@ -53,6 +59,8 @@ struct GemmPlan {
   Rounding acc_mode = Rounding::rne;
   uint64_t seed = 0;
   Target<double> acc{};              // the accumulator target in the double container
+  Target<float> acc_f{};             // .. and in the float one (when the format fits binary32)
+  GemmKernel kernel = GemmKernel::portable;  // a caller may lower it to portable, never raise it
   bool acc_fits_float = false;       // the float-C overload is allowed
   std::optional<RoundPlan> input;    // rounding of A and B (mode input_mode, same seed and sr_bits)
 };

@@ -1,0 +1,490 @@
+// gemm_avx512 — the register-blocked AVX-512 kernel of gemm_kernel.h.
+//
+// Compiled for AVX-512 through function attributes whatever -march is, and run only where
+// cpu_has_avx512(): one binary serves every x86 node. Nothing here is a template with external
+// linkage, so no AVX-512 instantiation can stand in for a portable one at link time.
+//
+// A tile is MR rows × NV vectors of L lanes; its accumulators stay in registers for all of k.
+// Containers: binary32 (L = 16) when the accumulator has p ≤ 22 bits and emin ≥ −126, so that the
+// round-to-odd value RO₂₄ has two spare bits and is a binary32 normal wherever the format's is;
+// binary64 (L = 8) otherwise (p ≤ 51, emin ≥ −1022). In both, round(RO(x)) = round(x) for every
+// mode (and sr with sr_bits ≤ container bits − 1 − p: plan_gemm checks it).
+#include "core/gemm_kernel.h"
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "core/accumulate.h"
+#include "core/philox.h"
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define MANTIS_X86 1
+// GCC 12 reports the undefined-value idiom inside its own intrinsics (_mm512_undefined_*).
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+
+namespace mantis {
+
+GemmKernel fastest_kernel(const GemmSpec& s) {
+  const Format& f = s.acc;
+  const int p = f.precision();
+  // μ = 0 (the quantum bit is the exponent's) and fnuz (−0 → +0) keep the portable kernel.
+  if (!cpu_has_avx512() || f.mu < 1 || f.specials == Specials::fnuz) return GemmKernel::portable;
+  const bool sr = s.acc_mode == Rounding::sr;
+  if (fits_float(f) && p <= 22 && f.emin >= -126 && (!sr || s.sr_bits <= 23 - p))
+    return GemmKernel::avx512_binary32;
+  if (f.emin >= -1022) return GemmKernel::avx512_binary64;  // validate: p ≤ 51, sr_bits ≤ 52 − p
+  return GemmKernel::portable;
+}
+
+#if !defined(MANTIS_X86)
+
+bool cpu_has_avx512() { return false; }
+void gemm_avx512(const GemmPlan&, const float*, const float*, double*, size_t, size_t, size_t, uint64_t) {
+  __builtin_trap();  // unreachable: fastest_kernel never picks it here
+}
+
+#else
+
+bool cpu_has_avx512() {
+  static const bool has = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
+                          __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl");
+  return has;
+}
+
+#define MANTIS_AVX512_TARGET gnu::target("avx512f,avx512dq,avx512bw,avx512vl")
+#define AVX [[MANTIS_AVX512_TARGET, gnu::always_inline]] inline
+
+namespace {
+
+constexpr int kRD = _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC;
+constexpr int kRU = _MM_FROUND_TO_POS_INF | _MM_FROUND_NO_EXC;
+
+// ---------------------------------------------------------------- the two containers
+// Lane ops of the accumulator (V: values, __m512i: their bits) and of the blocked chunk sums
+// (CV: binary32 vectors of the same lane count).
+struct F32 {
+  using V = __m512;
+  using CV = __m512;
+  using Mk = __mmask16;
+  using S = uint32_t;
+  static constexpr int L = 16;
+  AVX static V bcast(const float* p) { return _mm512_set1_ps(*p); }
+  AVX static V load(const float* p, Mk m) { return _mm512_maskz_loadu_ps(m, p); }
+  AVX static V zero() { return _mm512_setzero_ps(); }
+  AVX static V from_bits(__m512i u) { return _mm512_castsi512_ps(u); }
+  AVX static __m512i bits(V x) { return _mm512_castps_si512(x); }
+  AVX static V fma_rd(V a, V b, V c) { return _mm512_fmadd_round_ps(a, b, c, kRD); }
+  AVX static V fma_ru(V a, V b, V c) { return _mm512_fmadd_round_ps(a, b, c, kRU); }
+  AVX static V mul_rd(V a, V b) { return _mm512_mul_round_ps(a, b, kRD); }
+  AVX static V mul_ru(V a, V b) { return _mm512_mul_round_ps(a, b, kRU); }
+  AVX static V add_rd(V a, V b) { return _mm512_add_round_ps(a, b, kRD); }
+  AVX static V add_ru(V a, V b) { return _mm512_add_round_ps(a, b, kRU); }
+  AVX static __m512i set1(S x) { return _mm512_set1_epi32(int32_t(x)); }
+  AVX static __m512i add(__m512i a, __m512i b) { return _mm512_add_epi32(a, b); }
+  AVX static __m512i sub(__m512i a, __m512i b) { return _mm512_sub_epi32(a, b); }
+  AVX static __m512i max_u(__m512i a, __m512i b) { return _mm512_max_epu32(a, b); }
+  AVX static __m512i min_u(__m512i a, __m512i b) { return _mm512_min_epu32(a, b); }
+  AVX static __m512i srl(__m512i a, __m128i n) { return _mm512_srl_epi32(a, n); }
+  AVX static __m512i sll(__m512i a, __m128i n) { return _mm512_sll_epi32(a, n); }
+  AVX static Mk test(__m512i a, __m512i b) { return _mm512_test_epi32_mask(a, b); }
+  AVX static Mk testn(__m512i a, __m512i b) { return _mm512_testn_epi32_mask(a, b); }
+  AVX static Mk lt_u(__m512i a, __m512i b) { return _mm512_cmplt_epu32_mask(a, b); }
+  AVX static Mk gt_u(__m512i a, __m512i b) { return _mm512_cmpgt_epu32_mask(a, b); }
+  AVX static __m512i mask_add(__m512i src, Mk k, __m512i a, __m512i b) { return _mm512_mask_add_epi32(src, k, a, b); }
+  AVX static __m512i mask_or(__m512i src, Mk k, __m512i a, __m512i b) { return _mm512_mask_or_epi32(src, k, a, b); }
+  AVX static __m512i blend(Mk k, __m512i a, __m512i b) { return _mm512_mask_blend_epi32(k, a, b); }
+  AVX static CV cbcast(const float* p) { return _mm512_set1_ps(*p); }
+  AVX static CV cload(const float* p, Mk m) { return _mm512_maskz_loadu_ps(m, p); }
+  AVX static CV czero() { return _mm512_setzero_ps(); }
+  AVX static CV cfma(CV a, CV b, CV c) { return _mm512_fmadd_ps(a, b, c); }  // binary32 RNE: chunk_step
+  AVX static V widen(CV c) { return c; }
+  AVX static void store(double* c, Mk m, V x) {
+    const __m256 lo = _mm512_castps512_ps256(x);
+    const __m256 hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(x), 1));
+    _mm512_mask_storeu_pd(c, __mmask8(m), _mm512_cvtps_pd(lo));
+    _mm512_mask_storeu_pd(c + 8, __mmask8(m >> 8), _mm512_cvtps_pd(hi));
+  }
+};
+
+struct F64 {
+  using V = __m512d;
+  using CV = __m256;
+  using Mk = __mmask8;
+  using S = uint64_t;
+  static constexpr int L = 8;
+  AVX static V bcast(const float* p) { return _mm512_set1_pd(double(*p)); }
+  AVX static V load(const float* p, Mk m) { return _mm512_cvtps_pd(_mm256_maskz_loadu_ps(m, p)); }
+  AVX static V zero() { return _mm512_setzero_pd(); }
+  AVX static V from_bits(__m512i u) { return _mm512_castsi512_pd(u); }
+  AVX static __m512i bits(V x) { return _mm512_castpd_si512(x); }
+  AVX static V fma_rd(V a, V b, V c) { return _mm512_fmadd_round_pd(a, b, c, kRD); }
+  AVX static V fma_ru(V a, V b, V c) { return _mm512_fmadd_round_pd(a, b, c, kRU); }
+  AVX static V mul_rd(V a, V b) { return _mm512_mul_round_pd(a, b, kRD); }
+  AVX static V mul_ru(V a, V b) { return _mm512_mul_round_pd(a, b, kRU); }
+  AVX static V add_rd(V a, V b) { return _mm512_add_round_pd(a, b, kRD); }
+  AVX static V add_ru(V a, V b) { return _mm512_add_round_pd(a, b, kRU); }
+  AVX static __m512i set1(S x) { return _mm512_set1_epi64(int64_t(x)); }
+  AVX static __m512i add(__m512i a, __m512i b) { return _mm512_add_epi64(a, b); }
+  AVX static __m512i sub(__m512i a, __m512i b) { return _mm512_sub_epi64(a, b); }
+  AVX static __m512i max_u(__m512i a, __m512i b) { return _mm512_max_epu64(a, b); }
+  AVX static __m512i min_u(__m512i a, __m512i b) { return _mm512_min_epu64(a, b); }
+  AVX static __m512i srl(__m512i a, __m128i n) { return _mm512_srl_epi64(a, n); }
+  AVX static __m512i sll(__m512i a, __m128i n) { return _mm512_sll_epi64(a, n); }
+  AVX static Mk test(__m512i a, __m512i b) { return _mm512_test_epi64_mask(a, b); }
+  AVX static Mk testn(__m512i a, __m512i b) { return _mm512_testn_epi64_mask(a, b); }
+  AVX static Mk lt_u(__m512i a, __m512i b) { return _mm512_cmplt_epu64_mask(a, b); }
+  AVX static Mk gt_u(__m512i a, __m512i b) { return _mm512_cmpgt_epu64_mask(a, b); }
+  AVX static __m512i mask_add(__m512i src, Mk k, __m512i a, __m512i b) { return _mm512_mask_add_epi64(src, k, a, b); }
+  AVX static __m512i mask_or(__m512i src, Mk k, __m512i a, __m512i b) { return _mm512_mask_or_epi64(src, k, a, b); }
+  AVX static __m512i blend(Mk k, __m512i a, __m512i b) { return _mm512_mask_blend_epi64(k, a, b); }
+  AVX static CV cbcast(const float* p) { return _mm256_set1_ps(*p); }
+  AVX static CV cload(const float* p, Mk m) { return _mm256_maskz_loadu_ps(m, p); }
+  AVX static CV czero() { return _mm256_setzero_ps(); }
+  AVX static CV cfma(CV a, CV b, CV c) { return _mm256_fmadd_ps(a, b, c); }  // binary32 RNE: chunk_step
+  AVX static V widen(CV c) { return _mm512_cvtps_pd(c); }
+  AVX static void store(double* c, Mk m, V x) { _mm512_mask_storeu_pd(c, m, x); }
+};
+
+// ---------------------------------------------------------------- random words (philox.h, 8 lanes)
+// Philox4x32-10 of 8 counters at once, one per 64-bit lane (the word in its low half); the key
+// schedule and the stream half of the counter are the same for every lane.
+struct Rng {
+  __m512i stream_lo, stream_hi, k0[10], k1[10];
+};
+
+Rng make_rng(uint64_t seed, uint64_t stream) {
+  Rng g{};
+  uint32_t k0 = uint32_t(seed), k1 = uint32_t(seed >> 32);
+  for (int r = 0; r < 10; ++r, k0 += 0x9E3779B9u, k1 += 0xBB67AE85u) {
+    alignas(64) uint64_t a[8], b[8];
+    std::fill(a, a + 8, k0);
+    std::fill(b, b + 8, k1);
+    std::memcpy(&g.k0[r], a, 64);
+    std::memcpy(&g.k1[r], b, 64);
+  }
+  alignas(64) uint64_t lo[8], hi[8];
+  std::fill(lo, lo + 8, uint32_t(stream));
+  std::fill(hi, hi + 8, uint32_t(stream >> 32));
+  std::memcpy(&g.stream_lo, lo, 64);
+  std::memcpy(&g.stream_hi, hi, 64);
+  return g;
+}
+
+// w[0..3] = the words of blocks q (philox.h random_block).
+AVX void philox8(const Rng& g, __m512i q, __m512i w[4]) {
+  const __m512i m0 = _mm512_set1_epi64(0xD2511F53), m1 = _mm512_set1_epi64(0xCD9E8D57);
+  __m512i c0 = q, c1 = _mm512_srli_epi64(q, 32), c2 = g.stream_lo, c3 = g.stream_hi;
+  // High halves of the lanes are garbage until the end: the multiplies read the low halves only.
+  for (int r = 0; r < 10; ++r) {
+    const __m512i p0 = _mm512_mul_epu32(c0, m0), p1 = _mm512_mul_epu32(c2, m1);
+    c0 = _mm512_ternarylogic_epi64(_mm512_srli_epi64(p1, 32), c1, g.k0[r], 0x96);  // a ^ b ^ c
+    c1 = p1;
+    c2 = _mm512_ternarylogic_epi64(_mm512_srli_epi64(p0, 32), c3, g.k1[r], 0x96);
+    c3 = p0;
+  }
+  const __m512i lo = _mm512_set1_epi64(0xFFFFFFFF);
+  w[0] = _mm512_and_si512(c0, lo);
+  w[1] = _mm512_and_si512(c1, lo);
+  w[2] = _mm512_and_si512(c2, lo);
+  w[3] = _mm512_and_si512(c3, lo);
+}
+
+// The word of each lane's index (any index): one Philox block per lane, word idx & 3 of it.
+AVX __m512i word8(const Rng& g, __m512i idx) {
+  __m512i w[4];
+  philox8(g, _mm512_srli_epi64(idx, 2), w);
+  const __m512i sel = _mm512_and_si512(idx, _mm512_set1_epi64(3));
+  __m512i r = w[0];
+  r = _mm512_mask_mov_epi64(r, _mm512_cmpeq_epi64_mask(sel, _mm512_set1_epi64(1)), w[1]);
+  r = _mm512_mask_mov_epi64(r, _mm512_cmpeq_epi64_mask(sel, _mm512_set1_epi64(2)), w[2]);
+  r = _mm512_mask_mov_epi64(r, _mm512_cmpeq_epi64_mask(sel, _mm512_set1_epi64(3)), w[3]);
+  return r;
+}
+
+AVX __m512i pack16(__m512i lo8, __m512i hi8) {  // two × 8 words in 64-bit lanes → 16 × 32-bit
+  return _mm512_inserti64x4(_mm512_castsi256_si512(_mm512_cvtepi64_epi32(lo8)), _mm512_cvtepi64_epi32(hi8), 1);
+}
+
+// The lane indices of one tile vector: index t of the vector's outputs is base + t + lane·stride.
+template <class C> struct LaneIndex;
+template <> struct LaneIndex<F32> {
+  __m512i off[2];  // lanes 0..7 and 8..15
+  AVX __m512i word(const Rng& g, uint64_t at) const {
+    const __m512i b = _mm512_set1_epi64(int64_t(at));
+    return pack16(word8(g, _mm512_add_epi64(b, off[0])), word8(g, _mm512_add_epi64(b, off[1])));
+  }
+  AVX void words4(const Rng& g, uint64_t at, __m512i out[4]) const {  // at + lane·stride ≡ 0 (mod 4)
+    const __m512i b = _mm512_srli_epi64(_mm512_set1_epi64(int64_t(at)), 2);
+    __m512i lo[4], hi[4];
+    philox8(g, _mm512_add_epi64(b, _mm512_srli_epi64(off[0], 2)), lo);
+    philox8(g, _mm512_add_epi64(b, _mm512_srli_epi64(off[1], 2)), hi);
+    for (int d = 0; d < 4; ++d) out[d] = pack16(lo[d], hi[d]);
+  }
+};
+template <> struct LaneIndex<F64> {
+  __m512i off[1];
+  AVX __m512i word(const Rng& g, uint64_t at) const {
+    return word8(g, _mm512_add_epi64(_mm512_set1_epi64(int64_t(at)), off[0]));
+  }
+  AVX void words4(const Rng& g, uint64_t at, __m512i out[4]) const {
+    philox8(g, _mm512_add_epi64(_mm512_srli_epi64(_mm512_set1_epi64(int64_t(at)), 2), _mm512_srli_epi64(off[0], 2)), out);
+  }
+};
+
+// ---------------------------------------------------------------- one rounding, normal range
+// The constants of round_normal for a target in container C (drop ≥ 1: μ ≥ 1 and p ≤ MANT − 1).
+template <class C> struct Consts {
+  __m512i mask, notmask, half, half_m1, quantum, one, sign, absmask, lo_m1, hi, three;
+  __m128i sr_count;  // |drop − R| for sr
+  bool sr_down;      // drop ≥ R: the remainder is shifted right
+  __m128i sr_shift;  // 32 − sr_bits
+};
+
+template <class C, class T> Consts<C> make_consts(const Target<T>& t) {
+  using S = typename C::S;
+  Consts<C> k{};
+  auto set = [](__m512i& v, S x) {
+    alignas(64) S a[64 / sizeof(S)];
+    std::fill(a, a + 64 / sizeof(S), x);
+    std::memcpy(&v, a, 64);
+  };
+  const S q = S(1) << t.drop;
+  set(k.mask, q - 1);
+  set(k.notmask, ~(q - 1));
+  set(k.half, q >> 1);
+  set(k.half_m1, (q >> 1) - 1);
+  set(k.quantum, q);
+  set(k.one, 1);
+  set(k.sign, S(1) << (sizeof(S) * 8 - 1));
+  set(k.absmask, ~(S(1) << (sizeof(S) * 8 - 1)));
+  set(k.lo_m1, S(t.normal_lo) - 1);
+  set(k.hi, S(t.normal_hi));
+  const int R = 32 - t.sr_shift;
+  k.sr_down = t.drop >= R;
+  const int n = k.sr_down ? t.drop - R : R - t.drop;
+  std::memcpy(&k.sr_count, &n, 4);
+  std::memset(reinterpret_cast<char*>(&k.sr_count) + 4, 0, 12);
+  const int sh = t.sr_shift;
+  std::memcpy(&k.sr_shift, &sh, 4);
+  std::memset(reinterpret_cast<char*>(&k.sr_shift) + 4, 0, 12);
+  return k;
+}
+
+// round_normal<M> of the bits u of a value that is zero or in the normal range (the sign stays:
+// fnuz formats keep the portable kernel). rnd: the random word of each lane (sr, sre).
+template <class C, Rounding M>
+AVX __m512i round_fast(const Consts<C>& k, __m512i u, __m512i rnd) {
+  using R = Rounding;
+  const __m512i trunc = _mm512_and_si512(u, k.notmask);
+  if constexpr (M == R::rne) {  // carry iff rem > half, or rem = half and the kept lsb is 1
+    const __m512i t = C::add(u, k.half_m1);
+    return _mm512_and_si512(C::mask_add(t, C::test(u, k.quantum), t, k.one), k.notmask);
+  }
+  if constexpr (M == R::rna) return _mm512_and_si512(C::add(u, k.half), k.notmask);
+  if constexpr (M == R::rz) return trunc;
+  if constexpr (M == R::ru) return _mm512_and_si512(C::mask_add(u, C::testn(u, k.sign), u, k.mask), k.notmask);
+  if constexpr (M == R::rd) return _mm512_and_si512(C::mask_add(u, C::test(u, k.sign), u, k.mask), k.notmask);
+  if constexpr (M == R::ro) return C::mask_or(trunc, C::test(u, k.mask), trunc, k.quantum);
+  if constexpr (M == R::sre)
+    return C::mask_add(trunc, C::test(u, k.mask) & C::test(rnd, C::set1(typename C::S(0x80000000u))), trunc,
+                       k.quantum);
+  if constexpr (M == R::sr) {
+    const __m512i rem = _mm512_and_si512(u, k.mask);
+    const __m512i scaled = k.sr_down ? C::srl(rem, k.sr_count) : C::sll(rem, k.sr_count);
+    return C::mask_add(trunc, C::lt_u(C::srl(rnd, k.sr_shift), scaled), trunc, k.quantum);
+  }
+  return trunc;
+}
+
+// Round-to-odd from the two directed roundings lo ≤ hi of one exact value: equal → exact, else
+// the neighbour with the odd last bit. An exact zero from cancellation gives RD −0, RU +0: hi,
+// as binary64 RNE addition gives.
+template <class C> AVX __m512i round_odd(const Consts<C>& k, typename C::V lo, typename C::V hi) {
+  const __m512i l = C::bits(lo);
+  return C::blend(C::test(l, k.one), C::bits(hi), l);
+}
+
+// The tile's range guard: the largest |x| and the smallest |x| − 1 (zero wraps to the top).
+struct Guard {
+  __m512i mx, mn;
+};
+template <class C> AVX void track(const Consts<C>& k, Guard& g, __m512i x) {
+  const __m512i a = _mm512_and_si512(x, k.absmask);
+  g.mx = C::max_u(g.mx, a);
+  g.mn = C::min_u(g.mn, C::sub(a, k.one));
+}
+
+// ---------------------------------------------------------------- the tile
+template <class C> struct Ctx {
+  const float* A;  // M×K
+  const float* B;  // K×N
+  double* Cm;      // M×N
+  const float* zero_row;  // K zeros: the A row of a tile row past M
+  size_t M, N, K, kb, nchunks, stride;  // stride: random words per output
+  Consts<C> k;
+  Rng rng;
+  LaneIndex<C> lanes;
+};
+
+// The random word of step t of a tile vector: drawn one Philox block (4 steps) at a time when
+// aligned, else one block per word. Deterministic modes draw nothing.
+template <class C, Rounding Mode, bool Aligned, int MR, int NV> struct Words {
+  static constexpr bool kBuffered = is_stochastic(Mode) && Aligned;
+  __m512i buf[kBuffered ? MR : 1][kBuffered ? NV : 1][4];
+  AVX __m512i get(const Ctx<C>& c, uint64_t base, int r, int v, uint64_t t) {
+    if constexpr (!is_stochastic(Mode)) {
+      return _mm512_setzero_si512();
+    } else if constexpr (Aligned) {
+      if (t % 4 == 0) c.lanes.words4(c.rng, base + t, buf[r][v]);
+      return buf[r][v][t % 4];
+    } else {
+      return c.lanes.word(c.rng, base + t);
+    }
+  }
+};
+
+template <class C, Rounding Mode, Accumulation Acc, int MR, int NV, bool Aligned>
+[[MANTIS_AVX512_TARGET]] bool tile(const Ctx<C>& c, size_t i0, size_t j0) {
+  using V = typename C::V;
+  using CV = typename C::CV;
+  using Mk = typename C::Mk;
+  constexpr int L = C::L;
+  const Consts<C>& k = c.k;
+  const size_t N = c.N, K = c.K;
+
+  Mk m[NV];
+  for (int v = 0; v < NV; ++v) {
+    const size_t j = j0 + size_t(v) * L;
+    const size_t left = j < N ? N - j : 0;
+    m[v] = left >= size_t(L) ? Mk(~Mk(0)) : Mk((Mk(1) << left) - 1);
+  }
+  const float* a[MR];
+  uint64_t base[MR][NV];  // word index of each vector's lane 0 at t = 0
+  for (int r = 0; r < MR; ++r) {
+    a[r] = i0 + r < c.M ? c.A + (i0 + r) * K : c.zero_row;
+    for (int v = 0; v < NV; ++v) base[r][v] = ((i0 + r) * N + j0 + size_t(v) * L) * c.stride;
+  }
+  V acc[MR][NV];
+  for (int r = 0; r < MR; ++r)
+    for (int v = 0; v < NV; ++v) acc[r][v] = C::zero();
+  Guard g{_mm512_setzero_si512(), _mm512_set1_epi64(-1)};
+  Words<C, Mode, Aligned, MR, NV> w;
+
+  if constexpr (Acc == Accumulation::strict) {
+    for (size_t kk = 0; kk < K; ++kk) {
+      V b[NV];
+      for (int v = 0; v < NV; ++v) b[v] = C::load(c.B + kk * N + j0 + size_t(v) * L, m[v]);
+      for (int r = 0; r < MR; ++r) {
+        const V av = C::bcast(a[r] + kk);
+        for (int v = 0; v < NV; ++v) {
+          const __m512i x = round_odd<C>(k, C::fma_rd(av, b[v], acc[r][v]), C::fma_ru(av, b[v], acc[r][v]));
+          track<C>(k, g, x);
+          acc[r][v] = C::from_bits(round_fast<C, Mode>(k, x, w.get(c, base[r][v], r, v, kk)));
+        }
+      }
+    }
+  } else if constexpr (Acc == Accumulation::unfused) {
+    for (size_t kk = 0; kk < K; ++kk) {
+      V b[NV];
+      for (int v = 0; v < NV; ++v) b[v] = C::load(c.B + kk * N + j0 + size_t(v) * L, m[v]);
+      for (int r = 0; r < MR; ++r) {
+        const V av = C::bcast(a[r] + kk);
+        for (int v = 0; v < NV; ++v) {
+          const __m512i x = round_odd<C>(k, C::mul_rd(av, b[v]), C::mul_ru(av, b[v]));
+          track<C>(k, g, x);
+          const V pr = C::from_bits(round_fast<C, Mode>(k, x, w.get(c, base[r][v], r, v, 2 * kk)));
+          const __m512i y = round_odd<C>(k, C::add_rd(acc[r][v], pr), C::add_ru(acc[r][v], pr));
+          track<C>(k, g, y);
+          acc[r][v] = C::from_bits(round_fast<C, Mode>(k, y, w.get(c, base[r][v], r, v, 2 * kk + 1)));
+        }
+      }
+    }
+  } else {
+    for (size_t ch = 0; ch < c.nchunks; ++ch) {
+      CV s[MR][NV];
+      for (int r = 0; r < MR; ++r)
+        for (int v = 0; v < NV; ++v) s[r][v] = C::czero();
+      const size_t k1 = std::min(K, (ch + 1) * c.kb);
+      for (size_t kk = ch * c.kb; kk < k1; ++kk) {
+        CV b[NV];
+        for (int v = 0; v < NV; ++v) b[v] = C::cload(c.B + kk * N + j0 + size_t(v) * L, m[v]);
+        for (int r = 0; r < MR; ++r) {
+          const CV av = C::cbcast(a[r] + kk);
+          for (int v = 0; v < NV; ++v) s[r][v] = C::cfma(av, b[v], s[r][v]);
+        }
+      }
+      for (int r = 0; r < MR; ++r)
+        for (int v = 0; v < NV; ++v) {
+          const V cv = C::widen(s[r][v]);
+          const __m512i x = round_odd<C>(k, C::add_rd(acc[r][v], cv), C::add_ru(acc[r][v], cv));
+          track<C>(k, g, x);
+          acc[r][v] = C::from_bits(round_fast<C, Mode>(k, x, w.get(c, base[r][v], r, v, ch)));
+        }
+    }
+  }
+
+  const bool ok = (C::gt_u(g.mx, k.hi) | C::lt_u(g.mn, k.lo_m1)) == 0;
+  if (ok)
+    for (int r = 0; r < MR && i0 + r < c.M; ++r)
+      for (int v = 0; v < NV; ++v) C::store(c.Cm + (i0 + r) * N + j0 + size_t(v) * L, m[v], acc[r][v]);
+  return ok;
+}
+
+template <class C, class T, Rounding Mode, Accumulation Acc>
+void run_kernel(const GemmPlan& p, const Target<T>& t, const float* A, const float* B, double* Cm, size_t M,
+                size_t N, size_t K, uint64_t stream) {
+  constexpr int MR = 4, NV = Acc == Accumulation::blocked ? 2 : 4, L = C::L;
+  constexpr size_t NR = size_t(NV) * L;
+  std::vector<float> zero_row(K, 0.0f);
+  Ctx<C> c{};
+  c.A = A, c.B = B, c.Cm = Cm, c.zero_row = zero_row.data();
+  c.M = M, c.N = N, c.K = K, c.kb = p.block;
+  c.nchunks = chunk_count(K, p.block);
+  c.stride = Acc == Accumulation::strict ? K : Acc == Accumulation::unfused ? 2 * K : c.nchunks;
+  c.k = make_consts<C>(t);
+  c.rng = make_rng(p.seed, stream);
+  {
+    alignas(64) uint64_t off[16];
+    for (int l = 0; l < 16; ++l) off[l] = uint64_t(l) * c.stride;
+    std::memcpy(c.lanes.off, off, sizeof(c.lanes.off));
+  }
+  // Aligned: every lane's word index is ≡ 0 (mod 4) at t = 0, so one Philox block serves 4 steps.
+  const bool aligned = c.stride % 4 == 0;
+  const size_t row_tiles = (M + MR - 1) / MR, panels = (N + NR - 1) / NR, tiles = row_tiles * panels;
+  const bool parallel = tiles > 1 && double(M) * double(N) * double(K) >= 1 << 16;
+  // Panel-major: a thread's run of tiles reuses each B panel across row tiles while it is in cache.
+#pragma omp parallel for schedule(static) if (parallel)
+  for (size_t ti = 0; ti < tiles; ++ti) {
+    const size_t i0 = (ti % row_tiles) * MR, j0 = (ti / row_tiles) * NR;
+    const bool ok = aligned ? tile<C, Mode, Acc, MR, NV, true>(c, i0, j0) : tile<C, Mode, Acc, MR, NV, false>(c, i0, j0);
+    if (!ok) gemm_tile_general(p, A, B, Cm, N, K, i0, std::min(M, i0 + MR), j0, std::min(N, j0 + NR), stream);
+  }
+}
+
+}  // namespace
+
+void gemm_avx512(const GemmPlan& p, const float* A, const float* B, double* C, size_t M, size_t N, size_t K,
+                 uint64_t stream) {
+  with_rounding(p.acc_mode, [&](auto mode) {
+    constexpr Rounding Mode = decltype(mode)::value;
+    auto go = [&](auto acc) {
+      constexpr Accumulation Acc = decltype(acc)::value;
+      if (p.kernel == GemmKernel::avx512_binary32)
+        run_kernel<F32, float, Mode, Acc>(p, p.acc_f, A, B, C, M, N, K, stream);
+      else
+        run_kernel<F64, double, Mode, Acc>(p, p.acc, A, B, C, M, N, K, stream);
+    };
+    switch (p.accumulation) {
+      case Accumulation::strict: go(std::integral_constant<Accumulation, Accumulation::strict>{}); break;
+      case Accumulation::unfused: go(std::integral_constant<Accumulation, Accumulation::unfused>{}); break;
+      case Accumulation::blocked: go(std::integral_constant<Accumulation, Accumulation::blocked>{}); break;
+    }
+  });
+}
+
+#endif
+
+}  // namespace mantis

@@ -1,0 +1,36 @@
+// gemm_kernel — the register-blocked AVX-512 GEMM kernel (gemm_avx512.cpp) and what it shares
+// with the portable one (gemm.cpp). Internal to core: callers use gemm.h.
+//
+// The AVX-512 kernel computes the semantics of gemm.h with a tile of accumulators held in
+// registers across k. Per step it forms the binary32 (or binary64) round-to-odd value of the exact
+// a·b + acc from two FMAs with embedded directed rounding (RD and RU: equal → exact, else the odd
+// one), then rounds it to the accumulator format with integer add-and-mask. That shortcut is right
+// only while every value is zero or in the format's normal range: the tile tracks its extreme
+// magnitudes, and a tile that left the range is recomputed by gemm_tile_general (the definition,
+// any value), so the result is bit-identical either way.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "core/gemm.h"
+
+namespace mantis {
+
+// Whether this CPU runs the AVX-512 kernel (F, DQ, BW, VL), checked once at run time.
+bool cpu_has_avx512();
+
+// Which kernel a spec gets on this CPU (plan_gemm's choice).
+GemmKernel fastest_kernel(const GemmSpec& s);
+
+// C[M×N] for a plan whose kernel is avx512_binary32 or avx512_binary64 (operands already rounded
+// to the input format).
+void gemm_avx512(const GemmPlan& p, const float* A, const float* B, double* C, size_t M, size_t N, size_t K,
+                 uint64_t stream);
+
+// Rows [i0, i1) × columns [j0, j1) of C, one output at a time with the general rounding of every
+// step (round_value): the definition, for any value.
+void gemm_tile_general(const GemmPlan& p, const float* A, const float* B, double* C, size_t N, size_t K,
+                       size_t i0, size_t i1, size_t j0, size_t j1, uint64_t stream);
+
+}  // namespace mantis
