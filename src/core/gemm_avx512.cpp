@@ -308,13 +308,17 @@ template <class C> AVX __m512i round_odd(const Consts<C>& k, typename C::V lo, t
 }
 
 // The tile's range guard: the largest |x| and the smallest |x| − 1 (zero wraps to the top).
+// Low = false when the format's subnormals are the container's at a coarser quantum (emin = the
+// container's, with subnormals): the pattern is linear in the value across 2^emin, so the
+// fixed-bit rounding is right below it too, and RO in the container's subnormals keeps ≥ 2 spare
+// bits; only the top (overflow, inf, NaN) needs the guard.
 struct Guard {
   __m512i mx, mn;
 };
-template <class C> AVX void track(const Consts<C>& k, Guard& g, __m512i x) {
+template <class C, bool Low> AVX void track(const Consts<C>& k, Guard& g, __m512i x) {
   const __m512i a = _mm512_and_si512(x, k.absmask);
   g.mx = C::max_u(g.mx, a);
-  g.mn = C::min_u(g.mn, C::sub(a, k.one));
+  if constexpr (Low) g.mn = C::min_u(g.mn, C::sub(a, k.one));
 }
 
 // ---------------------------------------------------------------- the tile
@@ -346,7 +350,7 @@ template <class C, Rounding Mode, bool Aligned, int MR, int NV> struct Words {
   }
 };
 
-template <class C, Rounding Mode, Accumulation Acc, int MR, int NV, bool Aligned>
+template <class C, Rounding Mode, Accumulation Acc, int MR, int NV, bool Aligned, bool Low>
 [[MANTIS_AVX512_TARGET]] bool tile(const Ctx<C>& c, size_t i0, size_t j0) {
   using V = typename C::V;
   using CV = typename C::CV;
@@ -381,7 +385,7 @@ template <class C, Rounding Mode, Accumulation Acc, int MR, int NV, bool Aligned
         const V av = C::bcast(a[r] + kk);
         for (int v = 0; v < NV; ++v) {
           const __m512i x = round_odd<C>(k, C::fma_rd(av, b[v], acc[r][v]), C::fma_ru(av, b[v], acc[r][v]));
-          track<C>(k, g, x);
+          track<C, Low>(k, g, x);
           acc[r][v] = C::from_bits(round_fast<C, Mode>(k, x, w.get(c, base[r][v], r, v, kk)));
         }
       }
@@ -394,10 +398,10 @@ template <class C, Rounding Mode, Accumulation Acc, int MR, int NV, bool Aligned
         const V av = C::bcast(a[r] + kk);
         for (int v = 0; v < NV; ++v) {
           const __m512i x = round_odd<C>(k, C::mul_rd(av, b[v]), C::mul_ru(av, b[v]));
-          track<C>(k, g, x);
+          track<C, Low>(k, g, x);
           const V pr = C::from_bits(round_fast<C, Mode>(k, x, w.get(c, base[r][v], r, v, 2 * kk)));
           const __m512i y = round_odd<C>(k, C::add_rd(acc[r][v], pr), C::add_ru(acc[r][v], pr));
-          track<C>(k, g, y);
+          track<C, Low>(k, g, y);
           acc[r][v] = C::from_bits(round_fast<C, Mode>(k, y, w.get(c, base[r][v], r, v, 2 * kk + 1)));
         }
       }
@@ -420,13 +424,13 @@ template <class C, Rounding Mode, Accumulation Acc, int MR, int NV, bool Aligned
         for (int v = 0; v < NV; ++v) {
           const V cv = C::widen(s[r][v]);
           const __m512i x = round_odd<C>(k, C::add_rd(acc[r][v], cv), C::add_ru(acc[r][v], cv));
-          track<C>(k, g, x);
+          track<C, Low>(k, g, x);
           acc[r][v] = C::from_bits(round_fast<C, Mode>(k, x, w.get(c, base[r][v], r, v, ch)));
         }
     }
   }
 
-  const bool ok = (C::gt_u(g.mx, k.hi) | C::lt_u(g.mn, k.lo_m1)) == 0;
+  const bool ok = (C::gt_u(g.mx, k.hi) | (Low ? C::lt_u(g.mn, k.lo_m1) : 0)) == 0;
   if (ok)
     for (int r = 0; r < MR && i0 + r < c.M; ++r)
       for (int v = 0; v < NV; ++v) C::store(c.Cm + (i0 + r) * N + j0 + size_t(v) * L, m[v], acc[r][v]);
@@ -453,13 +457,18 @@ void run_kernel(const GemmPlan& p, const Target<T>& t, const float* A, const flo
   }
   // Aligned: every lane's word index is ≡ 0 (mod 4) at t = 0, so one Philox block serves 4 steps.
   const bool aligned = c.stride % 4 == 0;
+  constexpr int kMinExp = 1 - Container<T>::kBias;
+  const bool low = !(t.emin == kMinExp && t.extra == 0);
   const size_t row_tiles = (M + MR - 1) / MR, panels = (N + NR - 1) / NR, tiles = row_tiles * panels;
   const bool parallel = tiles > 1 && double(M) * double(N) * double(K) >= 1 << 16;
   // Panel-major: a thread's run of tiles reuses each B panel across row tiles while it is in cache.
 #pragma omp parallel for schedule(static) if (parallel)
   for (size_t ti = 0; ti < tiles; ++ti) {
     const size_t i0 = (ti % row_tiles) * MR, j0 = (ti / row_tiles) * NR;
-    const bool ok = aligned ? tile<C, Mode, Acc, MR, NV, true>(c, i0, j0) : tile<C, Mode, Acc, MR, NV, false>(c, i0, j0);
+    const bool ok = low ? (aligned ? tile<C, Mode, Acc, MR, NV, true, true>(c, i0, j0)
+                                   : tile<C, Mode, Acc, MR, NV, false, true>(c, i0, j0))
+                        : (aligned ? tile<C, Mode, Acc, MR, NV, true, false>(c, i0, j0)
+                                   : tile<C, Mode, Acc, MR, NV, false, false>(c, i0, j0));
     if (!ok) gemm_tile_general(p, A, B, Cm, N, K, i0, std::min(M, i0 + MR), j0, std::min(N, j0 + NR), stream);
   }
 }
