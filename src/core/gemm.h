@@ -11,6 +11,9 @@
 // format. The k-loop of every output is sequential, so results are bit-identical to the scalar
 // MPFR reference (oracle.h) and independent of the thread count.
 //
+// Two kernels compute these semantics with the same bits (gemm_kernel.h): the portable one, and a
+// register-blocked AVX-512 one chosen at run time where the CPU has it (GemmPlan::kernel).
+//
 // The steps, and the random word (sr/sre) of every rounding — accumulation step k of output
 // (i,j), and the operands' input rounding on streams stream + 1 (A) and stream + 2 (B) — are
 // written once in accumulate.h, shared with the GPU kernels and the oracle.

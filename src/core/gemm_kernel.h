@@ -17,7 +17,7 @@
 
 namespace mantis {
 
-// Whether this CPU runs the AVX-512 kernel (F, DQ, BW, VL), checked once at run time.
+// Whether this CPU runs the AVX-512 kernel (F, DQ, BW, VL and FMA), checked once at run time.
 bool cpu_has_avx512();
 
 // Which kernel a spec gets on this CPU (plan_gemm's choice).
