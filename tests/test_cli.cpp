@@ -464,10 +464,14 @@ TEST_CASE("bench --json shapes", "[cli][bench]") {
     CHECK(r["gflops"].get<double>() > 0);
     CHECK(r["slowdown"].get<double>() > 0);
   }
-  CHECK(cases == std::vector<std::string>{"strict ps4 rne", "strict ps4 sr", "unfused ps4 rne", "blocked ps4 rne",
-                                          "strict bf16 rne", "e4m3 in, ps4 rne"});
-  CHECK(gj["results"][5]["input"] == "e4m3");
-  CHECK(gj["results"][4]["accumulator"] == "bf16");
+  CHECK(cases == std::vector<std::string>{"strict ps4 rne", "strict ps4 portable", "strict ps4 sr", "strict ps4 sr18",
+                                          "unfused ps4 rne", "blocked ps4 rne", "strict bf16 rne", "e4m3 in, ps4 rne"});
+  CHECK(gj["results"][7]["input"] == "e4m3");
+  CHECK(gj["results"][6]["accumulator"] == "bf16");
+  CHECK(gj["results"][1]["kernel"] == "portable");
+  CHECK(gj["results"][3]["sr_bits"] == 18);
+  for (auto& r : gj["results"])  // the kernel a case ran: one of the three, named
+    CHECK((r["kernel"] == "portable" || r["kernel"] == "avx512-binary32" || r["kernel"] == "avx512-binary64"));
 }
 
 TEST_CASE("an unwritable standard output is status 2 (not 0 with truncated output)", "[cli][errors]") {

@@ -174,65 +174,75 @@ Rng make_rng(uint64_t seed, uint64_t stream) {
   return g;
 }
 
-// w[0..3] = the words of blocks q (philox.h random_block).
-AVX void philox8(const Rng& g, __m512i q, __m512i w[4]) {
+// w[i][0..3] = the words of blocks q[i] (philox.h random_block) for G independent counter
+// vectors, round by round so that the chains' multiply latencies overlap. Each word is in the low
+// half of its lane; the high halves are garbage (the multiplies read low halves only): callers
+// mask or pack. A product's high half reaches the low one by a dword swap (a shuffle, off the
+// multiplier's port), not a shift.
+AVX __m512i swap_halves(__m512i x) { return _mm512_shuffle_epi32(x, _MM_PERM_CDAB); }
+
+template <int G> AVX void philox8(const Rng& g, const __m512i* q, __m512i (*w)[4]) {
   const __m512i m0 = _mm512_set1_epi64(0xD2511F53), m1 = _mm512_set1_epi64(0xCD9E8D57);
-  __m512i c0 = q, c1 = _mm512_srli_epi64(q, 32), c2 = g.stream_lo, c3 = g.stream_hi;
-  // High halves of the lanes are garbage until the end: the multiplies read the low halves only.
-  for (int r = 0; r < 10; ++r) {
-    const __m512i p0 = _mm512_mul_epu32(c0, m0), p1 = _mm512_mul_epu32(c2, m1);
-    c0 = _mm512_ternarylogic_epi64(_mm512_srli_epi64(p1, 32), c1, g.k0[r], 0x96);  // a ^ b ^ c
-    c1 = p1;
-    c2 = _mm512_ternarylogic_epi64(_mm512_srli_epi64(p0, 32), c3, g.k1[r], 0x96);
-    c3 = p0;
-  }
-  const __m512i lo = _mm512_set1_epi64(0xFFFFFFFF);
-  w[0] = _mm512_and_si512(c0, lo);
-  w[1] = _mm512_and_si512(c1, lo);
-  w[2] = _mm512_and_si512(c2, lo);
-  w[3] = _mm512_and_si512(c3, lo);
+  __m512i c0[G], c1[G], c2[G], c3[G];
+  for (int i = 0; i < G; ++i) c0[i] = q[i], c1[i] = swap_halves(q[i]), c2[i] = g.stream_lo, c3[i] = g.stream_hi;
+  for (int r = 0; r < 10; ++r)
+    for (int i = 0; i < G; ++i) {
+      const __m512i p0 = _mm512_mul_epu32(c0[i], m0), p1 = _mm512_mul_epu32(c2[i], m1);
+      c0[i] = _mm512_ternarylogic_epi64(swap_halves(p1), c1[i], g.k0[r], 0x96);  // a ^ b ^ c
+      c1[i] = p1;
+      c2[i] = _mm512_ternarylogic_epi64(swap_halves(p0), c3[i], g.k1[r], 0x96);
+      c3[i] = p0;
+    }
+  for (int i = 0; i < G; ++i) w[i][0] = c0[i], w[i][1] = c1[i], w[i][2] = c2[i], w[i][3] = c3[i];
 }
+
+AVX __m512i low_halves(__m512i x) { return _mm512_and_si512(x, _mm512_set1_epi64(0xFFFFFFFF)); }
 
 // The word of each lane's index (any index): one Philox block per lane, word idx & 3 of it.
 AVX __m512i word8(const Rng& g, __m512i idx) {
-  __m512i w[4];
-  philox8(g, _mm512_srli_epi64(idx, 2), w);
+  __m512i w[1][4];
+  const __m512i q = _mm512_srli_epi64(idx, 2);
+  philox8<1>(g, &q, w);
   const __m512i sel = _mm512_and_si512(idx, _mm512_set1_epi64(3));
-  __m512i r = w[0];
-  r = _mm512_mask_mov_epi64(r, _mm512_cmpeq_epi64_mask(sel, _mm512_set1_epi64(1)), w[1]);
-  r = _mm512_mask_mov_epi64(r, _mm512_cmpeq_epi64_mask(sel, _mm512_set1_epi64(2)), w[2]);
-  r = _mm512_mask_mov_epi64(r, _mm512_cmpeq_epi64_mask(sel, _mm512_set1_epi64(3)), w[3]);
+  __m512i r = w[0][0];
+  r = _mm512_mask_mov_epi64(r, _mm512_cmpeq_epi64_mask(sel, _mm512_set1_epi64(1)), w[0][1]);
+  r = _mm512_mask_mov_epi64(r, _mm512_cmpeq_epi64_mask(sel, _mm512_set1_epi64(2)), w[0][2]);
+  r = _mm512_mask_mov_epi64(r, _mm512_cmpeq_epi64_mask(sel, _mm512_set1_epi64(3)), w[0][3]);
   return r;
 }
 
-AVX __m512i pack16(__m512i lo8, __m512i hi8) {  // two × 8 words in 64-bit lanes → 16 × 32-bit
-  return _mm512_inserti64x4(_mm512_castsi256_si512(_mm512_cvtepi64_epi32(lo8)), _mm512_cvtepi64_epi32(hi8), 1);
+// The low halves of two × 8 lanes as 16 × 32-bit (lanes 0..7 from lo8, 8..15 from hi8): one vpermt2d.
+AVX __m512i pack16(__m512i lo8, __m512i hi8) {
+  const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+  return _mm512_permutex2var_epi32(lo8, even, hi8);
 }
 
 // The lane indices of one tile vector: index t of the vector's outputs is base + t + lane·stride.
 template <class C> struct LaneIndex;
 template <> struct LaneIndex<F32> {
+  static constexpr int kHalves = 2;
   __m512i off[2];  // lanes 0..7 and 8..15
   AVX __m512i word(const Rng& g, uint64_t at) const {
     const __m512i b = _mm512_set1_epi64(int64_t(at));
     return pack16(word8(g, _mm512_add_epi64(b, off[0])), word8(g, _mm512_add_epi64(b, off[1])));
   }
-  AVX void words4(const Rng& g, uint64_t at, __m512i out[4]) const {  // at + lane·stride ≡ 0 (mod 4)
-    const __m512i b = _mm512_srli_epi64(_mm512_set1_epi64(int64_t(at)), 2);
-    __m512i lo[4], hi[4];
-    philox8(g, _mm512_add_epi64(b, _mm512_srli_epi64(off[0], 2)), lo);
-    philox8(g, _mm512_add_epi64(b, _mm512_srli_epi64(off[1], 2)), hi);
-    for (int d = 0; d < 4; ++d) out[d] = pack16(lo[d], hi[d]);
+  // The Philox block of each lane of half h when at + lane·stride ≡ 0 (mod 4), and the 16 words
+  // of one step from the two halves' blocks.
+  AVX __m512i block(uint64_t at, int h) const {
+    return _mm512_add_epi64(_mm512_set1_epi64(int64_t(at >> 2)), _mm512_srli_epi64(off[h], 2));
   }
+  AVX static __m512i words(const __m512i* half) { return pack16(half[0], half[1]); }
 };
 template <> struct LaneIndex<F64> {
+  static constexpr int kHalves = 1;
   __m512i off[1];
   AVX __m512i word(const Rng& g, uint64_t at) const {
-    return word8(g, _mm512_add_epi64(_mm512_set1_epi64(int64_t(at)), off[0]));
+    return low_halves(word8(g, _mm512_add_epi64(_mm512_set1_epi64(int64_t(at)), off[0])));
   }
-  AVX void words4(const Rng& g, uint64_t at, __m512i out[4]) const {
-    philox8(g, _mm512_add_epi64(_mm512_srli_epi64(_mm512_set1_epi64(int64_t(at)), 2), _mm512_srli_epi64(off[0], 2)), out);
+  AVX __m512i block(uint64_t at, int) const {
+    return _mm512_add_epi64(_mm512_set1_epi64(int64_t(at >> 2)), _mm512_srli_epi64(off[0], 2));
   }
+  AVX static __m512i words(const __m512i* half) { return low_halves(half[0]); }
 };
 
 // ---------------------------------------------------------------- one rounding, normal range
@@ -334,19 +344,36 @@ template <class C> struct Ctx {
   LaneIndex<C> lanes;
 };
 
-// The random word of step t of a tile vector: drawn one Philox block (4 steps) at a time when
-// aligned, else one block per word. Deterministic modes draw nothing.
+// The random word of step t of a tile vector. Aligned: every lane's index is ≡ 0 (mod 4) at
+// t ≡ 0, so one Philox block serves 4 steps; the tile's blocks for those steps are drawn together
+// (independent chains overlap) when its first vector asks. Else one block per word.
 template <class C, Rounding Mode, bool Aligned, int MR, int NV> struct Words {
   static constexpr bool kBuffered = is_stochastic(Mode) && Aligned;
+  static constexpr int H = LaneIndex<C>::kHalves, kChains = MR * NV * H;
   __m512i buf[kBuffered ? MR : 1][kBuffered ? NV : 1][4];
-  AVX __m512i get(const Ctx<C>& c, uint64_t base, int r, int v, uint64_t t) {
+  AVX void refill(const Ctx<C>& c, const uint64_t (*base)[NV], uint64_t t) {
+    static_assert(kChains % 4 == 0);
+    __m512i q[kChains], w[kChains][4];
+    for (int r = 0; r < MR; ++r)
+      for (int v = 0; v < NV; ++v)
+        for (int h = 0; h < H; ++h) q[(r * NV + v) * H + h] = c.lanes.block(base[r][v] + t, h);
+    for (int i = 0; i < kChains; i += 4) philox8<4>(c.rng, q + i, w + i);
+    for (int r = 0; r < MR; ++r)
+      for (int v = 0; v < NV; ++v)
+        for (int d = 0; d < 4; ++d) {
+          __m512i half[H];
+          for (int h = 0; h < H; ++h) half[h] = w[(r * NV + v) * H + h][d];
+          buf[r][v][d] = LaneIndex<C>::words(half);
+        }
+  }
+  AVX __m512i get(const Ctx<C>& c, const uint64_t (*base)[NV], int r, int v, uint64_t t) {
     if constexpr (!is_stochastic(Mode)) {
       return _mm512_setzero_si512();
     } else if constexpr (Aligned) {
-      if (t % 4 == 0) c.lanes.words4(c.rng, base + t, buf[r][v]);
+      if (t % 4 == 0 && r == 0 && v == 0) refill(c, base, t);  // (0, 0) is each step's first vector
       return buf[r][v][t % 4];
     } else {
-      return c.lanes.word(c.rng, base + t);
+      return c.lanes.word(c.rng, base[r][v] + t);
     }
   }
 };
@@ -387,7 +414,7 @@ template <class C, Rounding Mode, Accumulation Acc, int MR, int NV, bool Aligned
         for (int v = 0; v < NV; ++v) {
           const __m512i x = round_odd<C>(k, C::fma_rd(av, b[v], acc[r][v]), C::fma_ru(av, b[v], acc[r][v]));
           track<C, Low>(k, g, x);
-          acc[r][v] = C::from_bits(round_fast<C, Mode>(k, x, w.get(c, base[r][v], r, v, kk)));
+          acc[r][v] = C::from_bits(round_fast<C, Mode>(k, x, w.get(c, base, r, v, kk)));
         }
       }
     }
@@ -400,10 +427,10 @@ template <class C, Rounding Mode, Accumulation Acc, int MR, int NV, bool Aligned
         for (int v = 0; v < NV; ++v) {
           const __m512i x = round_odd<C>(k, C::mul_rd(av, b[v]), C::mul_ru(av, b[v]));
           track<C, Low>(k, g, x);
-          const V pr = C::from_bits(round_fast<C, Mode>(k, x, w.get(c, base[r][v], r, v, 2 * kk)));
+          const V pr = C::from_bits(round_fast<C, Mode>(k, x, w.get(c, base, r, v, 2 * kk)));
           const __m512i y = round_odd<C>(k, C::add_rd(acc[r][v], pr), C::add_ru(acc[r][v], pr));
           track<C, Low>(k, g, y);
-          acc[r][v] = C::from_bits(round_fast<C, Mode>(k, y, w.get(c, base[r][v], r, v, 2 * kk + 1)));
+          acc[r][v] = C::from_bits(round_fast<C, Mode>(k, y, w.get(c, base, r, v, 2 * kk + 1)));
         }
       }
     }
@@ -426,7 +453,7 @@ template <class C, Rounding Mode, Accumulation Acc, int MR, int NV, bool Aligned
           const V cv = C::widen(s[r][v]);
           const __m512i x = round_odd<C>(k, C::add_rd(acc[r][v], cv), C::add_ru(acc[r][v], cv));
           track<C, Low>(k, g, x);
-          acc[r][v] = C::from_bits(round_fast<C, Mode>(k, x, w.get(c, base[r][v], r, v, ch)));
+          acc[r][v] = C::from_bits(round_fast<C, Mode>(k, x, w.get(c, base, r, v, ch)));
         }
     }
   }
