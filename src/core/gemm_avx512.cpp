@@ -248,7 +248,7 @@ template <> struct LaneIndex<F64> {
 // ---------------------------------------------------------------- one rounding, normal range
 // The constants of round_normal for a target in container C (drop ≥ 1: μ ≥ 1 and p ≤ MANT − 1).
 template <class C> struct Consts {
-  __m512i mask, notmask, half, half_m1, quantum, one, sign, absmask, lo_m1, hi, three;
+  __m512i mask, notmask, half, half_m1, quantum, one, sign, absmask, lo_m1, hi, inf;
   __m128i sr_count;  // |drop − R| for sr
   bool sr_down;      // drop ≥ R: the remainder is shifted right
   __m128i sr_shift;  // 32 − sr_bits
@@ -273,6 +273,7 @@ template <class C, class T> Consts<C> make_consts(const Target<T>& t) {
   set(k.absmask, ~(S(1) << (sizeof(S) * 8 - 1)));
   set(k.lo_m1, S(t.normal_lo) - 1);
   set(k.hi, S(t.normal_hi));
+  set(k.inf, S(((S(1) << (sizeof(S) * 8 - 1 - Container<T>::kMant)) - 1) << Container<T>::kMant));
   const int R = 32 - t.sr_shift;
   k.sr_down = t.drop >= R;
   const int n = k.sr_down ? t.drop - R : R - t.drop;
@@ -318,18 +319,31 @@ template <class C> AVX __m512i round_odd(const Consts<C>& k, typename C::V lo, t
   return C::blend(C::test(l, k.one), C::bits(hi), l);
 }
 
-// The tile's range guard: the largest |x| and the smallest |x| − 1 (zero wraps to the top).
-// Low = false when the format's subnormals are the container's at a coarser quantum (emin = the
-// container's, with subnormals): the pattern is linear in the value across 2^emin, so the
-// fixed-bit rounding is right below it too, and RO in the container's subnormals keeps ≥ 2 spare
-// bits; only the top (overflow, inf, NaN) needs the guard.
+// The tile's range guard, per step: the largest |x| and the smallest |x| − 1 (zero wraps to the
+// top). Three strengths (G):
+//   kGuardBoth  both ends.
+//   kGuardTop   no lower end, where the format's subnormals are the container's at a coarser
+//               quantum (emin = the container's, with subnormals): the pattern is linear in the
+//               value across 2^emin, so the fixed-bit rounding is right below it too, and RO in
+//               the container's subnormals keeps ≥ 2 spare bits.
+//   kGuardNaN   nothing per step, where moreover the format's top is the container's (emax the
+//               container's, overflow to inf, IEEE specials) and the mode is deterministic: then
+//               add-and-mask carries an overflowing value into the inf pattern, truncation stops at
+//               the largest finite value, and inf stays inf — as the general rounding does (RO of
+//               a value past the container's range is its largest finite, odd, which rounds the
+//               same way). Only a NaN's sign and payload would differ, and a NaN never leaves the
+//               accumulator: a tile ending with one is redone. (Under sr/sre a value past 2^128
+//               must overflow whatever the word; RO's clamp would let it round down: guarded.)
+constexpr int kGuardNaN = 0, kGuardTop = 1, kGuardBoth = 2;
 struct Guard {
   __m512i mx, mn;
 };
-template <class C, bool Low> AVX void track(const Consts<C>& k, Guard& g, __m512i x) {
-  const __m512i a = _mm512_and_si512(x, k.absmask);
-  g.mx = C::max_u(g.mx, a);
-  if constexpr (Low) g.mn = C::min_u(g.mn, C::sub(a, k.one));
+template <class C, int G> AVX void track(const Consts<C>& k, Guard& g, __m512i x) {
+  if constexpr (G >= kGuardTop) {
+    const __m512i a = _mm512_and_si512(x, k.absmask);
+    g.mx = C::max_u(g.mx, a);
+    if constexpr (G == kGuardBoth) g.mn = C::min_u(g.mn, C::sub(a, k.one));
+  }
 }
 
 // ---------------------------------------------------------------- the tile
@@ -378,7 +392,7 @@ template <class C, Rounding Mode, bool Aligned, int MR, int NV> struct Words {
   }
 };
 
-template <class C, Rounding Mode, Accumulation Acc, int MR, int NV, bool Aligned, bool Low>
+template <class C, Rounding Mode, Accumulation Acc, int MR, int NV, bool Aligned, int G>
 [[MANTIS_AVX512_TARGET]] bool tile(const Ctx<C>& c, size_t i0, size_t j0) {
   using V = typename C::V;
   using CV = typename C::CV;
@@ -413,7 +427,7 @@ template <class C, Rounding Mode, Accumulation Acc, int MR, int NV, bool Aligned
         const V av = C::bcast(a[r] + kk);
         for (int v = 0; v < NV; ++v) {
           const __m512i x = round_odd<C>(k, C::fma_rd(av, b[v], acc[r][v]), C::fma_ru(av, b[v], acc[r][v]));
-          track<C, Low>(k, g, x);
+          track<C, G>(k, g, x);
           acc[r][v] = C::from_bits(round_fast<C, Mode>(k, x, w.get(c, base, r, v, kk)));
         }
       }
@@ -426,10 +440,10 @@ template <class C, Rounding Mode, Accumulation Acc, int MR, int NV, bool Aligned
         const V av = C::bcast(a[r] + kk);
         for (int v = 0; v < NV; ++v) {
           const __m512i x = round_odd<C>(k, C::mul_rd(av, b[v]), C::mul_ru(av, b[v]));
-          track<C, Low>(k, g, x);
+          track<C, G>(k, g, x);
           const V pr = C::from_bits(round_fast<C, Mode>(k, x, w.get(c, base, r, v, 2 * kk)));
           const __m512i y = round_odd<C>(k, C::add_rd(acc[r][v], pr), C::add_ru(acc[r][v], pr));
-          track<C, Low>(k, g, y);
+          track<C, G>(k, g, y);
           acc[r][v] = C::from_bits(round_fast<C, Mode>(k, y, w.get(c, base, r, v, 2 * kk + 1)));
         }
       }
@@ -452,13 +466,16 @@ template <class C, Rounding Mode, Accumulation Acc, int MR, int NV, bool Aligned
         for (int v = 0; v < NV; ++v) {
           const V cv = C::widen(s[r][v]);
           const __m512i x = round_odd<C>(k, C::add_rd(acc[r][v], cv), C::add_ru(acc[r][v], cv));
-          track<C, Low>(k, g, x);
+          track<C, G>(k, g, x);
           acc[r][v] = C::from_bits(round_fast<C, Mode>(k, x, w.get(c, base, r, v, ch)));
         }
     }
   }
 
-  const bool ok = (C::gt_u(g.mx, k.hi) | (Low ? C::lt_u(g.mn, k.lo_m1) : 0)) == 0;
+  bool ok = (C::gt_u(g.mx, k.hi) | (G == kGuardBoth ? C::lt_u(g.mn, k.lo_m1) : 0)) == 0;
+  if constexpr (G == kGuardNaN)
+    for (int r = 0; r < MR; ++r)
+      for (int v = 0; v < NV; ++v) ok &= C::gt_u(_mm512_and_si512(C::bits(acc[r][v]), k.absmask), k.inf) == 0;
   if (ok)
     for (int r = 0; r < MR && i0 + r < c.M; ++r)
       for (int v = 0; v < NV; ++v) C::store(c.Cm + (i0 + r) * N + j0 + size_t(v) * L, m[v], acc[r][v]);
@@ -485,18 +502,29 @@ void run_kernel(const GemmPlan& p, const Target<T>& t, const float* A, const flo
   }
   // Aligned: every lane's word index is ≡ 0 (mod 4) at t = 0, so one Philox block serves 4 steps.
   const bool aligned = c.stride % 4 == 0;
+  using U = typename Container<T>::U;
   constexpr int kMinExp = 1 - Container<T>::kBias;
+  constexpr U kInf = ((U(1) << (sizeof(U) * 8 - 1 - Container<T>::kMant)) - 1) << Container<T>::kMant;
   const bool low = !(t.emin == kMinExp && t.extra == 0);
+  const bool top = t.max_bits >> Container<T>::kMant == (kInf >> Container<T>::kMant) - 1 && t.ovf_bits == kInf &&
+                   t.inf_bits == kInf;
+  const int guard = low ? kGuardBoth : top && !is_stochastic(Mode) ? kGuardNaN : kGuardTop;
   const size_t row_tiles = (M + MR - 1) / MR, panels = (N + NR - 1) / NR, tiles = row_tiles * panels;
   const bool parallel = tiles > 1 && double(M) * double(N) * double(K) >= 1 << 16;
   // Panel-major: a thread's run of tiles reuses each B panel across row tiles while it is in cache.
 #pragma omp parallel for schedule(static) if (parallel)
   for (size_t ti = 0; ti < tiles; ++ti) {
     const size_t i0 = (ti % row_tiles) * MR, j0 = (ti / row_tiles) * NR;
-    const bool ok = low ? (aligned ? tile<C, Mode, Acc, MR, NV, true, true>(c, i0, j0)
-                                   : tile<C, Mode, Acc, MR, NV, false, true>(c, i0, j0))
-                        : (aligned ? tile<C, Mode, Acc, MR, NV, true, false>(c, i0, j0)
-                                   : tile<C, Mode, Acc, MR, NV, false, false>(c, i0, j0));
+    bool ok;
+    if constexpr (is_stochastic(Mode))
+      ok = guard == kGuardBoth ? (aligned ? tile<C, Mode, Acc, MR, NV, true, kGuardBoth>(c, i0, j0)
+                                          : tile<C, Mode, Acc, MR, NV, false, kGuardBoth>(c, i0, j0))
+                               : (aligned ? tile<C, Mode, Acc, MR, NV, true, kGuardTop>(c, i0, j0)
+                                          : tile<C, Mode, Acc, MR, NV, false, kGuardTop>(c, i0, j0));
+    else
+      ok = guard == kGuardBoth  ? tile<C, Mode, Acc, MR, NV, false, kGuardBoth>(c, i0, j0)
+           : guard == kGuardTop ? tile<C, Mode, Acc, MR, NV, false, kGuardTop>(c, i0, j0)
+                                : tile<C, Mode, Acc, MR, NV, false, kGuardNaN>(c, i0, j0);
     if (!ok) gemm_tile_general(p, A, B, Cm, N, K, i0, std::min(M, i0 + MR), j0, std::min(N, j0 + NR), stream);
   }
 }
