@@ -87,6 +87,18 @@ TEST_CASE("the kernel a spec gets") {
   fnuz.acc.specials = Specials::fnuz;
   CHECK(fastest_kernel(fnuz) == GemmKernel::portable);
   CHECK(plan_gemm(GemmSpec{.acc = format_lookup("ps4")}).kernel == GemmKernel::avx512_binary32);
+  // K = 0: every output is the initial accumulator, +0, on both kernels
+  const float a = 1, b = 1;
+  for (Accumulation acc : {Accumulation::strict, Accumulation::unfused, Accumulation::blocked}) {
+    const GemmPlan p = plan_gemm(GemmSpec{.acc = format_lookup("ps4"), .acc_mode = Rounding::sr, .accumulation = acc,
+                                          .sr_bits = 8});
+    std::vector<double> c(15, 1.0), r(15, 1.0);
+    gemm(p, &a, &b, c.data(), 3, 5, 0, 0);
+    gemm(portable(p), &a, &b, r.data(), 3, 5, 0, 0);
+    CHECK(std::memcmp(c.data(), r.data(), c.size() * 8) == 0);
+    CHECK(c[0] == 0.0);
+    CHECK(!std::signbit(c[14]));
+  }
 }
 
 TEST_CASE("AVX-512 kernel == portable kernel on ragged shapes, every mode, both containers") {
