@@ -286,7 +286,8 @@ template <class C, class T> Consts<C> make_consts(const Target<T>& t) {
 }
 
 // round_normal<M> of the bits u of a value that is zero or in the normal range (the sign stays:
-// fnuz formats keep the portable kernel). rnd: the random word of each lane (sr, sre).
+// fnuz formats keep the portable kernel); the guard below says where it is also right outside it.
+// rnd: the random word of each lane (sr, sre).
 template <class C, Rounding M>
 AVX __m512i round_fast(const Consts<C>& k, __m512i u, __m512i rnd) {
   using R = Rounding;
