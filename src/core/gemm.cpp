@@ -71,20 +71,20 @@ void round_step(double* dst, double* v, size_t N, const Target<double>& t, Value
     for (size_t j = 0; j < N; ++j) dst[j] = round_value<M>(v[j], t, word(j));
 }
 
-// One row i of C: acc[N] (the accumulators: binary64 values of the accumulator format); v[N],
-// prod[N] and chunk[N] are scratch. The j-loops vectorise; k stays sequential per output.
+// N consecutive outputs o0 + j (j < N) of one row of C: a[K] the row of A, B its columns (row k
+// at B + k·ldb), acc[N] the accumulators (binary64 values of the accumulator format); v[N], prod[N]
+// and chunk[N] are scratch. The j-loops vectorise; k stays sequential per output.
 template <Rounding M>
-void gemm_row(const float* a, const float* B, double* acc, double* v, double* prod, float* chunk, size_t i,
-              size_t N, size_t K, const Target<double>& t, const GemmPlan& s, uint64_t stream) {
+void gemm_row(const float* a, const float* B, size_t ldb, double* acc, double* v, double* prod, float* chunk,
+              uint64_t o0, size_t N, size_t K, const Target<double>& t, const GemmPlan& s, uint64_t stream) {
   constexpr bool kRandom = is_stochastic(M);
   for (size_t j = 0; j < N; ++j) acc[j] = 0.0;
-  // The steps and word indices of accumulate.h; o = i·N + j.
-  const uint64_t o0 = i * N;
+  // The steps and word indices of accumulate.h.
   switch (s.accumulation) {
     case Accumulation::strict:
       for (size_t k = 0; k < K; ++k) {
         const float ak = a[k];
-        const float* b = B + k * N;
+        const float* b = B + k * ldb;
         round_step<M>(acc, v, N, t, [&](size_t j) { return strict_value(acc[j], ak, b[j]); },
                       [&](size_t j) { return kRandom ? random_word(s.seed, stream, strict_index(o0 + j, K, k)) : 0u; });
       }
@@ -92,7 +92,7 @@ void gemm_row(const float* a, const float* B, double* acc, double* v, double* pr
     case Accumulation::unfused:
       for (size_t k = 0; k < K; ++k) {
         const float ak = a[k];
-        const float* b = B + k * N;
+        const float* b = B + k * ldb;
         round_step<M>(prod, v, N, t, [&](size_t j) { return exact_product(ak, b[j]); },
                       [&](size_t j) { return kRandom ? random_word(s.seed, stream, unfused_product_index(o0 + j, K, k)) : 0u; });
         round_step<M>(acc, v, N, t, [&](size_t j) { return sum_value(acc[j], prod[j]); },
@@ -105,7 +105,7 @@ void gemm_row(const float* a, const float* B, double* acc, double* v, double* pr
         for (size_t j = 0; j < N; ++j) chunk[j] = 0.0f;
         for (size_t k = c * kb; k < std::min(K, (c + 1) * kb); ++k) {
           const float ak = a[k];
-          const float* b = B + k * N;
+          const float* b = B + k * ldb;
           for (size_t j = 0; j < N; ++j) chunk[j] = chunk_step(chunk[j], ak, b[j]);
         }
         round_step<M>(acc, v, N, t, [&](size_t j) { return sum_value(acc[j], double(chunk[j])); },
@@ -127,50 +127,21 @@ void gemm_mode(const float* A, const float* B, double* C, size_t M_, size_t N, s
     std::vector<float> chunk(N);
 #pragma omp for schedule(static)
     for (size_t i = 0; i < M_; ++i)
-      gemm_row<M>(A + i * K, B, C + i * N, v.data(), prod.data(), chunk.data(), i, N, K, t, p, stream);
+      gemm_row<M>(A + i * K, B, N, C + i * N, v.data(), prod.data(), chunk.data(), i * N, N, K, t, p, stream);
   }
-}
-
-// Output (i, j) by the definition: every step rounded by round_value (any value, any range).
-template <Rounding M>
-double general_output(const float* a, const float* B, size_t i, size_t j, size_t N, size_t K, const GemmPlan& p,
-                      uint64_t stream) {
-  const Target<double>& t = p.acc;
-  const uint64_t o = i * N + j;
-  auto word = [&](uint64_t index) { return is_stochastic(M) ? random_word(p.seed, stream, index) : 0u; };
-  double acc = 0.0;
-  switch (p.accumulation) {
-    case Accumulation::strict:
-      for (size_t k = 0; k < K; ++k)
-        acc = round_value<M>(strict_value(acc, a[k], B[k * N + j]), t, word(strict_index(o, K, k)));
-      break;
-    case Accumulation::unfused:
-      for (size_t k = 0; k < K; ++k) {
-        const double pr = round_value<M>(exact_product(a[k], B[k * N + j]), t, word(unfused_product_index(o, K, k)));
-        acc = round_value<M>(sum_value(acc, pr), t, word(unfused_sum_index(o, K, k)));
-      }
-      break;
-    case Accumulation::blocked: {
-      const size_t kb = p.block, nchunks = chunk_count(K, kb);
-      for (size_t c = 0; c < nchunks; ++c) {
-        float chunk = 0.0f;
-        for (size_t k = c * kb; k < std::min(K, (c + 1) * kb); ++k) chunk = chunk_step(chunk, a[k], B[k * N + j]);
-        acc = round_value<M>(sum_value(acc, double(chunk)), t, word(blocked_index(o, nchunks, c)));
-      }
-      break;
-    }
-  }
-  return acc;
 }
 
 }  // namespace
 
-void gemm_tile_general(const GemmPlan& p, const float* A, const float* B, double* C, size_t N, size_t K,
+void gemm_tile_portable(const GemmPlan& p, const float* A, const float* B, double* C, size_t N, size_t K,
                        size_t i0, size_t i1, size_t j0, size_t j1, uint64_t stream) {
+  const size_t n = j1 - j0;
+  std::vector<double> v(n), prod(n);
+  std::vector<float> chunk(n);
   with_rounding(p.acc_mode, [&](auto mode) {
     for (size_t i = i0; i < i1; ++i)
-      for (size_t j = j0; j < j1; ++j)
-        C[i * N + j] = general_output<decltype(mode)::value>(A + i * K, B, i, j, N, K, p, stream);
+      gemm_row<decltype(mode)::value>(A + i * K, B + j0, N, C + i * N + j0, v.data(), prod.data(), chunk.data(),
+                                      i * N + j0, n, K, p.acc, p, stream);
   });
 }
 

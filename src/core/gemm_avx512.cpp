@@ -156,21 +156,22 @@ struct Rng {
   __m512i stream_lo, stream_hi, k0[10], k1[10];
 };
 
+// v = x in every lane of width S, built in default-target code (the plan side has no AVX-512).
+template <class S> void splat(__m512i& v, S x) {
+  alignas(64) S a[64 / sizeof(S)];
+  std::fill(a, a + 64 / sizeof(S), x);
+  std::memcpy(&v, a, 64);
+}
+
 Rng make_rng(uint64_t seed, uint64_t stream) {
   Rng g{};
   uint32_t k0 = uint32_t(seed), k1 = uint32_t(seed >> 32);
   for (int r = 0; r < 10; ++r, k0 += 0x9E3779B9u, k1 += 0xBB67AE85u) {
-    alignas(64) uint64_t a[8], b[8];
-    std::fill(a, a + 8, k0);
-    std::fill(b, b + 8, k1);
-    std::memcpy(&g.k0[r], a, 64);
-    std::memcpy(&g.k1[r], b, 64);
+    splat<uint64_t>(g.k0[r], k0);
+    splat<uint64_t>(g.k1[r], k1);
   }
-  alignas(64) uint64_t lo[8], hi[8];
-  std::fill(lo, lo + 8, uint32_t(stream));
-  std::fill(hi, hi + 8, uint32_t(stream >> 32));
-  std::memcpy(&g.stream_lo, lo, 64);
-  std::memcpy(&g.stream_hi, hi, 64);
+  splat<uint64_t>(g.stream_lo, uint32_t(stream));
+  splat<uint64_t>(g.stream_hi, uint32_t(stream >> 32));
   return g;
 }
 
@@ -257,31 +258,23 @@ template <class C> struct Consts {
 template <class C, class T> Consts<C> make_consts(const Target<T>& t) {
   using S = typename C::S;
   Consts<C> k{};
-  auto set = [](__m512i& v, S x) {
-    alignas(64) S a[64 / sizeof(S)];
-    std::fill(a, a + 64 / sizeof(S), x);
-    std::memcpy(&v, a, 64);
-  };
   const S q = S(1) << t.drop;
-  set(k.mask, q - 1);
-  set(k.notmask, ~(q - 1));
-  set(k.half, q >> 1);
-  set(k.half_m1, (q >> 1) - 1);
-  set(k.quantum, q);
-  set(k.one, 1);
-  set(k.sign, S(1) << (sizeof(S) * 8 - 1));
-  set(k.absmask, ~(S(1) << (sizeof(S) * 8 - 1)));
-  set(k.lo_m1, S(t.normal_lo) - 1);
-  set(k.hi, S(t.normal_hi));
-  set(k.inf, S(((S(1) << (sizeof(S) * 8 - 1 - Container<T>::kMant)) - 1) << Container<T>::kMant));
+  splat<S>(k.mask, q - 1);
+  splat<S>(k.notmask, ~(q - 1));
+  splat<S>(k.half, q >> 1);
+  splat<S>(k.half_m1, (q >> 1) - 1);
+  splat<S>(k.quantum, q);
+  splat<S>(k.one, 1);
+  splat<S>(k.sign, S(1) << (sizeof(S) * 8 - 1));
+  splat<S>(k.absmask, ~(S(1) << (sizeof(S) * 8 - 1)));
+  splat<S>(k.lo_m1, S(t.normal_lo) - 1);
+  splat<S>(k.hi, S(t.normal_hi));
+  splat<S>(k.inf, S(((S(1) << (sizeof(S) * 8 - 1 - Container<T>::kMant)) - 1) << Container<T>::kMant));
   const int R = 32 - t.sr_shift;
   k.sr_down = t.drop >= R;
   const int n = k.sr_down ? t.drop - R : R - t.drop;
-  std::memcpy(&k.sr_count, &n, 4);
-  std::memset(reinterpret_cast<char*>(&k.sr_count) + 4, 0, 12);
-  const int sh = t.sr_shift;
-  std::memcpy(&k.sr_shift, &sh, 4);
-  std::memset(reinterpret_cast<char*>(&k.sr_shift) + 4, 0, 12);
+  k.sr_count = _mm_cvtsi32_si128(n);  // SSE2: the default target has it
+  k.sr_shift = _mm_cvtsi32_si128(t.sr_shift);
   return k;
 }
 
@@ -526,7 +519,7 @@ void run_kernel(const GemmPlan& p, const Target<T>& t, const float* A, const flo
       ok = guard == kGuardBoth  ? tile<C, Mode, Acc, MR, NV, false, kGuardBoth>(c, i0, j0)
            : guard == kGuardTop ? tile<C, Mode, Acc, MR, NV, false, kGuardTop>(c, i0, j0)
                                 : tile<C, Mode, Acc, MR, NV, false, kGuardNaN>(c, i0, j0);
-    if (!ok) gemm_tile_general(p, A, B, Cm, N, K, i0, std::min(M, i0 + MR), j0, std::min(N, j0 + NR), stream);
+    if (!ok) gemm_tile_portable(p, A, B, Cm, N, K, i0, std::min(M, i0 + MR), j0, std::min(N, j0 + NR), stream);
   }
 }
 

@@ -6,8 +6,8 @@
 // a·b + acc from two FMAs with embedded directed rounding (RD and RU: equal → exact, else the odd
 // one), then rounds it to the accumulator format with integer add-and-mask. That shortcut is right
 // only while every value is zero or in the format's normal range: the tile tracks its extreme
-// magnitudes, and a tile that left the range is recomputed by gemm_tile_general (the definition,
-// any value), so the result is bit-identical either way.
+// magnitudes, and a tile that left the range is recomputed by gemm_tile_portable (the portable
+// kernel, right for any value), so the result is bit-identical either way.
 #pragma once
 
 #include <cstddef>
@@ -28,9 +28,8 @@ GemmKernel fastest_kernel(const GemmSpec& s);
 void gemm_avx512(const GemmPlan& p, const float* A, const float* B, double* C, size_t M, size_t N, size_t K,
                  uint64_t stream);
 
-// Rows [i0, i1) × columns [j0, j1) of C, one output at a time with the general rounding of every
-// step (round_value): the definition, for any value.
-void gemm_tile_general(const GemmPlan& p, const float* A, const float* B, double* C, size_t N, size_t K,
+// Rows [i0, i1) × columns [j0, j1) of C by the portable kernel (any value, any range).
+void gemm_tile_portable(const GemmPlan& p, const float* A, const float* B, double* C, size_t N, size_t K,
                        size_t i0, size_t i1, size_t j0, size_t j1, uint64_t stream);
 
 }  // namespace mantis
