@@ -125,37 +125,37 @@ void attention_backward(const PolicyPlan& pol, int l, const std::vector<Matrix<T
                         Matrix<T>& dq, Matrix<T>& dk, Matrix<T>& dv) {
   const Index T_ = datt.rows(), group = NH / NKV;
   const T divisor = std::sqrt(T(HS));
-  dq.setZero(T_, NH * HS);
+  dq.resize(T_, NH * HS);  // every column block is written below
   std::vector<Matrix<T>> dk_h(static_cast<size_t>(NH)), dv_h(static_cast<size_t>(NH));  // per query head, reduced in order
   ParallelErrors errors;
 #pragma omp parallel for schedule(static)
   for (Index h = 0; h < NH; ++h) errors.run([&] {
     const Index g = h / group;
-    const Matrix<T>& P = probs[size_t(h)];                 // [T,T]
-    const Matrix<T> dO = datt.middleCols(h * HS, HS);         // [T,HS]
-    const Matrix<T> Vg = v.middleCols(g * HS, HS);         // [T,HS]
-    const Matrix<T> Kg = k.middleCols(g * HS, HS);         // [T,HS]
-    const Matrix<T> Qh = q.middleCols(h * HS, HS);         // [T,HS]
-    Matrix<T> dP(T_, T_);                                     // [T,T] = dO·Vᵀ
+    const Matrix<T>& P = probs[size_t(h)];  // [T,T]
+    const auto dO = datt.middleCols(h * HS, HS);  // [T,HS] (views: the GEMMs read strided operands)
+    const auto Vg = v.middleCols(g * HS, HS);     // [T,HS]
+    const auto Kg = k.middleCols(g * HS, HS);     // [T,HS]
+    const auto Qh = q.middleCols(h * HS, HS);     // [T,HS]
+    Matrix<T> dP(T_, T_);                         // [T,T] = dO·Vᵀ
     site_gemm<T>(pol.at(Site::attn_pv, l, Pass::dx), dO, Vg, true, dP, grad_stream(Site::attn_pv, l, h, Pass::dx));
-    dv_h[size_t(h)].resize(T_, HS);                           // [T,HS] = Pᵀ·dO
-    const Matrix<T> Pt = P.transpose();
-    site_gemm<T>(pol.at(Site::attn_pv, l, Pass::dw), Pt, dO, false, dv_h[size_t(h)],
-                 grad_stream(Site::attn_pv, l, h, Pass::dw));
-    Matrix<T> dS(T_, T_);                                     // [T,T] = P ⊙ (dP − rowsum(dP ⊙ P))
+    dv_h[size_t(h)].resize(T_, HS);               // [T,HS] = Pᵀ·dO
+    site_gemm_at<T>(pol.at(Site::attn_pv, l, Pass::dw), P, dO, false, dv_h[size_t(h)],
+                    grad_stream(Site::attn_pv, l, h, Pass::dw));
+    Matrix<T>& dS = dP;                           // [T,T] = P ⊙ (dP − rowsum(dP ⊙ P)), in place
     for (Index i = 0; i < T_; ++i) {
+      const T* p = P.row(i).data();
+      T* d = dS.row(i).data();
       T s = 0;
-      for (Index j = 0; j <= i; ++j) s += dP(i, j) * P(i, j);
-      for (Index j = 0; j < T_; ++j) dS(i, j) = j <= i ? P(i, j) * (dP(i, j) - s) : T(0);
+      for (Index j = 0; j <= i; ++j) s += d[j] * p[j];
+      for (Index j = 0; j <= i; ++j) d[j] = p[j] * (d[j] - s);
+      std::fill(d + i + 1, d + T_, T(0));
     }
-    Matrix<T> dQh(T_, HS);                                    // [T,HS] = dS·K / √HS
-    site_gemm<T>(pol.at(Site::attn_qk, l, Pass::dx), dS, Kg, false, dQh, grad_stream(Site::attn_qk, l, h, Pass::dx),
-                 divisor);
-    dq.middleCols(h * HS, HS) = dQh;
-    const Matrix<T> dSt = dS.transpose();
-    dk_h[size_t(h)].resize(T_, HS);                           // [T,HS] = dSᵀ·Q / √HS
-    site_gemm<T>(pol.at(Site::attn_qk, l, Pass::dw), dSt, Qh, false, dk_h[size_t(h)],
-                 grad_stream(Site::attn_qk, l, h, Pass::dw), divisor);
+    // dQ_h [T,HS] = dS·K / √HS, straight into its columns of dq
+    site_gemm<T>(pol.at(Site::attn_qk, l, Pass::dx), dS, Kg, false, dq.middleCols(h * HS, HS),
+                 grad_stream(Site::attn_qk, l, h, Pass::dx), divisor);
+    dk_h[size_t(h)].resize(T_, HS);               // [T,HS] = dSᵀ·Q / √HS
+    site_gemm_at<T>(pol.at(Site::attn_qk, l, Pass::dw), dS, Qh, false, dk_h[size_t(h)],
+                    grad_stream(Site::attn_qk, l, h, Pass::dw), divisor);
   });
   errors.rethrow();
   dk.setZero(T_, NKV * HS);

@@ -6,6 +6,8 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <bit>
+#include <limits>
 #include <cmath>
 #include <optional>
 #include <type_traits>
@@ -105,6 +107,33 @@ LossSum cross_entropy_backward(const Matrix<T>& logits, std::span<const int32_t>
   return ls;
 }
 
+// Σ f(i) over i < n in binary64, in 8 interleaved partial sums (term i into sum i mod 8, each in
+// order) combined as ((s0 + s1) + (s2 + s3)) + ((s4 + s5) + (s6 + s7)): one fixed order, which the
+// compiler vectorises (a single sequential sum is bound by the adder's latency).
+template <class F>
+double lane_sum(size_t n, F f) {
+  double s[8] = {};
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    for (size_t k = 0; k < 8; ++k) s[k] += f(i + k);
+  for (size_t k = 0; i + k < n; ++k) s[k] += f(i + k);
+  return ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
+}
+
+// max |x[i]| over the non-NaN x[i] (0 if none), as a sequential std::max would give it; on the bit
+// patterns, where |x| orders as an unsigned integer, so that it vectorises.
+template <class T>
+T abs_max(const T* x, size_t n) {
+  using U = std::conditional_t<sizeof(T) == 4, uint32_t, uint64_t>;
+  constexpr U kAbs = ~U(0) >> 1, kInf = std::bit_cast<U>(std::numeric_limits<T>::infinity());
+  U mx = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const U a = std::bit_cast<U>(x[i]) & kAbs;
+    mx = std::max(mx, a > kInf ? U(0) : a);
+  }
+  return std::bit_cast<T>(mx);
+}
+
 // The saved activation a unit's dW reads: x itself, or its quantisation (backward.h).
 template <class T>
 class Saved {
@@ -122,12 +151,16 @@ class Saved {
     }
     if (opt_.activations) {
       UnitActivation& a = (*opt_.activations)[size_t(l * kUnitCount + int(u))];
-      const Index n = x.size();
-      for (Index i = 0; i < n; ++i) {
-        const double v = double(x.data()[i]), e = double(use->data()[i]) - v;
-        a.absmax = std::max(a.absmax, std::abs(v));
-        a.sum_sq += v * v;
-        a.err_sq += e * e;
+      const T* xs = x.data();
+      const size_t n = size_t(x.size());
+      a.absmax = std::max(a.absmax, double(abs_max(xs, n)));
+      a.sum_sq += lane_sum(n, [xs](size_t i) { return double(xs[i]) * double(xs[i]); });
+      if (use != &x) {
+        const T* qs = use->data();
+        a.err_sq += lane_sum(n, [xs, qs](size_t i) {
+          const double e = double(qs[i]) - double(xs[i]);
+          return e * e;
+        });
       }
       a.count += uint64_t(n);
     }

@@ -62,8 +62,8 @@ void quantize_saved(const T* x, T* out, size_t rows, size_t cols, const SavedQua
 // What one backward pass saw of each unit's saved activation (layer-major: layer·kUnitCount + unit).
 struct UnitActivation {
   double absmax = 0;       // max |x| of the exact activation
-  double sum_sq = 0;       // Σ x² (with count: the RMS)
-  double err_sq = 0;       // Σ (x̃ − x)² of the quantisation (0 when exact)
+  double sum_sq = 0;       // Σ x² (with count: the RMS), binary64, per call in 8 interleaved sums
+  double err_sq = 0;       // Σ (x̃ − x)² of the quantisation (0 when exact), the same order
   uint64_t count = 0;
 };
 

@@ -23,9 +23,11 @@ namespace {
 constexpr Index kTileRows = 256;  // native GEMM tiles: fixed, so results do not depend on threads
 constexpr Index kTileCols = 1024;
 
-// out [M,N] = A [M,K] · B ([K,N], or [N,K] transposed), Eigen on one thread per fixed tile.
+// out [M,N] = A [M,K] (or [K,M] transposed) · B ([K,N], or [N,K] transposed), Eigen on one thread
+// per fixed tile. A transposed operand is read in place: Eigen packs either storage order into
+// the same panels, so the products are the bits of a transposed copy's.
 template <class S>
-void native_product(const Eigen::Ref<const Matrix<S>>& A, const Eigen::Ref<const Matrix<S>>& B, bool bt,
+void native_product(const Eigen::Ref<const Matrix<S>>& A, bool at, const Eigen::Ref<const Matrix<S>>& B, bool bt,
                     Eigen::Ref<Matrix<S>> out) {
   const Index M = out.rows(), N = out.cols();
   const Index tr = (M + kTileRows - 1) / kTileRows, tc = (N + kTileCols - 1) / kTileCols;
@@ -33,8 +35,16 @@ void native_product(const Eigen::Ref<const Matrix<S>>& A, const Eigen::Ref<const
   for (Index tile = 0; tile < tr * tc; ++tile) {
     const Index r0 = (tile / tc) * kTileRows, c0 = (tile % tc) * kTileCols;
     const Index nr = std::min(kTileRows, M - r0), nc = std::min(kTileCols, N - c0);
-    if (bt) out.block(r0, c0, nr, nc).noalias() = A.middleRows(r0, nr) * B.middleRows(c0, nc).transpose();
-    else out.block(r0, c0, nr, nc).noalias() = A.middleRows(r0, nr) * B.middleCols(c0, nc);
+    auto o = out.block(r0, c0, nr, nc);
+    if (at) {
+      const auto a = A.middleCols(r0, nr).transpose();
+      if (bt) o.noalias() = a * B.middleRows(c0, nc).transpose();
+      else o.noalias() = a * B.middleCols(c0, nc);
+    } else {
+      const auto a = A.middleRows(r0, nr);
+      if (bt) o.noalias() = a * B.middleRows(c0, nc).transpose();
+      else o.noalias() = a * B.middleCols(c0, nc);
+    }
   }
 }
 
@@ -52,9 +62,8 @@ void linear_backward(const PolicyPlan& pol, Site site, int l, Index slot, const 
                      Eigen::Ref<const Matrix<T>> w, Matrix<T>* dx, Eigen::Ref<Matrix<T>> dW, T* db) {
   const Index N = dy.rows(), out = dy.cols(), in = x.cols();
   {
-    const Matrix<T> dyT = dy.transpose();  // [out,N]
-    Matrix<T> d(out, in);                  // [out,in]
-    site_gemm<T>(pol.at(site, l, Pass::dw), dyT, x, false, d, grad_stream(site, l, slot, Pass::dw));
+    Matrix<T> d(out, in);  // [out,in] = dyᵀ·x
+    site_gemm_at<T>(pol.at(site, l, Pass::dw), dy, x, false, d, grad_stream(site, l, slot, Pass::dw));
     dW += d;
   }
   if (db) {
@@ -76,20 +85,26 @@ template void linear_backward<double>(const PolicyPlan&, Site, int, Index, const
 
 }  // namespace detail
 
+namespace {
+
+// site_gemm (linear.h) with A given as [M,K], or as its transpose [K,M] when `at`.
 template <class T>
-void site_gemm(const SitePlan& p, Eigen::Ref<const Matrix<T>> A, Eigen::Ref<const Matrix<T>> B, bool bt,
-               Eigen::Ref<Matrix<T>> out, uint64_t stream, T divisor, const T* bias, SiteHealth* health) {
+void site_gemm_impl(const SitePlan& p, Eigen::Ref<const Matrix<T>> A, bool at, Eigen::Ref<const Matrix<T>> B,
+                    bool bt, Eigen::Ref<Matrix<T>> out, uint64_t stream, T divisor, const T* bias,
+                    SiteHealth* health) {
   detail::eigen_single_threaded();
-  const Index M = A.rows(), K = A.cols(), N = bt ? B.rows() : B.cols();
+  const Index M = at ? A.cols() : A.rows(), K = at ? A.rows() : A.cols(), N = bt ? B.rows() : B.cols();
   if ((bt ? B.cols() : B.rows()) != K || out.rows() != M || out.cols() != N)
-    throw std::logic_error(fmt::format("site_gemm: shapes [{},{}]·{}[{},{}] → [{},{}] do not match", M, K,
-                                       bt ? "ᵀ" : "", B.rows(), B.cols(), out.rows(), out.cols()));
+    throw std::logic_error(fmt::format("site_gemm: shapes {}[{},{}]·{}[{},{}] → [{},{}] do not match", at ? "ᵀ" : "",
+                                       A.rows(), A.cols(), bt ? "ᵀ" : "", B.rows(), B.cols(), out.rows(), out.cols()));
   if constexpr (std::is_same_v<T, double>)
     if (!p.is_native()) throw InputError("site_gemm<double> is the binary64 reference: native sites only");
 
   if (p.gemm || p.input) {
-    Matrix<float> Af = A.template cast<float>();  // [M,K] row-major binary32
-    Matrix<float> Bf(K, N);                       // [K,N] row-major binary32
+    Matrix<float> Af(M, K);  // [M,K] row-major binary32
+    if (at) Af = A.transpose().template cast<float>();
+    else Af = A.template cast<float>();
+    Matrix<float> Bf(K, N);  // [K,N] row-major binary32
     if (bt) Bf = B.transpose().template cast<float>();
     else Bf = B.template cast<float>();
     if (p.input) count_overflow<float>(health, Af, p.input->max_finite), count_overflow<float>(health, Bf, p.input->max_finite);
@@ -101,20 +116,34 @@ void site_gemm(const SitePlan& p, Eigen::Ref<const Matrix<T>> A, Eigen::Ref<cons
       round_array(p.input->plan, Af.data(), Af.data(), size_t(M * K), stream + kStreamA);
       round_array(p.input->plan, Bf.data(), Bf.data(), size_t(K * N), stream + kStreamB);
       if constexpr (std::is_same_v<T, float>) {
-        native_product<float>(Af, Bf, false, out);
+        native_product<float>(Af, false, Bf, false, out);
       } else {
         Matrix<float> Cf(M, N);  // [M,N]
-        native_product<float>(Af, Bf, false, Cf);
+        native_product<float>(Af, false, Bf, false, Cf);
         out = Cf.template cast<T>();
       }
     }
   } else {
-    native_product<T>(A, B, bt, out);
+    native_product<T>(A, at, B, bt, out);
   }
   if (divisor != T(1)) out /= divisor;
   if (bias) out.rowwise() += Eigen::Map<const Eigen::Matrix<T, 1, Eigen::Dynamic>>(bias, N);
   if (p.output) round_matrix<T>(out, *p.output, stream + kStreamOutput, health);
   count_nonfinite<T>(health, out);
+}
+
+}  // namespace
+
+template <class T>
+void site_gemm(const SitePlan& p, Eigen::Ref<const Matrix<T>> A, Eigen::Ref<const Matrix<T>> B, bool bt,
+               Eigen::Ref<Matrix<T>> out, uint64_t stream, T divisor, const T* bias, SiteHealth* health) {
+  site_gemm_impl<T>(p, A, false, B, bt, out, stream, divisor, bias, health);
+}
+
+template <class T>
+void site_gemm_at(const SitePlan& p, Eigen::Ref<const Matrix<T>> At, Eigen::Ref<const Matrix<T>> B, bool bt,
+                  Eigen::Ref<Matrix<T>> out, uint64_t stream, T divisor) {
+  site_gemm_impl<T>(p, At, true, B, bt, out, stream, divisor, nullptr, nullptr);
 }
 
 template <class T>
@@ -129,6 +158,10 @@ template void site_gemm<float>(const SitePlan&, Eigen::Ref<const Matrix<float>>,
                               bool, Eigen::Ref<Matrix<float>>, uint64_t, float, const float*, SiteHealth*);
 template void site_gemm<double>(const SitePlan&, Eigen::Ref<const Matrix<double>>, Eigen::Ref<const Matrix<double>>,
                               bool, Eigen::Ref<Matrix<double>>, uint64_t, double, const double*, SiteHealth*);
+template void site_gemm_at<float>(const SitePlan&, Eigen::Ref<const Matrix<float>>, Eigen::Ref<const Matrix<float>>,
+                                 bool, Eigen::Ref<Matrix<float>>, uint64_t, float);
+template void site_gemm_at<double>(const SitePlan&, Eigen::Ref<const Matrix<double>>, Eigen::Ref<const Matrix<double>>,
+                                  bool, Eigen::Ref<Matrix<double>>, uint64_t, double);
 template void site_gemm<float>(const SitePolicy&, Eigen::Ref<const Matrix<float>>, Eigen::Ref<const Matrix<float>>,
                               bool, Eigen::Ref<Matrix<float>>, uint64_t, float, const float*, SiteHealth*);
 template void site_gemm<double>(const SitePolicy&, Eigen::Ref<const Matrix<double>>, Eigen::Ref<const Matrix<double>>,

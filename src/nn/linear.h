@@ -31,6 +31,12 @@ void site_gemm(const SitePolicy& p, Eigen::Ref<const Matrix<T>> A, Eigen::Ref<co
                Eigen::Ref<Matrix<T>> out, uint64_t stream, T divisor = T(1), const T* bias = nullptr,
                SiteHealth* health = nullptr);
 
+// The same with A given transposed, At [K,M] (read in place; the same bits as site_gemm on Atᵀ),
+// no bias, no health counts: the backward's Xᵀ·dY products.
+template <class T>
+void site_gemm_at(const SitePlan& p, Eigen::Ref<const Matrix<T>> At, Eigen::Ref<const Matrix<T>> B, bool b_transposed,
+                  Eigen::Ref<Matrix<T>> out, uint64_t stream, T divisor = T(1));
+
 extern template void site_gemm<float>(const SitePlan&, Eigen::Ref<const Matrix<float>>,
                                      Eigen::Ref<const Matrix<float>>, bool, Eigen::Ref<Matrix<float>>, uint64_t, float,
                                      const float*, SiteHealth*);
@@ -43,6 +49,13 @@ extern template void site_gemm<float>(const SitePolicy&, Eigen::Ref<const Matrix
 extern template void site_gemm<double>(const SitePolicy&, Eigen::Ref<const Matrix<double>>,
                                      Eigen::Ref<const Matrix<double>>, bool, Eigen::Ref<Matrix<double>>, uint64_t, double,
                                      const double*, SiteHealth*);
+
+extern template void site_gemm_at<float>(const SitePlan&, Eigen::Ref<const Matrix<float>>,
+                                        Eigen::Ref<const Matrix<float>>, bool, Eigen::Ref<Matrix<float>>, uint64_t,
+                                        float);
+extern template void site_gemm_at<double>(const SitePlan&, Eigen::Ref<const Matrix<double>>,
+                                         Eigen::Ref<const Matrix<double>>, bool, Eigen::Ref<Matrix<double>>, uint64_t,
+                                         double);
 
 namespace detail {
 

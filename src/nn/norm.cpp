@@ -68,6 +68,7 @@ void norm_backward(const Matrix<T>& x, const T* w, T eps, bool layer_norm, const
       r = T(1) / std::sqrt(ms + eps);
     }
   };
+  std::vector<T> means(static_cast<size_t>(T_)), rs(static_cast<size_t>(T_));  // [T] each row's statistics, for both loops
 #pragma omp parallel for schedule(static)
   for (Index t = 0; t < T_; ++t) {
     const T* xt = x.row(t).data();  // [C]
@@ -75,6 +76,7 @@ void norm_backward(const Matrix<T>& x, const T* w, T eps, bool layer_norm, const
     T* dxt = dx.row(t).data();      // [C]
     T mean, r;
     stats(xt, mean, r);
+    means[size_t(t)] = mean, rs[size_t(t)] = r;
     T a = 0, b = 0;  // mean(g), mean(g ⊙ x̂)  (RMSNorm: mean(g ⊙ x))
     for (Index i = 0; i < C; ++i) {
       const T gi = gt[i] * w[i];
@@ -90,8 +92,7 @@ void norm_backward(const Matrix<T>& x, const T* w, T eps, bool layer_norm, const
   for (Index t = 0; t < T_; ++t) {  // parameter sums: rows in order
     const T* xt = x.row(t).data();
     const T* gt = dy.row(t).data();
-    T mean, r;
-    stats(xt, mean, r);
+    const T mean = means[size_t(t)], r = rs[size_t(t)];
     for (Index i = 0; i < C; ++i) {
       dw[i] += gt[i] * (xt[i] - mean) * r;
       if (db) db[i] += gt[i];

@@ -47,6 +47,24 @@ std::string stopped(const std::string& out) {
   return "stopped — last good checkpoint: " + last;
 }
 
+// g[0] += g[1], then += g[2], … (sequence order, each element's sum the same as one pass per
+// buffer), in blocks that stay in L1 across the buffers.
+void sum_in_order(std::vector<GradMap<float>>& g) {
+  constexpr size_t kBlock = 2048;
+  for (auto& [name, v] : g[0]) {
+    std::vector<const float*> src;
+    for (size_t i = 1; i < g.size(); ++i) src.push_back(g[i].at(name).data());
+    const size_t n = v.size(), nb = (n + kBlock - 1) / kBlock;
+    float* dst = v.data();
+#pragma omp parallel for schedule(static) if (nb > 1)
+    for (size_t b = 0; b < nb; ++b) {
+      const size_t j0 = b * kBlock, j1 = std::min(n, j0 + kBlock);
+      for (const float* w : src)
+        for (size_t j = j0; j < j1; ++j) dst[j] += w[j];
+    }
+  }
+}
+
 }  // namespace
 
 Trainer::Trainer(TrainConfig c, TrainController* controller)
@@ -85,7 +103,11 @@ StepRecord Trainer::step() {
   if (overrides) routed = with_overrides(policy_, paths);
   const Policy& policy = overrides ? routed : policy_;
 
-  std::vector<GradMap<float>> g(nseq);
+  // One gradient buffer per sequence, kept across steps (no allocation, no page faults) and
+  // zeroed by the thread that fills it.
+  std::vector<GradMap<float>>& g = seq_grads_;
+  const bool fresh = g.size() != nseq;
+  if (fresh) g.assign(nseq, zero_grads<float>(model_));
   std::vector<LossSum> loss(nseq);
   std::vector<std::vector<UnitActivation>> acts(nseq);
   const double scale = 1.0 / double(nseq * T);
@@ -98,7 +120,8 @@ StepRecord Trainer::step() {
     const Window win = window_at(train_.tokens, start, int(T));  // inputs, targets [T]
     const std::vector<int32_t>& in = win.inputs;
     const std::vector<int32_t>& tgt = win.targets;
-    g[i] = zero_grads<float>(model_);
+    if (!fresh)
+      for (auto& [name, v] : g[i]) std::fill(v.begin(), v.end(), 0.0f);
     BackwardOptions o;
     o.saved = [&](int l, Unit u) { return paths[size_t(l * kUnitCount + int(u))].saved; };
     o.step = k;
@@ -110,11 +133,7 @@ StepRecord Trainer::step() {
   for (auto& e : errors)
     if (e) std::rethrow_exception(e);
   GradMap<float>& grads = g[0];
-  for (size_t i = 1; i < nseq; ++i)  // sequence order
-    for (auto& [name, v] : grads) {
-      const auto& w = g[i].at(name);
-      for (size_t j = 0; j < v.size(); ++j) v[j] += w[j];
-    }
+  sum_in_order(g);
   double loss_sum = 0;
   int64_t count = 0;
   for (auto& l : loss) loss_sum += l.sum, count += l.count;

@@ -109,6 +109,7 @@ class Trainer {
   uint64_t step_ = 0;
   std::vector<StepRecord> log_;
   std::vector<std::string> unit_rows_;  // units.csv lines
+  std::vector<GradMap<float>> seq_grads_;  // [batch·accum] per-sequence gradients (step's scratch)
 };
 
 }  // namespace mantis
