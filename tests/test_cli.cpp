@@ -415,6 +415,21 @@ TEST_CASE("verify --exhaustive --limit: no mismatches", "[cli][verify]") {
   CHECK(d.out.find("mismatches: 0") != std::string::npos);
 }
 
+TEST_CASE("verify --function: crmath's exp and erf against MPFR", "[cli][verify]") {
+  for (const char* f : {"exp", "erf"}) {
+    const auto r = run({"verify", "--exhaustive", "--function", f, "--limit", "200000", "--threads", "2",
+                        "--exceptions"});
+    INFO(f << " " << flat(r.out + r.err));
+    CHECK(r.status == 0);
+    CHECK(r.out.find("mismatches: 0") != std::string::npos);
+    CHECK(r.out.find(std::string("cr_") + f + "f") != std::string::npos);
+    CHECK(r.out.find("_EXCEPTIONS") != std::string::npos);  // the table lines (none needed here)
+  }
+  check_error(run({"verify", "--exhaustive", "--function", "tanh"}), {"tanh", "exp, erf"});
+  check_error(run({"verify", "--exhaustive", "--function", "exp", "--format", "bf16"}), {"--format", "--function"});
+  check_error(run({"verify", "--exhaustive"}), {"--format", "--function"});
+}
+
 TEST_CASE("sweep writes its results atomically", "[cli][sweep]") {
   const auto cfg = write_config("tiny.toml",
                                 "# tiny sweep\nmu = [2, 8]\nlengths = [16, 64]\ngemm_shapes = [[4, 4, 32]]\n"

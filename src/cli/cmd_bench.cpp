@@ -10,6 +10,7 @@
 #endif
 #include <Eigen/Core>
 #include <algorithm>
+#include <functional>
 #include <cstdio>
 #include <cstring>
 #include <memory>
@@ -21,6 +22,8 @@
 #include "common.h"
 #include "io/checkpoint.h"
 #include "nn/forward.h"
+#include "core/cpu.h"
+#include "core/crmath.h"
 #include "core/gemm.h"
 #include "nn/model.h"
 #include "core/philox.h"
@@ -461,10 +464,56 @@ ojson bench_optim(const BenchArgs& a, Progress& progress) {
   return results;
 }
 
+// crmath's array kernels (the one this CPU runs, and the portable loop) beside glibc's scalar expf /
+// erff, one thread, on 4096 L1-resident elements (as the activation passes feed them): exp of
+// softmax-like arguments −|N(0, 4²)|, erf of GELU-like ones N(0, 2²)·√½; ns per element, median.
+ojson bench_math(const BenchArgs& a, Progress& progress) {
+  constexpr size_t n = 4096, inner = 1000;
+  std::vector<float> x(n), y(n);
+  ojson results = ojson::array();
+  if (!a.json)
+    std::printf("binary32 exp / erf on %zu elements in L1, 1 thread, median of %d\n%-5s %-22s %10s %10s\n", n, a.reps,
+                "fn", "implementation", "ns/elem", "vs glibc");
+  for (const bool is_exp : {true, false}) {
+    fill_random(x.data(), n, Distribution::normal, 4242, is_exp ? 0 : 1);
+    for (float& v : x) v = is_exp ? -std::fabs(v) * 4.0f : v * 2.0f * 0.70710678f;
+    const auto kernel = is_exp ? cr_expf_array : cr_erff_array;
+    const auto portable = is_exp ? cr_expf_array_portable : cr_erff_array_portable;
+    auto glibc = [&] {
+      for (size_t i = 0; i < n; ++i) y[i] = is_exp ? std::exp(x[i]) : std::erf(x[i]);
+    };
+    const std::vector<std::pair<std::string, std::function<void()>>> impls = {
+        {"glibc", glibc},
+        {std::string("crmath ") + (cpu_has_avx512() ? "avx512" : "portable"), [&] { kernel(x.data(), y.data(), n); }},
+        {"crmath portable", [&] { portable(x.data(), y.data(), n); }}};
+    double base = 0;
+    for (const auto& [name, f] : impls) {
+      f();  // warm-up
+      std::vector<double> t;
+      for (int r = 0; r < a.reps; ++r)
+        t.push_back(time_once([&] {
+          for (size_t k = 0; k < inner; ++k) f();
+        }));
+      const double ns = median(t) * 1e9 / double(n * inner);
+      if (name == "glibc") base = ns;
+      results.push_back(ojson{{"function", is_exp ? "exp" : "erf"}, {"implementation", name}, {"threads", 1},
+                              {"ns_per_elem", ns}, {"vs_glibc", base / ns}});
+      progress.update(results.size());
+      if (!a.json) {
+        progress.interrupt();
+        std::printf("%-5s %-22s %10.3f %10.2f\n", is_exp ? "exp" : "erf", name.c_str(), ns, base / ns);
+        std::fflush(stdout);
+      }
+    }
+  }
+  return results;
+}
+
 // Measurements each benchmark makes (the progress reporter's total).
 uint64_t measurements(const BenchArgs& a) {
   const uint64_t th = a.threads.size();
   if (a.what == "round") return 2 * 3 * 2 * th;  // containers × formats × modes × threads
+  if (a.what == "math") return 6;
   if (a.what == "gemm") return a.sizes.size() * gemm_cases().size() * th;
   if (a.what == "optim")
     return (a.optimizers.empty() ? optimizers().size()
@@ -474,8 +523,9 @@ uint64_t measurements(const BenchArgs& a) {
 }
 
 int run_bench(const BenchArgs& a) {
-  if (a.what != "round" && a.what != "gemm" && a.what != "forward" && a.what != "train" && a.what != "optim")
-    throw InputError(fmt::format("unknown benchmark '{}' (known: round, gemm, forward, train, optim)", a.what));
+  if (a.what != "round" && a.what != "gemm" && a.what != "forward" && a.what != "train" && a.what != "optim" &&
+      a.what != "math")
+    throw InputError(fmt::format("unknown benchmark '{}' (known: round, gemm, forward, train, optim, math)", a.what));
   for (auto& name : a.optimizers) {  // each --optimizers name must be registered (the lookup's error lists them)
     OptimizerOptions o;
     o.name = name, o.source = "bench optim --optimizers";
@@ -489,6 +539,7 @@ int run_bench(const BenchArgs& a) {
     else if (a.what == "gemm") results = bench_gemm(a, progress);
     else if (a.what == "forward") results = bench_forward(a, progress);
     else if (a.what == "optim") results = bench_optim(a, progress);
+    else if (a.what == "math") results = bench_math(a, progress);
     else results = bench_train(a, progress);
   }
   ojson man = manifest_header("mantis bench " + a.what);
@@ -507,6 +558,7 @@ int run_bench(const BenchArgs& a) {
   if (a.what == "forward" && !a.model.empty()) man["model_files"] = model_files_json(a.model);
   // the fixed seeds of each benchmark's data (fill_random, random_word), or the configuration's
   if (a.what == "round") man["seeds"] = {{"data", 12345}, {"rounding", 1}};
+  if (a.what == "math") man["seeds"] = {{"data", 4242}};
   if (a.what == "gemm") man["seeds"] = {{"data", 777}};
   if (a.what == "forward") man["seeds"] = {{"tokens", 3}, {"init", a.model.empty() ? ojson(1) : ojson(nullptr)}};
   if (a.what == "train") {
@@ -537,10 +589,11 @@ Runner setup_bench(CLI::App& sub) {
       "LAMP's uniform ps4 policy and LAMP strict tau = 1. train: training tokens/s of --config, without and with "
       "4-bit saved activations. optim: step time per parameter of every registered optimizer on GPT-2 small's "
       "parameters (or --params N), beside AdamW in the same run, and Gefen's codebook DP on --dp-bins bins. "
+      "math: ns per element of crmath's correctly rounded exp / erf array kernels beside glibc's expf / erff (1 thread). "
       "Medians over --reps after one warm-up.");
-  sub.add_option("benchmark", a->what, "round, gemm, forward, train or optim")
+  sub.add_option("benchmark", a->what, "round, gemm, forward, train, optim or math")
       ->required()
-      ->check(CLI::IsMember({"round", "gemm", "forward", "train", "optim"}));
+      ->check(CLI::IsMember({"round", "gemm", "forward", "train", "optim", "math"}));
   sub.add_option("--params", a->params, "optim: at least this many parameters (default: GPT-2 small's 124,439,808)")
       ->check(CLI::Range(uint64_t(1), uint64_t(1) << 34));
   sub.add_option("--optimizers", a->optimizers, "optim: only these (comma-separated; adamw, the baseline, always runs)")

@@ -41,21 +41,12 @@ GemmKernel fastest_kernel(const GemmSpec& s) {
 
 #if !defined(MANTIS_X86)
 
-bool cpu_has_avx512() { return false; }
 void gemm_avx512(const GemmPlan&, const float*, const float*, double*, size_t, size_t, size_t, uint64_t) {
   __builtin_trap();  // unreachable: fastest_kernel never picks it here
 }
 
 #else
 
-bool cpu_has_avx512() {
-  static const bool has = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
-                          __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
-                          __builtin_cpu_supports("fma");
-  return has;
-}
-
-#define MANTIS_AVX512_TARGET gnu::target("avx512f,avx512dq,avx512bw,avx512vl,fma")
 #define AVX [[MANTIS_AVX512_TARGET, gnu::always_inline]] inline
 
 namespace {

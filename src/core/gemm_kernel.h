@@ -13,12 +13,10 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "core/cpu.h"
 #include "core/gemm.h"
 
 namespace mantis {
-
-// Whether this CPU runs the AVX-512 kernel (F, DQ, BW, VL and FMA), checked once at run time.
-bool cpu_has_avx512();
 
 // Which kernel a spec gets on this CPU (plan_gemm's choice).
 GemmKernel fastest_kernel(const GemmSpec& s);

@@ -182,6 +182,45 @@ double round_exact(mpfr_srcptr x, const Format& f, Rounding m, uint32_t rnd, int
 
 }  // namespace
 
+namespace {
+
+// f(x) correctly rounded to binary32: precision 24, binary32's exponent range (MPFR exponents:
+// smallest subnormal 2^−149 = 0.5·2^−148, largest finite < 2^128), subnormalised with the
+// ternary value (no double rounding), overflow to inf in RNDN.
+float oracle_f32(float x, int (*f)(mpfr_ptr, mpfr_srcptr, mpfr_rnd_t)) {
+  if (std::isnan(x)) return std::numeric_limits<float>::quiet_NaN();
+  Scratch& s = scratch();
+  mpfr_t y;
+  mpfr_init2(y, 24);
+  mpfr_set_flt(s.x, x, MPFR_RNDN);  // exact
+  float r;
+  {
+    ExpRange saved;
+    mpfr_set_emin(-148);
+    mpfr_set_emax(128);
+    int t = f(y, s.x, MPFR_RNDN);
+    t = mpfr_check_range(y, t, MPFR_RNDN);
+    mpfr_subnormalize(y, t, MPFR_RNDN);
+    r = mpfr_get_flt(y, MPFR_RNDN);  // exact
+  }
+  mpfr_clear(y);
+  return r;
+}
+
+double oracle_64(float x, int (*f)(mpfr_ptr, mpfr_srcptr, mpfr_rnd_t)) {
+  Scratch& s = scratch();
+  mpfr_set_flt(s.x, x, MPFR_RNDN);
+  f(s.mid, s.x, MPFR_RNDN);  // s.mid: 64 bits
+  return mpfr_get_d(s.mid, MPFR_RNDN);
+}
+
+}  // namespace
+
+float oracle_expf(float x) { return oracle_f32(x, mpfr_exp); }
+float oracle_erff(float x) { return oracle_f32(x, mpfr_erf); }
+double oracle_exp64(float x) { return oracle_64(x, mpfr_exp); }
+double oracle_erf64(float x) { return oracle_64(x, mpfr_erf); }
+
 bool oracle_thread_safe() { return mpfr_buildopt_tls_p() != 0; }
 
 double oracle_round(double x, const Format& f, Rounding m, uint32_t rnd, int sr_bits) {

@@ -19,6 +19,7 @@
 #include <cstring>
 #include <type_traits>
 
+#include "core/bits.h"
 #include "core/format.h"
 #include "core/philox.h"
 
@@ -35,34 +36,6 @@ template <> struct Container<double> {
   static constexpr int kMant = 52, kBias = 1023, kWidth = 64;
 };
 
-MANTIS_HD uint32_t to_bits(float x) {
-#if defined(__CUDA_ARCH__)
-  return __float_as_uint(x);
-#else
-  uint32_t u; std::memcpy(&u, &x, 4); return u;
-#endif
-}
-MANTIS_HD uint64_t to_bits(double x) {
-#if defined(__CUDA_ARCH__)
-  return uint64_t(__double_as_longlong(x));
-#else
-  uint64_t u; std::memcpy(&u, &x, 8); return u;
-#endif
-}
-MANTIS_HD float float_from_bits(uint32_t u) {
-#if defined(__CUDA_ARCH__)
-  return __uint_as_float(u);
-#else
-  float x; std::memcpy(&x, &u, 4); return x;
-#endif
-}
-MANTIS_HD double double_from_bits(uint64_t u) {
-#if defined(__CUDA_ARCH__)
-  return __longlong_as_double((long long)u);
-#else
-  double x; std::memcpy(&x, &u, 8); return x;
-#endif
-}
 template <class T> MANTIS_HD T from_bits(typename Container<T>::U u);
 template <> MANTIS_HD float from_bits<float>(uint32_t u) { return float_from_bits(u); }
 template <> MANTIS_HD double from_bits<double>(uint64_t u) { return double_from_bits(u); }

@@ -64,8 +64,9 @@ Policy policy_of(const LampSweepConfig& c, const Cell& cell) {
 }
 
 // Bumped whenever a change of mantis alters what a cell computes from the same key (2: the rules
-// select with '>' as the paper; per-window and per-layer data; site health).
-constexpr int kLampSemantics = 2;
+// select with '>' as the paper; per-window and per-layer data; site health; 3: binary32 exp and erf
+// are crmath's correctly rounded functions, no longer the C library's).
+constexpr int kLampSemantics = 3;
 
 // Everything a cell's numbers depend on (study.h): the model's files, the data and its windows,
 // the cell's rule settings and the policy they make, the recompute format's definition, seeds.

@@ -5,51 +5,79 @@
 //           ½(1+tanh u) + ½x(1−tanh²u)·√(2/π)(1 + 3·0.044715x²).
 //   SwiGLU  silu(g) ⊙ u, silu(g) = g / (1 + e^−g); d gate = dh ⊙ up ⊙ σ(g)(1 + g(1 − σ(g))),
 //           d up = dh ⊙ silu(g).
-// Each expression is written once: the evaluation order is part of the bits.
+// Each expression is written once: the evaluation order is part of the bits. In binary32, exp and
+// erf are crmath's correctly rounded functions (core/crmath.h: the same bits on every CPU, C library
+// and GPU); the binary64 reference instantiation uses the C library's. tanh is the C library's.
 #pragma once
 
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 
+#include "core/crmath.h"
 #include "core/hd.h"
 
 namespace mantis::act {
 
 template <class T>
+MANTIS_HD T exp(T x) {
+  if constexpr (std::is_same_v<T, float>) return cr_expf(x);
+  else return std::exp(x);
+}
+
+template <class T>
+MANTIS_HD T erf(T x) {
+  if constexpr (std::is_same_v<T, float>) return cr_erff(x);
+  else return std::erf(x);
+}
+
+template <class T>
 MANTIS_HD T gelu(T v, bool tanh_approx) {
   const T k = T(0.7978845608028654), c = T(0.044715), r2 = T(0.7071067811865476);  // √(2/π), √½
-  return tanh_approx ? T(0.5) * v * (T(1) + std::tanh(k * (v + c * v * v * v))) : T(0.5) * v * (T(1) + std::erf(v * r2));
+  return tanh_approx ? T(0.5) * v * (T(1) + std::tanh(k * (v + c * v * v * v))) : T(0.5) * v * (T(1) + erf(v * r2));
+}
+
+// The exact GELU from its erf term e = erf(v·√½) (the forward's, kept for the backward).
+template <class T>
+MANTIS_HD T gelu_grad_from_erf(T v, T e) {
+  const T inv_sqrt_2pi = T(0.3989422804014327);
+  return T(0.5) * (T(1) + e) + v * inv_sqrt_2pi * exp(T(-0.5) * v * v);
 }
 
 template <class T>
 MANTIS_HD T gelu_grad(T v, bool tanh_approx) {
-  const T k = T(0.7978845608028654), c = T(0.044715), r2 = T(0.7071067811865476), inv_sqrt_2pi = T(0.3989422804014327);
+  const T k = T(0.7978845608028654), c = T(0.044715), r2 = T(0.7071067811865476);
   if (tanh_approx) {
     const T th = std::tanh(k * (v + c * v * v * v));
     return T(0.5) * (T(1) + th) + T(0.5) * v * (T(1) - th * th) * k * (T(1) + T(3) * c * v * v);
   }
-  return T(0.5) * (T(1) + std::erf(v * r2)) + v * inv_sqrt_2pi * std::exp(T(-0.5) * v * v);
+  return gelu_grad_from_erf(v, erf(v * r2));
 }
 
 // silu(g) ⊙ u.
 template <class T>
 MANTIS_HD T swiglu(T g, T u) {
-  return g / (T(1) + std::exp(-g)) * u;
+  return g / (T(1) + exp(-g)) * u;
 }
 
 // silu'(g) (LAMP's activation rule).
 template <class T>
 MANTIS_HD T silu_grad(T g) {
-  const T sg = T(1) / (T(1) + std::exp(-g));
+  const T sg = T(1) / (T(1) + exp(-g));
   return sg * (T(1) + g * (T(1) - sg));
 }
 
-// SwiGLU backward of one element: dh → (d gate, d up).
+// SwiGLU backward of one element from e = exp(−g): dh → (d gate, d up).
 template <class T>
-MANTIS_HD void swiglu_backward(T dh, T g, T u, T& d_gate, T& d_up) {
-  const T sg = T(1) / (T(1) + std::exp(-g));
+MANTIS_HD void swiglu_backward_from_exp(T dh, T g, T u, T e, T& d_gate, T& d_up) {
+  const T sg = T(1) / (T(1) + e);
   d_up = dh * g * sg;                                 // dh ⊙ silu(g)
   d_gate = dh * u * sg * (T(1) + g * (T(1) - sg));    // dh ⊙ up ⊙ silu'(g)
+}
+
+template <class T>
+MANTIS_HD void swiglu_backward(T dh, T g, T u, T& d_gate, T& d_up) {
+  swiglu_backward_from_exp(dh, g, u, exp(-g), d_gate, d_up);
 }
 
 // The stable softmax's numerators over x [n] (attention's softmax, the loss): e[j] = exp(x[j] − mx)
@@ -60,7 +88,7 @@ MANTIS_HD T softmax_numerators(const T* x, T* e, int64_t n, T& mx) {
   for (int64_t j = 1; j < n; ++j) mx = mx < x[j] ? x[j] : mx;  // std::max(mx, x[j])
   T sum = 0;
   for (int64_t j = 0; j < n; ++j) {
-    e[j] = std::exp(x[j] - mx);
+    e[j] = exp(x[j] - mx);
     sum += e[j];
   }
   return sum;
@@ -75,19 +103,30 @@ namespace mantis::detail {
 
 // The activation sites: binary32 (T) arithmetic between the input rounding (stream + 1; silu's
 // second input + 2) and the output rounding (stream + 3).
+// `aux` [T,H]: the forward's elementary-function values, kept for the backward — GELU (exact)
+// erf(x·√½), SiLU exp(−g) — filled when given and the site rounds no input (the backward then
+// differentiates at the same inputs); otherwise emptied, and the backward recomputes them.
 // GELU in place on h [T,H].
 template <class T>
-void gelu_forward(const SitePlan& p, uint64_t stream, bool tanh_approx, Matrix<T>& h, SiteHealth* hl);
+void gelu_forward(const SitePlan& p, uint64_t stream, bool tanh_approx, Matrix<T>& h, SiteHealth* hl,
+                  Matrix<T>* aux = nullptr);
 // SwiGLU in place: g [T,H] ← silu(g) ⊙ u (u [T,H] is rounded in place too).
 template <class T>
-void silu_forward(const SitePlan& p, uint64_t stream, Matrix<T>& g, Matrix<T>& u, SiteHealth* h);
+void silu_forward(const SitePlan& p, uint64_t stream, Matrix<T>& g, Matrix<T>& u, SiteHealth* h,
+                  Matrix<T>* aux = nullptr);
 
 // Backward (the roundings straight-through): d [T,H] ← d ⊙ GELU'(pre).
 template <class T>
-void gelu_backward(const Matrix<T>& pre, bool tanh_approx, Matrix<T>& d);
+void gelu_backward(const Matrix<T>& pre, bool tanh_approx, Matrix<T>& d, const Matrix<T>* aux = nullptr);
 // dh [T,H] → d gate in place, d up into dup [T,H]; gate, up: the forward's w1·x and w3·x.
 template <class T>
-void swiglu_backward(const Matrix<T>& gate, const Matrix<T>& up, Matrix<T>& dh, Matrix<T>& dup);
+void swiglu_backward(const Matrix<T>& gate, const Matrix<T>& up, Matrix<T>& dh, Matrix<T>& dup,
+                     const Matrix<T>* aux = nullptr);
+
+// act::softmax_numerators's values and sum, on the CPU: the max and the exponentials vectorised
+// (crmath's array kernel), the sum in order.
+template <class T>
+T softmax_numerators(const T* x, T* e, int64_t n, T& mx);
 
 // LAMP at the activation ([lamp_activation], lamp.h): y [T,N] = A·Wᵀ + b was computed at its
 // site's precision; entries with |σ'(y)|·|y| > τ (σ: GELU, or silu for the llama gate) take the

@@ -6,7 +6,7 @@
 #include <span>
 #include <type_traits>
 
-#include "nn/activation.h"  // defines: act::softmax_numerators
+#include "nn/activation.h"  // defines: softmax_numerators
 #include "nn/lamp.h"
 #include "nn/linear.h"
 #include "nn/streams.h"
@@ -30,7 +30,7 @@ void softmax_block(const SitePlan& p, int l, Index head, Eigen::Ref<Matrix<T>> s
     const uint64_t stream = softmax_stream(l, head, i);
     if (p.input) round_step(x, size_t(n), *p.input, stream + kStreamA, h);
     T mx;
-    const T sum = act::softmax_numerators(x, x, n, mx);
+    const T sum = softmax_numerators(x, x, n, mx);
     for (Index j = 0; j < n; ++j) x[j] /= sum;
     if (p.output) round_step(x, size_t(n), *p.output, stream + kStreamOutput, h);
     count_nonfinite(h, x, size_t(n));

@@ -13,6 +13,7 @@
 #include <type_traits>
 
 #include "core/philox.h"
+#include "core/reduce.h"
 #include "core/quant.h"
 #include "nn/activation.h"
 #include "nn/attention.h"
@@ -96,7 +97,7 @@ LossSum cross_entropy_backward(const Matrix<T>& logits, std::span<const int32_t>
     const T* x = logits.row(t).data();
     T* d = dlogits.row(t).data();
     T mx;
-    const T sum = act::softmax_numerators(x, d, V, mx);
+    const T sum = softmax_numerators(x, d, V, mx);
     for (Index j = 0; j < V; ++j) d[j] = T(double(d[j] / sum) * scale);
     d[y] -= T(scale);
     loss[size_t(t)] = double(mx) + std::log(double(sum)) - double(x[y]);
@@ -105,19 +106,6 @@ LossSum cross_entropy_backward(const Matrix<T>& logits, std::span<const int32_t>
   for (Index t = 0; t < T_; ++t)
     if (targets[size_t(t)] >= 0) ls.sum += loss[size_t(t)], ++ls.count;
   return ls;
-}
-
-// Σ f(i) over i < n in binary64, in 8 interleaved partial sums (term i into sum i mod 8, each in
-// order) combined as ((s0 + s1) + (s2 + s3)) + ((s4 + s5) + (s6 + s7)): one fixed order, which the
-// compiler vectorises (a single sequential sum is bound by the adder's latency).
-template <class F>
-double lane_sum(size_t n, F f) {
-  double s[8] = {};
-  size_t i = 0;
-  for (; i + 8 <= n; i += 8)
-    for (size_t k = 0; k < 8; ++k) s[k] += f(i + k);
-  for (size_t k = 0; i + k < n; ++k) s[k] += f(i + k);
-  return ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
 }
 
 // max |x[i]| over the non-NaN x[i] (0 if none), as a sequential std::max would give it; on the bit
@@ -129,7 +117,8 @@ T abs_max(const T* x, size_t n) {
   U mx = 0;
   for (size_t i = 0; i < n; ++i) {
     const U a = std::bit_cast<U>(x[i]) & kAbs;
-    mx = std::max(mx, a > kInf ? U(0) : a);
+    const U b = a & -U(a <= kInf);  // a NaN counts as 0 (this form vectorises; a select does not)
+    mx = mx > b ? mx : b;
   }
   return std::bit_cast<T>(mx);
 }
@@ -210,7 +199,7 @@ void gpt2_backward(const Model& m, std::span<const int32_t> tokens, const Tape<T
     const LayerTape<T>& lt = tape.layers[size_t(l)];
     // MLP: x += c_proj(GELU(c_fc(ln_2(x))))
     linear(Site::mlp_proj, Role::mlp_proj, l, dx, saved.get(l, Unit::down, lt.act), dh);
-    gelu_backward<T>(lt.pre, c.gelu_tanh, dh);
+    gelu_backward<T>(lt.pre, c.gelu_tanh, dh, &lt.aux);
     linear(Site::mlp_fc, Role::mlp_fc, l, dh, saved.get(l, Unit::fc, lt.xn2), dxn);
     norm(Role::norm2, l, lt.x_mid);
     // attention: x += c_proj(attn(ln_1(x)))
@@ -251,7 +240,7 @@ void llama_backward(const Model& m, std::span<const int32_t> tokens, const Tape<
     const LayerTape<T>& lt = tape.layers[size_t(l)];
     // MLP: x += w2(silu(w1·x) ⊙ w3·x), x = ffn_norm(x)
     linear(Site::mlp_proj, Role::mlp_proj, l, 0, dx, saved.get(l, Unit::down, lt.act), dh);
-    swiglu_backward<T>(lt.pre, lt.up, dh, dup);
+    swiglu_backward<T>(lt.pre, lt.up, dh, dup, &lt.aux);
     const Matrix<T>& xn2 = saved.get(l, Unit::fc, lt.xn2);
     linear(Site::mlp_fc, Role::mlp_gate, l, 0, dh, xn2, dxn);
     linear(Site::mlp_fc, Role::mlp_up, l, 1, dup, xn2, tmp);

@@ -120,7 +120,8 @@ Matrix<T> gpt2_forward(const Model& m, std::span<const int32_t> tokens, const Po
                  health(Site::mlp_fc, l));
     act_lamp(l, xn, wfc, bfc.data(), hid);
     if (lt) lt->xn2 = xn, lt->pre = hid;
-    gelu_forward<T>(pol.at(Site::gelu, l), activation_stream(Site::gelu, l), cfg.gelu_tanh, hid, health(Site::gelu, l));
+    gelu_forward<T>(pol.at(Site::gelu, l), activation_stream(Site::gelu, l), cfg.gelu_tanh, hid, health(Site::gelu, l),
+                    lt ? &lt->aux : nullptr);
     if (lt) lt->act = hid;
     site_gemm<T>(pol.at(Site::mlp_proj, l), hid, wpr, true, y, mlp_proj_stream(l), T(1), bpr.data(),
                  health(Site::mlp_proj, l));
@@ -196,7 +197,8 @@ Matrix<T> llama_forward(const Model& m, std::span<const int32_t> tokens, const P
     act_lamp(l, xn, w1, nullptr, gate);
     site_gemm<T>(pfc, xn, w3, true, up, fc_stream(l, 1), T(1), nullptr, health(Site::mlp_fc, l));
     if (lt) lt->xn2 = xn, lt->pre = gate, lt->up = up;
-    silu_forward<T>(pol.at(Site::silu, l), activation_stream(Site::silu, l), gate, up, health(Site::silu, l));
+    silu_forward<T>(pol.at(Site::silu, l), activation_stream(Site::silu, l), gate, up, health(Site::silu, l),
+                    lt ? &lt->aux : nullptr);
     if (lt) lt->act = gate;
     site_gemm<T>(pol.at(Site::mlp_proj, l), gate, w2, true, y, mlp_proj_stream(l), T(1), nullptr,
                  health(Site::mlp_proj, l));

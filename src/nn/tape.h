@@ -22,6 +22,7 @@ struct LayerTape {
   Matrix<T> xn2;     // [T,C] its normalisation: the operand of mlp.fc
   Matrix<T> pre;     // [T,H] gpt2: c_fc output (GELU's input); llama: w1·x (silu's input)
   Matrix<T> up;      // [T,H] llama: w3·x
+  Matrix<T> aux;     // [T,H] the activation's erf / exp values for its backward, or empty (activation.h)
   Matrix<T> act;     // [T,H] GELU / SwiGLU output: the operand of mlp.proj
 };
 

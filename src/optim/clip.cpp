@@ -2,12 +2,16 @@
 
 #include <cmath>
 
+#include "core/reduce.h"
+
 namespace mantis {
 
 double grad_norm(const Model& m, const GradMap<float>& g) {
   double ss = 0;
-  for (auto& [name, shape] : parameter_shapes(m.cfg))
-    for (float x : g.at(name)) ss += double(x) * double(x);
+  for (auto& [name, shape] : parameter_shapes(m.cfg)) {
+    const std::vector<float>& v = g.at(name);
+    ss += sum_squares(v.data(), v.size());
+  }
   return std::sqrt(ss);
 }
 

@@ -1,5 +1,5 @@
-// clip — the global L2 norm of all gradients (binary64 sum of squares, parameters in
-// parameter_shapes order) and clipping by it: if it exceeds clip > 0, every gradient is
+// clip — the global L2 norm of all gradients (binary64 sum of squares: per parameter in
+// core/reduce.h's order, parameters summed in parameter_shapes order) and clipping by it: if it exceeds clip > 0, every gradient is
 // multiplied by clip / norm (binary32).
 #pragma once
 

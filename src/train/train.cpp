@@ -19,6 +19,7 @@
 #include "core/file.h"
 #include "nn/metrics.h"
 #include "core/philox.h"
+#include "core/reduce.h"
 #include "core/round_array.h"
 
 #if MANTIS_HAVE_OPENMP
@@ -145,8 +146,10 @@ StepRecord Trainer::step() {
     for (int u = 0; u < kUnitCount; ++u) {
       UnitStep us{l, Unit(u), paths[size_t(l * kUnitCount + u)], 0, {}};
       double ss = 0;
-      for (auto& name : unit_parameters(mc, l, Unit(u)))
-        for (float x : grads.at(name)) ss += double(x) * double(x);
+      for (auto& name : unit_parameters(mc, l, Unit(u))) {
+        const std::vector<float>& v = grads.at(name);
+        ss += sum_squares(v.data(), v.size());
+      }
       us.grad_norm = std::sqrt(ss);
       for (auto& a : acts) {
         const UnitActivation& b = a[size_t(l * kUnitCount + u)];

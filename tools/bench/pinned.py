@@ -22,9 +22,11 @@ _FLAG = "--pinned-child"
 def measure(script, threads, args):
     env = dict(os.environ, OPENBLAS_NUM_THREADS=str(threads), OMP_NUM_THREADS=str(threads),
                MKL_NUM_THREADS=str(threads))
-    out = subprocess.run([sys.executable, script, _FLAG, str(threads)] + list(args), env=env, check=True,
-                         capture_output=True, text=True).stdout
-    return json.loads(out.strip().splitlines()[-1])
+    r = subprocess.run([sys.executable, script, _FLAG, str(threads)] + list(args), env=env, capture_output=True,
+                       text=True)
+    if r.returncode != 0:
+        sys.exit(r.stderr.strip().splitlines()[-1] if r.stderr.strip() else f"error: the measurement exited {r.returncode}")
+    return json.loads(r.stdout.strip().splitlines()[-1])
 
 
 def child_threads():
@@ -35,8 +37,22 @@ def child_threads():
     return None
 
 
+def blas_library():
+    """The BLAS shared library this process has mapped (after a matrix product), or None."""
+    with open("/proc/self/maps") as f:
+        libs = {line.split()[-1] for line in f if "blas" in line.lower() and line.rstrip().endswith(".so.3")
+                or "openblas" in line.lower()}
+    return sorted(libs)[0] if libs else None
+
+
 def run_child(threads, fn):
     import torch
     torch.set_num_threads(threads)
+    torch.ones(64, 64) @ torch.ones(64, 64)  # loads the BLAS
+    lib = blas_library() or ""
+    if "openblas" not in lib:
+        # Debian's libblas3 (the reference BLAS) is 10-15x slower: a comparison with it is meaningless.
+        sys.exit(f"error: PyTorch's BLAS is {lib or 'unknown'}, not OpenBLAS "
+                 "(apt-get install libopenblas0-pthread)")
     print(json.dumps(fn(torch)))
     return 0
