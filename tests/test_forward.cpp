@@ -18,6 +18,7 @@
 #include <ctime>
 #include <fstream>
 #include <map>
+#include <tuple>
 #include <random>
 #include <string>
 #include <vector>
@@ -309,6 +310,38 @@ TEST_CASE("site GEMM: output rounding follows the scaling; input rounding == rou
   CHECK_THAT(error_of([&] { site_gemm<double>(p, Ad, Bd, false, Cd, 0); }), Contains("native sites only"));
   site_gemm<double>(SitePolicy{}, Ad, Bd, false, Cd, 0);
   CHECK((Cd - A.cast<double>() * B.cast<double>()).cwiseAbs().maxCoeff() < 1e-12);
+}
+
+TEST_CASE("site GEMM with A transposed (site_gemm_at) == site_gemm on the transposed copy, bit for bit") {
+  // Native (several 256-row tiles, strided operands), emulated strict ps4 with sr, input rounding.
+  for (const auto& [M, N, K] : {std::tuple{37, 29, 70}, {300, 45, 64}, {513, 17, 256}}) {
+    const Matrix<float> At = random_matrix(K, M, 6), B = random_matrix(K, N, 7), Bt = B.transpose();
+    const Matrix<float> A = At.transpose();
+    SitePolicy emu;
+    emu.accumulation = Accumulation::strict;
+    emu.accumulator = format_lookup("ps4");
+    emu.rounding = Rounding::sr;
+    SitePolicy in;
+    in.input = format_lookup("bf16");
+    for (const SitePolicy& p : {SitePolicy{}, emu, in}) {
+      const SitePlan plan = plan_site(p);
+      Matrix<float> got(M, N), want(M, N);
+      INFO(M << "x" << N << "x" << K << (p.accumulation ? " strict" : p.input ? " bf16 inputs" : " native"));
+      site_gemm_at<float>(plan, At, B, false, got, 9, 3.0f);
+      site_gemm<float>(plan, A, B, false, want, 9, 3.0f);
+      CHECK(same_bits(got, want));
+      site_gemm_at<float>(plan, At, Bt, true, got, 9);
+      site_gemm<float>(plan, A, Bt, true, want, 9);
+      CHECK(same_bits(got, want));
+      // a strided view of A (columns of a wider matrix), as the attention backward passes it
+      Matrix<float> wide(K, M + 5);
+      wide.setConstant(7.0f);
+      wide.middleCols(2, M) = At;
+      site_gemm_at<float>(plan, wide.middleCols(2, M), B, false, got, 9);
+      site_gemm<float>(plan, A, B, false, want, 9);
+      CHECK(same_bits(got, want));
+    }
+  }
 }
 
 TEST_CASE("forward: strict ps23 at attn.qk == strict fp32 there; close to native, not claimed equal") {
