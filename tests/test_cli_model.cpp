@@ -19,6 +19,10 @@
 #include "nn/metrics.h"
 #include "nn/model.h"
 #include "io/tokenizer.h"
+#include "core/philox.h"
+#include "core/round_array.h"
+#include "core/scheme.h"
+#include "testutil.h"
 
 namespace {
 
@@ -714,4 +718,68 @@ TEST_CASE("manifests: eval, lamp sweep and train record command, build, CPU, has
   const Result q = run({"train", cfg.string(), "--out", (scratch_dir() / "train-manifest-q").string(), "-q"});
   CHECK(q.status == 0);
   CHECK(q.err.empty());
+}
+
+TEST_CASE("quantize: a .npy through every preset equals the library, float32 and float64; errors", "[cli][quantize]") {
+  const fs::path d = scratch_dir() / "quantize";
+  fs::create_directories(d);
+  const int64_t shape[] = {5, 3, 24};  // a 3-D array: 15 rows of 24 columns
+  std::vector<float> xf(5 * 3 * 24);
+  for (size_t i = 0; i < xf.size(); ++i)
+    xf[i] = std::ldexp(float(int32_t(random_word(4, 0, i)) % 1000) / 300.0f, int(random_word(4, 1, i) % 12) - 6);
+  const std::vector<double> xd(xf.begin(), xf.end());
+  write_npy((d / "x32.npy").string(), std::span<const float>(xf), shape);
+  write_npy((d / "x64.npy").string(), std::span<const double>(xd), shape);
+  for (const std::string& name : scheme_presets()) {
+    INFO(name);
+    const Scheme s = scheme_lookup(name);
+    for (const char* mode : {"rne", "sr"}) {
+      const auto r32 = run({"quantize", "--scheme", name, "--in", (d / "x32.npy").string(), "--out",
+                            (d / "y32.npy").string(), "--rounding", mode, "--seed", "5", "--json"});
+      INFO(flat(r32.err));
+      REQUIRE(r32.status == 0);
+      std::vector<float> want(xf.size());
+      std::vector<double> scales;
+      const SchemeStats st = quantize_scheme<float>(s, xf.data(), want.data(), 15, 24, rounding_from_string(mode), 32, 5,
+                                                    0, 0, &scales);
+      const NpyArray got = read_npy((d / "y32.npy").string());
+      CHECK(got.shape == std::vector<int64_t>{5, 3, 24});
+      CHECK(mantis::test::same_bits(got.data, want));
+      const auto j = nlohmann::json::parse(r32.out);
+      CHECK(j["scheme"] == name);
+      CHECK(j["blocks"] == st.blocks);
+      CHECK(j["clipped"] == st.clipped);
+      CHECK(j["scales"].size() == scales.size());
+      CHECK(j["dtype"] == "float32");
+      const auto r64 = run({"quantize", "--scheme", name, "--in", (d / "x64.npy").string(), "--out",
+                            (d / "y64.npy").string(), "--rounding", mode, "--seed", "5"});
+      REQUIRE(r64.status == 0);
+      std::vector<double> want64(xd.size());
+      quantize_scheme<double>(s, xd.data(), want64.data(), 15, 24, rounding_from_string(mode), 32, 5, 0, 0);
+      const NpyFloats got64 = read_npy_floats((d / "y64.npy").string());
+      CHECK(got64.f8);
+      CHECK(mantis::test::same_bits(got64.f8_data, want64));
+    }
+  }
+  // round --in / --out: round_array over the flattened array
+  const auto rr = run({"round", "--format", "fp4_e2m1", "--rounding", "sr", "--seed", "3", "--in",
+                       (d / "x32.npy").string(), "--out", (d / "r.npy").string()});
+  REQUIRE(rr.status == 0);
+  std::vector<float> rw(xf.size());
+  round_array(xf.data(), rw.data(), rw.size(), format_lookup("fp4_e2m1"),
+              RoundOptions{.mode = Rounding::sr, .seed = 3});
+  CHECK(mantis::test::same_bits(read_npy((d / "r.npy").string()).data, rw));
+  // errors: one line, status 2
+  const std::string in = (d / "x32.npy").string(), out = (d / "e.npy").string();
+  check_error(run({"quantize", "--scheme", "mxfp5", "--in", in, "--out", out}), {"unknown scheme", "mxfp4"});
+  check_error(run({"quantize", "--scheme", "mxfp4", "--in", (d / "none.npy").string(), "--out", out}), {"none.npy"});
+  check_error(run({"quantize", "--scheme", "mxfp4", "--in", in, "--out", out, "--rounding", "up"}), {"up"});
+  check_error(run({"round", "--format", "fp4_e2m1", "--in", in}), {"--in and --out"});
+  check_error(run({"round", "--format", "fp64", "--in", in, "--out", out}), {"binary32"});
+  std::string fortran = slurp(d / "x32.npy");
+  fortran.replace(fortran.find("False"), 5, "True");
+  fortran.insert(fortran.find('\n'), " ");
+  spit(d / "f.npy", fortran);
+  check_error(run({"quantize", "--scheme", "mxfp4", "--in", (d / "f.npy").string(), "--out", out}), {"Fortran order"});
+  CHECK_FALSE(fs::exists(out));
 }

@@ -2,6 +2,8 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <string>
+#include <vector>
 
 #include "core/format.h"
 #include "testutil.h"
@@ -25,12 +27,133 @@ TEST_CASE("named formats have their IEEE / OCP parameters") {
     CHECK(f.emax == x.emax);
     CHECK(max_finite(f) == x.max);
   }
-  CHECK(named_formats().size() == 7);
+  CHECK(named_formats().size() == 14);
   CHECK(min_subnormal(format_lookup("fp16")) == std::ldexp(1, -24));
   CHECK(min_normal(format_lookup("bf16")) == std::ldexp(1, -126));
   CHECK(unit_roundoff(format_lookup("bf16")) == std::ldexp(1, -8));
   CHECK(format_lookup("e4m3").specials == Specials::fn);
   CHECK(format_lookup("e4m3").overflow == Overflow::nan);
+}
+
+TEST_CASE("OCP MX element formats, E8M0, the fnuz variants: parameters and every value of the small ones") {
+  struct Want { const char* name; int mu, emin, emax; double max, min_sub; Specials sp; Overflow ovf; };
+  const Want w[] = {{"fp6_e3m2", 2, -2, 4, 28, 0.0625, Specials::none, Overflow::saturate},
+                    {"fp6_e2m3", 3, 0, 2, 7.5, 0.125, Specials::none, Overflow::saturate},
+                    {"fp4_e2m1", 1, 0, 2, 6, 0.5, Specials::none, Overflow::saturate},
+                    {"e4m3fnuz", 3, -7, 7, 240, std::ldexp(1, -10), Specials::fnuz, Overflow::nan},
+                    {"e5m2fnuz", 2, -15, 15, 57344, std::ldexp(1, -17), Specials::fnuz, Overflow::nan},
+                    {"e4m3b11fnuz", 3, -10, 4, 30, std::ldexp(1, -13), Specials::fnuz, Overflow::nan}};
+  for (auto& x : w) {
+    INFO(x.name);
+    const Format f = format_lookup(x.name);
+    CHECK(f.mu == x.mu);
+    CHECK(f.emin == x.emin);
+    CHECK(f.emax == x.emax);
+    CHECK(max_finite(f) == x.max);
+    CHECK(min_subnormal(f) == x.min_sub);
+    CHECK(f.specials == x.sp);
+    CHECK(f.overflow == x.ovf);
+    CHECK(f.negative_zero == (x.sp == Specials::none));
+  }
+  // FP4 E2M1's eight magnitudes (OCP MX v1.0, table 5), as the grid of the format
+  std::vector<double> fp4;
+  const Format f4 = format_lookup("fp4_e2m1");
+  for (int e = 0; e <= 2; ++e)
+    for (int m = 0; m < 2; ++m) fp4.push_back(std::ldexp(1 + m / 2.0, e));
+  CHECK(fp4 == std::vector<double>{1, 1.5, 2, 3, 4, 6});
+  CHECK(min_subnormal(f4) == 0.5);
+  // E8M0: unsigned powers of two, no zero
+  const Format e8 = format_lookup("e8m0");
+  CHECK(e8.mu == 0);
+  CHECK(e8.emin == -127);
+  CHECK(e8.emax == 127);
+  CHECK_FALSE(e8.is_signed);
+  CHECK_FALSE(e8.has_zero);
+  CHECK_FALSE(e8.subnormals);
+  CHECK(e8.overflow == Overflow::nan);
+  CHECK(max_finite(e8) == std::ldexp(1, 127));
+  CHECK(min_finite(e8) == std::ldexp(1, -127));
+  CHECK_FALSE(e8.plain());
+  CHECK(format_lookup("bf16").plain());
+}
+
+TEST_CASE("P3109 binary8 and integer families") {
+  // P3109 interim report: K = 8, precision P, bias 2^(7−P), emax = 2^(7−P) − 1, the all-ones code
+  // of the top binade is ±inf (largest finite one code below), no −0 (its code is the NaN).
+  const double max[] = {0, std::ldexp(1, 62), (2 - 1.0) * std::ldexp(1, 31), 1.5 * std::ldexp(1, 15), 224, 15, 3.875,
+                        1.96875};
+  for (int P = 1; P <= 7; ++P) {
+    INFO("P = " << P);
+    const Format f = format_lookup("p3109_p" + std::to_string(P));
+    CHECK(f.mu == P - 1);
+    CHECK(f.emax == (1 << (7 - P)) - 1);
+    CHECK(f.emin == 1 - (1 << (7 - P)));
+    CHECK(f.specials == Specials::p3109);
+    CHECK(f.has_inf());
+    CHECK_FALSE(f.negative_zero);
+    CHECK(f.overflow == Overflow::inf);
+    CHECK(max_finite(f) == max[P]);
+  }
+  CHECK_THROWS_WITH(format_lookup("p3109_p8"), Catch::Contains("1..7"));
+  CHECK_THROWS_WITH(format_lookup("p3109_p0"), Catch::Contains("1..7"));
+  // B-bit integers: quantum 1, saturating, +0 only
+  struct Int { const char* name; double lo, hi; };
+  for (const Int& x : {Int{"int8", -127, 127}, Int{"int8tc", -128, 127}, Int{"uint8", 0, 255}, Int{"int4", -7, 7},
+                       Int{"int4tc", -8, 7}, Int{"uint4", 0, 15}, Int{"int2", -1, 1}, Int{"int16", -32767, 32767},
+                       Int{"int32tc", -2147483648.0, 2147483647.0}}) {
+    INFO(x.name);
+    const Format f = format_lookup(x.name);
+    CHECK(max_finite(f) == x.hi);
+    CHECK(min_finite(f) == x.lo);
+    CHECK(min_subnormal(f) == 1);
+    CHECK(f.overflow == Overflow::saturate);
+    CHECK_FALSE(f.negative_zero);
+  }
+  CHECK_THROWS_WITH(format_lookup("int1"), Catch::Contains("2..32"));
+  CHECK_THROWS_WITH(format_lookup("int33"), Catch::Contains("2..32"));
+  CHECK_THROWS_AS(format_lookup("uint8tc"), InputError);
+}
+
+TEST_CASE("aliases (ml_dtypes' names and others) and case-insensitive names and modes") {
+  for (const auto& [alias, target] : format_aliases()) {
+    INFO(alias);
+    const Format a = format_lookup(alias), t = format_lookup(target);
+    CHECK(a.name == t.name);
+    CHECK(a.mu == t.mu);
+    CHECK(a.emin == t.emin);
+    CHECK(a.emax == t.emax);
+  }
+  CHECK(format_lookup("float8_e4m3fn").name == "e4m3");
+  CHECK(format_lookup("Float8_E4M3FN").name == "e4m3");
+  CHECK(format_lookup("BF16").name == "bf16");
+  CHECK(format_lookup("PS4").mu == 4);
+  CHECK(format_lookup("half").name == "fp16");
+  CHECK(format_lookup("float4_e2m1fn").name == "fp4_e2m1");
+  CHECK(format_lookup("float8_e8m0fnu").name == "e8m0");
+  CHECK(rounding_from_string("RNE") == Rounding::rne);
+  CHECK(rounding_from_string("Sr") == Rounding::sr);
+}
+
+TEST_CASE("the new TOML keys and their validation") {
+  const Format u = format_from_toml("mantissa_bits=2\nexponent_bits=5\nspecials='none'\nsigned=false", "u.toml");
+  CHECK_FALSE(u.is_signed);
+  CHECK(u.overflow == Overflow::saturate);  // the default without infinities or NaN
+  CHECK(min_finite(u) == 0);
+  const Format p = format_from_toml("mantissa_bits=3\nexponent_bits=4\nspecials='p3109'", "p.toml");
+  CHECK(p.emax == 7);
+  CHECK_FALSE(p.negative_zero);
+  CHECK(p.overflow == Overflow::inf);
+  auto err = [](const char* text) { return mantis::test::error_of([&] { format_from_toml(text, "bad.toml"); }); };
+  CHECK_THAT(err("mantissa_bits=1\nexponent_bits=2\nspecials='none'\noverflow='inf'"), Catch::Contains("no infinities"));
+  CHECK_THAT(err("mantissa_bits=1\nexponent_bits=2\nspecials='odd'"), Catch::Contains("none or p3109"));
+  CHECK_THAT(err("mantissa_bits=3\nexponent_bits=4\nspecials='fnuz'\nnegative_zero=true"), Catch::Contains("negative zero"));
+  CHECK_THAT(err("mantissa_bits=0\nexponent_bits=8\nspecials='none'\nsigned=false\nzero=false"), Catch::Contains("subnormals"));
+  CHECK_THAT(err("mantissa_bits=0\nemin=-3\nemax=3\nsubnormals=false\nzero=false\nspecials='none'"), Catch::Contains("unsigned"));
+  CHECK_THAT(err("mantissa_bits=2\nexponent_bits=5\nsigned=false"), Catch::Contains("none"));
+  CHECK_THAT(err("mantissa_bits=6\nemin=6\nemax=7\nspecials='none'\ntwos_complement=true"), Catch::Contains("integer grids"));
+  CHECK_THAT(err("mantissa_bits=6\nemin=6\nemax=6\nspecials='none'\ntwos_complement=true\noverflow='nan'"),
+             Catch::Contains("integer grids"));
+  CHECK_THAT(err("mantissa_bits=6\nemin=6\nemax=6\nspecials='none'\nsigned='no'"), Catch::Contains("true or false"));
 }
 
 TEST_CASE("generated families") {

@@ -45,7 +45,8 @@ void check(const GemmSpec& s, size_t M, size_t N, size_t K, uint64_t seed, bool 
 }  // namespace
 
 TEST_CASE("strict, unfused and blocked GEMM == MPFR reference on random shapes") {
-  const char* formats[] = {"ps4", "bf16", "fp16", "e4m3", "ps13", "fp32", "e5m2", "e11m20"};
+  const char* formats[] = {"ps4", "bf16", "fp16", "e4m3", "ps13", "fp32", "e5m2", "e11m20", "p3109_p4", "fp6_e3m2",
+                           "e4m3fnuz", "int8tc"};
   const Rounding modes[] = {Rounding::rne, Rounding::rna, Rounding::rz, Rounding::ru,
                             Rounding::rd, Rounding::ro, Rounding::sr, Rounding::sre};
   uint64_t seed = 1;
@@ -64,7 +65,7 @@ TEST_CASE("strict, unfused and blocked GEMM == MPFR reference on random shapes")
 
 TEST_CASE("input-format rounding before the product") {
   GemmSpec s{.acc = format_lookup("fp32"), .acc_mode = Rounding::rne};
-  for (const char* in : {"e4m3", "bf16", "e5m2"})
+  for (const char* in : {"e4m3", "bf16", "e5m2", "fp4_e2m1", "p3109_p3", "int4"})
     for (Rounding im : {Rounding::rne, Rounding::sr}) {
       s.input = format_lookup(in);
       s.input_mode = im;

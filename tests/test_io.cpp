@@ -6,6 +6,7 @@
 
 #include <filesystem>
 #include <string>
+#include <span>
 #include <vector>
 
 #include "core/file.h"
@@ -117,13 +118,46 @@ TEST_CASE("io: .npy round trip and every malformed file named") {
     return error_of([&] { read_npy((d / name).string()); });
   };
   CHECK_THAT(broken("magic.npy", "NUMPY" + bytes.substr(6)), Contains("not a .npy file"));
-  std::string v2 = bytes;
-  v2[6] = 2;
-  CHECK_THAT(broken("v2.npy", v2), Contains("npy version 2.0"));
+  std::string v3 = bytes;
+  v3[6] = 3;
+  CHECK_THAT(broken("v3.npy", v3), Contains("npy version 3.0"));
   std::string f8 = bytes;
   f8.replace(f8.find("<f4"), 3, "<f8");
   CHECK_THAT(broken("f8.npy", f8), Contains("not little-endian float32"));
-  CHECK_THAT(broken("short.npy", bytes.substr(0, bytes.size() - 4)), Contains("data bytes for 6 float32 values"));
+  CHECK_THAT(broken("short.npy", bytes.substr(0, bytes.size() - 4)), Contains("data bytes for 6 values of <f4"));
   const int64_t negative[] = {-1};
   CHECK_THAT(error_of([&] { write_npy((d / "neg.npy").string(), v, negative); }), Contains("negative dimension"));
+
+  // float64 arrays, and the float32 / float64 reader's errors
+  const std::vector<double> w = {1.5, -0.0, 5e-324, 1e300, -2.25, 0.1};
+  const std::string p8 = (d / "b.npy").string();
+  write_npy(p8, std::span<const double>(w), shape);
+  const NpyFloats b = read_npy_floats(p8);
+  CHECK(b.f8);
+  CHECK(b.shape == std::vector<int64_t>{2, 3});
+  CHECK(mantis::test::same_bits(b.f8_data, w));
+  const NpyFloats a4 = read_npy_floats(p);
+  CHECK_FALSE(a4.f8);
+  CHECK(mantis::test::same_bits(a4.f4_data, v));
+  auto broken_any = [&](const std::string& name, std::string bb) {
+    spit(d / name, bb);
+    return error_of([&] { read_npy_floats((d / name).string()); });
+  };
+  std::string fortran = bytes;
+  fortran.replace(fortran.find("False"), 5, "True");
+  fortran.insert(fortran.find('\n'), " ");  // the header keeps its length
+  CHECK_THAT(broken_any("fortran.npy", fortran), Contains("Fortran order"));
+  std::string i4 = bytes;
+  i4.replace(i4.find("<f4"), 3, "<i4");
+  CHECK_THAT(broken_any("i4.npy", i4), Contains("'<i4'") && Contains("float64"));
+  std::string be = bytes;
+  be.replace(be.find("<f4"), 3, ">f4");
+  CHECK_THAT(broken_any("be.npy", be), Contains("'>f4'"));
+  // a version 2.0 header (4-byte length) is read
+  const std::string h = bytes.substr(10, bytes.size() - 10 - v.size() * 4);
+  std::string two = std::string("\x93NUMPY") + char(2) + char(0);
+  const uint32_t hl = uint32_t(h.size());
+  two += std::string(reinterpret_cast<const char*>(&hl), 4) + h + bytes.substr(bytes.size() - v.size() * 4);
+  spit(d / "two.npy", two);
+  CHECK(mantis::test::same_bits(read_npy_floats((d / "two.npy").string()).f4_data, v));
 }

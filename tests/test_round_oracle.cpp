@@ -91,9 +91,10 @@ TEST_CASE("every bf16 and fp16 bit pattern, every test format and mode") {
 }
 
 TEST_CASE("stratified random binary32 and binary64 inputs plus boundaries, named formats") {
-  const size_t n = scaled(1'000'000);
   for (const std::string& name : named_formats()) {
     const Format f = format_lookup(name);
+    // formats of ≤ 8 bits have few values (and every 16-bit pattern is checked above): fewer samples
+    const size_t n = scaled(f.mu >= 7 ? 1'000'000 : 200'000);
     auto xd = stratified_doubles(f, n, 1);
     auto xf = stratified_floats(f, n, 2);
     for (double b : boundary_doubles(f)) xd.push_back(b);
@@ -117,6 +118,14 @@ TEST_CASE("generated families and custom formats: sampled inputs and boundaries"
   for (int mu = 1; mu <= 23; ++mu) fs.push_back(format_lookup(fmt::format("ps{}", mu)));
   for (int E = 2; E <= 11; ++E)
     for (int M : {0, 1, 3, 10, 23, 52}) fs.push_back(format_lookup(fmt::format("e{}m{}", E, M)));
+  for (int P = 1; P <= 7; ++P) fs.push_back(format_lookup(fmt::format("p3109_p{}", P)));
+  for (const char* t : {"name='e3m2_none_nan'\nmantissa_bits=2\nexponent_bits=3\nspecials='none'\noverflow='nan'",
+                        "name='u_e5m2'\nmantissa_bits=2\nexponent_bits=5\nspecials='none'\nsigned=false",
+                        "name='e8m0_sat'\nmantissa_bits=0\nemin=-127\nemax=127\nsubnormals=false\nspecials='none'\n"
+                        "signed=false\nzero=false\noverflow='saturate'"})
+    fs.push_back(format_from_toml(t, "test"));
+  for (int B : {2, 3, 8, 16, 32})
+    for (const char* k : {"int{}", "int{}tc", "uint{}"}) fs.push_back(format_lookup(fmt::format(fmt::runtime(k), B)));
   const size_t n = scaled(20'000);
   for (const Format& f : fs) {
     auto xd = stratified_doubles(f, n, 3);
@@ -158,4 +167,41 @@ TEST_CASE("hand-checked values from the format definitions") {
   // x = 1 + 2^-8 + 2^-30 rounds up in bf16, but via float it would hit the tie and go to 1.
   CHECK(r("bf16", Rounding::rne, 1 + std::ldexp(1, -8) + std::ldexp(1, -30)) == 1 + std::ldexp(1, -7));
   CHECK(std::isnan(r("bf16", Rounding::rne, NAN)));
+  // OCP FP4 E2M1: ties to even on its grid {0, 0.5, 1, 1.5, 2, 3, 4, 6}; saturates; keeps −0
+  CHECK(r("fp4_e2m1", Rounding::rne, 5) == 4);
+  CHECK(r("fp4_e2m1", Rounding::rne, 5.01) == 6);
+  CHECK(r("fp4_e2m1", Rounding::rne, 0.25) == 0);
+  CHECK(r("fp4_e2m1", Rounding::rne, 0.75) == 1);
+  CHECK(r("fp4_e2m1", Rounding::rne, 100) == 6);
+  CHECK(r("fp4_e2m1", Rounding::rne, -INFINITY) == -6);
+  CHECK(std::signbit(r("fp4_e2m1", Rounding::rne, -0.1)));
+  CHECK(r("fp6_e3m2", Rounding::rne, 30) == 28);
+  CHECK(r("fp6_e2m3", Rounding::ru, 7.6) == 7.5);  // saturation beats the direction
+  // E8M0: powers of two; below 2^-127 (and 0) → 2^-127; negative → NaN; past 2^127 → NaN
+  CHECK(r("e8m0", Rounding::rne, 5) == 4);
+  CHECK(r("e8m0", Rounding::rne, 6.5) == 8);
+  CHECK(r("e8m0", Rounding::rz, 7.9) == 4);
+  CHECK(r("e8m0", Rounding::rne, 0) == std::ldexp(1, -127));
+  CHECK(r("e8m0", Rounding::rz, std::ldexp(1, -140)) == std::ldexp(1, -127));
+  CHECK(std::isnan(r("e8m0", Rounding::rne, -1)));
+  CHECK(std::isnan(r("e8m0", Rounding::rne, std::ldexp(1, 128))));
+  // P3109 binary8p4: largest 224; 232 is the midpoint to the (inf) code 240: ties to even 224, then inf
+  CHECK(r("p3109_p4", Rounding::rne, 232) == 224);
+  CHECK(std::isinf(r("p3109_p4", Rounding::rne, 232.5)));
+  CHECK(r("p3109_p4", Rounding::rz, 1e9) == 224);
+  CHECK_FALSE(std::signbit(r("p3109_p4", Rounding::rne, -1e-30)));
+  CHECK(std::isinf(r("p3109_p4", Rounding::rne, -INFINITY)));
+  // integers: quantum 1, ties to even, saturating, +0; two's complement reaches −128
+  CHECK(r("int8", Rounding::rne, 2.5) == 2);
+  CHECK(r("int8", Rounding::rne, 3.5) == 4);
+  CHECK(r("int8", Rounding::rne, -200) == -127);
+  CHECK(r("int8tc", Rounding::rne, -200) == -128);
+  CHECK(r("int8tc", Rounding::rne, -127.6) == -128);
+  CHECK(r("int8tc", Rounding::rne, 127.6) == 127);
+  CHECK(r("int8tc", Rounding::rz, -128.9) == -128);
+  CHECK_FALSE(std::signbit(r("int8", Rounding::rne, -0.3)));
+  CHECK(r("uint8", Rounding::rne, -3) == 0);
+  CHECK(r("uint8", Rounding::rne, 255.4) == 255);
+  CHECK(r("int4", Rounding::rd, -6.5) == -7);
+  CHECK(r("int4", Rounding::rd, -7.5) == -7);
 }

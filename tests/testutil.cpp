@@ -141,7 +141,9 @@ std::vector<float> boundary_floats(const Format& f) {
 std::vector<Format> test_formats() {
   std::vector<Format> v;
   for (auto& n : named_formats()) v.push_back(format_lookup(n));
-  for (auto& n : {"ps1", "ps4", "ps13", "ps23", "e2m0", "e3m1", "e11m20", "e5m0"}) v.push_back(format_lookup(n));
+  // (the P3109 and integer families at every parameter: test_round_oracle's family test)
+  for (auto& n : {"ps1", "ps4", "ps13", "ps23", "e2m0", "e3m1", "e11m20", "e5m0", "p3109_p4", "int8tc", "uint8"})
+    v.push_back(format_lookup(n));
   auto custom = [&](const char* toml) { v.push_back(format_from_toml(toml, "test")); };
   custom("name='e4m3fnuz'\nmantissa_bits=3\nexponent_bits=4\nspecials='fnuz'\noverflow='nan'");
   custom("name='e5m2fnuz_sat'\nmantissa_bits=2\nexponent_bits=5\nspecials='fnuz'\noverflow='saturate'");
@@ -151,6 +153,11 @@ std::vector<Format> test_formats() {
   custom("name='fp16_nanovf'\nmantissa_bits=10\nexponent_bits=5\noverflow='nan'");
   custom("name='m0_fn'\nmantissa_bits=0\nexponent_bits=3\nspecials='fn'\noverflow='nan'");
   custom("name='wide_p12'\nmantissa_bits=11\nemin=-1000\nemax=1000");
+  custom("name='u_e5m2_nan'\nmantissa_bits=2\nexponent_bits=5\nspecials='none'\nsigned=false\noverflow='nan'");
+  custom("name='u_p4_nozero'\nmantissa_bits=3\nemin=-6\nemax=6\nsubnormals=false\nspecials='none'\nsigned=false\n"
+         "zero=false");
+  custom("name='p3109_p4_sat'\nmantissa_bits=3\nexponent_bits=4\nspecials='p3109'\noverflow='saturate'");
+  custom("name='e2m1_none_nz'\nmantissa_bits=1\nexponent_bits=2\nspecials='none'\nnegative_zero=false");
   return v;
 }
 

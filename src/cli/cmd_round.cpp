@@ -1,7 +1,10 @@
 // mantis round / mantis dot — stdin in, %a out.
 #include <fmt/format.h>
 
+#include <cmath>
 #include <cstdio>
+#include <nlohmann/json.hpp>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -9,7 +12,9 @@
 #include "core/gemm.h"
 #include "core/oracle.h"
 #include "core/philox.h"
+#include "core/file.h"
 #include "core/round_array.h"
+#include "core/scheme.h"
 
 namespace mantis::cli {
 
@@ -22,7 +27,75 @@ std::string shown(std::string_view s) {
 
 struct RoundArgs : RoundingArgs {
   bool reference = false;
+  std::string in, out;  // .npy arrays instead of stdin / stdout
 };
+
+// The array of a float32 / float64 .npy as [rows, cols]: the last axis is the columns (a 0-D or
+// 1-D array is one row).
+std::pair<int64_t, int64_t> matrix_shape(const std::vector<int64_t>& shape) {
+  int64_t rows = 1, cols = shape.empty() ? 1 : shape.back();
+  for (size_t i = 0; i + 1 < shape.size(); ++i) rows *= shape[i];
+  return {rows, cols};
+}
+
+struct QuantizeArgs {
+  std::string scheme, in, out, rounding = "rne";
+  uint64_t seed = 0, stream = 0;
+  int sr_bits = 32;
+  bool json = false;
+};
+
+// mantis quantize: a .npy through a scheme (scheme.h), dequantised values out in the input's dtype.
+int run_quantize(const QuantizeArgs& a) {
+  const Scheme s = scheme_lookup(a.scheme);
+  const Rounding mode = rounding_from_string(a.rounding);
+  validate_sr_bits(a.sr_bits);
+  if (mode == Rounding::sr && a.sr_bits > 52 - s.element.precision())
+    throw InputError(fmt::format("--sr-bits {} > 52 − p = {} for the element format {}", a.sr_bits,
+                                 52 - s.element.precision(), s.element.name));
+  NpyFloats x = read_npy_floats(a.in);
+  const auto [rows, cols] = matrix_shape(x.shape);
+  std::vector<double> scales;
+  SchemeStats st;
+  if (x.f8) {
+    std::vector<double> y(x.f8_data.size());
+    st = quantize_scheme<double>(s, x.f8_data.data(), y.data(), rows, cols, mode, a.sr_bits, a.seed, a.stream, 0, &scales);
+    write_npy(a.out, std::span<const double>(y), x.shape);
+  } else {
+    std::vector<float> y(x.f4_data.size());
+    st = quantize_scheme<float>(s, x.f4_data.data(), y.data(), rows, cols, mode, a.sr_bits, a.seed, a.stream, 0, &scales);
+    write_npy(a.out, std::span<const float>(y), x.shape);
+  }
+  if (a.json) {
+    nlohmann::json j = {{"scheme", s.name},
+                        {"element", s.element.name},
+                        {"scale_format", s.scale.name},
+                        {"rule", to_string(s.rule)},
+                        {"block", {s.block_rows, s.block_cols}},
+                        {"dtype", x.f8 ? "float64" : "float32"},
+                        {"shape", x.shape},
+                        {"rows", rows},
+                        {"cols", cols},
+                        {"rounding", to_string(mode)},
+                        {"seed", a.seed},
+                        {"stream", a.stream},
+                        {"elements", st.elements},
+                        {"blocks", st.blocks},
+                        {"nan_blocks", st.nan_blocks},
+                        {"zero_blocks", st.zero_blocks},
+                        {"clipped", st.clipped},
+                        {"scales", nlohmann::json::array()}};
+    if (s.two_level) j["global_scale"] = st.global_scale;
+    for (double v : scales) j["scales"].push_back(std::isfinite(v) ? nlohmann::json(v) : nlohmann::json("nan"));
+    std::printf("%s\n", j.dump().c_str());
+  } else {
+    std::printf("%s: %s, %lld x %lld (%s), %llu blocks: %llu NaN, %llu zero; %llu elements clipped; wrote %s\n",
+                s.name.c_str(), to_string(mode), (long long)rows, (long long)cols, x.f8 ? "float64" : "float32",
+                (unsigned long long)st.blocks, (unsigned long long)st.nan_blocks, (unsigned long long)st.zero_blocks,
+                (unsigned long long)st.clipped, a.out.c_str());
+  }
+  return 0;
+}
 struct DotArgs : RoundingArgs {
   std::string accumulation = "strict";
   int block = 32;
@@ -38,6 +111,23 @@ int run_round(const RoundArgs& a) {
   o.seed = a.seed;
   o.stream = a.stream;
   o.index0 = 0;
+  if (a.in.empty() != a.out.empty()) throw InputError("round: --in and --out go together (.npy arrays)");
+  if (!a.in.empty()) {  // element i of the flattened array uses the random word (seed, stream, i)
+    if (a.reference) throw InputError("round: --reference reads stdin (not --in)");
+    NpyFloats x = read_npy_floats(a.in);
+    if (x.f8) {
+      std::vector<double> y(x.f8_data.size());
+      round_array(x.f8_data.data(), y.data(), y.size(), f, o);
+      write_npy(a.out, std::span<const double>(y), x.shape);
+    } else {
+      if (!fits_float(f))
+        throw InputError(fmt::format("format {} does not fit binary32: a float32 array cannot hold its values", f.name));
+      std::vector<float> y(x.f4_data.size());
+      round_array(x.f4_data.data(), y.data(), y.size(), f, o);
+      write_npy(a.out, std::span<const float>(y), x.shape);
+    }
+    return 0;
+  }
 
   const std::string text = read_all_stdin();
   auto lines = split_lines(text);
@@ -129,8 +219,31 @@ Runner setup_round(CLI::App& sub) {
       "Element i (0-based line number) uses the random word (seed, stream, i).");
   add_rounding(sub, *a);
   sub.add_flag("--reference", a->reference, "use the MPFR oracle instead of the fast path (same results)");
+  sub.add_option("--in", a->in, "round a float32 / float64 .npy array instead of stdin (element i of the flattened "
+                                "array uses the word (seed, stream, i))")->check(kPath);
+  sub.add_option("--out", a->out, "where --in's rounded array goes (.npy, the input's dtype and shape)")->check(kPath);
   add_threads(sub);
   return [a] { return run_round(*a); };
+}
+
+Runner setup_quantize(CLI::App& sub) {
+  auto a = std::make_shared<QuantizeArgs>();
+  sub.description(
+      "quantise a float32 / float64 .npy array to a scaled format (a scheme: OCP MX, NVFP4, DeepSeek tiles, INT8; "
+      "src/core/scheme.h) and write the dequantised values in the input's dtype and shape. The array is a matrix "
+      "whose columns are its last axis (blocks run along rows, e.g. 1x32 for MX). --rounding applies to the "
+      "element conversion; element (i, j) uses the random word (seed, stream, i·cols + j).");
+  sub.add_option("--scheme", a->scheme, "a preset (mxfp8_e4m3, mxfp8_e5m2, mxfp6_e3m2, mxfp6_e2m3, mxfp4, mxint8, "
+                                        "nvfp4, deepseek_act, deepseek_weight, int8_channel, int8_tensor) or a .toml")
+      ->required();
+  sub.add_option("--in", a->in, "input .npy (float32 or float64, C order)")->required()->check(kPath);
+  sub.add_option("--out", a->out, "output .npy (written atomically)")->required()->check(kPath);
+  sub.add_option("--rounding,-r", a->rounding, "element rounding: " + rounding_help())->capture_default_str();
+  sub.add_option("--seed", a->seed, "Philox seed for sr/sre")->capture_default_str()->check(kUint64);
+  sub.add_option("--stream", a->stream, "Philox stream for sr/sre")->capture_default_str()->check(kUint64);
+  sub.add_option("--sr-bits", a->sr_bits, "random bits used by sr (≤ 52 − p of the element format)")->capture_default_str();
+  add_json(sub, a->json, "print the scales, the block counts and the clipped elements as JSON");
+  return [a] { return run_quantize(*a); };
 }
 
 Runner setup_dot(CLI::App& sub) {

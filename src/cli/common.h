@@ -31,6 +31,7 @@ const std::vector<Command>& commands();  // main.cpp
 
 Runner setup_formats(CLI::App& sub);
 Runner setup_round(CLI::App& sub);
+Runner setup_quantize(CLI::App& sub);
 Runner setup_dot(CLI::App& sub);
 Runner setup_bench(CLI::App& sub);
 Runner setup_verify(CLI::App& sub);

@@ -28,7 +28,8 @@ namespace mantis::cli {
 const std::vector<Command>& commands() {
   static const std::vector<Command> list{
       {"formats", "table of the named formats and family examples", setup_formats},
-      {"round", "round numbers read from stdin to a format", setup_round},
+      {"round", "round numbers read from stdin (or a .npy) to a format", setup_round},
+      {"quantize", "a .npy through a scaled format: OCP MX, NVFP4, DeepSeek tiles, INT8", setup_quantize},
       {"dot", "dot product of two vectors from stdin with a rounded accumulator", setup_dot},
       {"bench", "throughput: round, gemm, forward or train", setup_bench},
       {"verify", "fast path against the MPFR oracle, every binary32 pattern", setup_verify},

@@ -155,7 +155,10 @@ int remove_stale_temporaries(const std::string& dir) {
 // Magic "\x93NUMPY", version 1 0, u16 header length, then an ASCII dict padded with spaces and
 // ending in '\n' so that the data starts at a multiple of 64 bytes.
 
-void write_npy(const std::string& path, std::span<const float> data, std::span<const int64_t> shape) {
+namespace {
+
+void write_npy_bytes(const std::string& path, const char* descr, const void* data, size_t count, size_t elem,
+                     std::span<const int64_t> shape) {
   static_assert(std::endian::native == std::endian::little, "npy writer assumes a little-endian host");
   int64_t n = 1;
   std::string dims;
@@ -166,9 +169,9 @@ void write_npy(const std::string& path, std::span<const float> data, std::span<c
   }
   if (shape.size() > 1) dims.resize(dims.size() - 2);  // (a, b) ; a 1-D shape keeps "(a,)"
   else if (shape.size() == 1) dims.pop_back();
-  if (size_t(n) != data.size())
-    throw std::logic_error(fmt::format("write_npy: {} values for a shape of {} elements", data.size(), n));
-  std::string header = fmt::format("{{'descr': '<f4', 'fortran_order': False, 'shape': ({}), }}", dims);
+  if (size_t(n) != count)
+    throw std::logic_error(fmt::format("write_npy: {} values for a shape of {} elements", count, n));
+  std::string header = fmt::format("{{'descr': '{}', 'fortran_order': False, 'shape': ({}), }}", descr, dims);
   const size_t total = 10 + header.size() + 1;
   header.append((64 - total % 64) % 64, ' ');
   header += '\n';
@@ -177,41 +180,90 @@ void write_npy(const std::string& path, std::span<const float> data, std::span<c
   pre += char(0);
   pre += char(header.size() & 0xff);
   pre += char(header.size() >> 8);
-  const std::string_view pieces[] = {pre, header,
-                                     {reinterpret_cast<const char*>(data.data()), data.size() * sizeof(float)}};
+  const std::string_view pieces[] = {pre, header, {static_cast<const char*>(data), count * elem}};
   write_file_atomic(path, pieces);
 }
 
-NpyArray read_npy(const std::string& path) {
-  const std::string b = read_file(path);
+// The header of a .npy file: dtype descriptor, shape, data offset (a C-order float array).
+struct NpyHeader {
+  std::string descr;
+  std::vector<int64_t> shape;
+  int64_t count = 1;
+  size_t offset = 0;
+};
+
+NpyHeader parse_npy(const std::string& path, const std::string& b) {
   if (b.size() < 10 || b.compare(0, 6, "\x93NUMPY") != 0) throw InputError(fmt::format("{}: not a .npy file", path));
-  if (b[6] != 1) throw InputError(fmt::format("{}: npy version {}.{} (only 1.0 is read)", path, int(b[6]), int(b[7])));
-  const size_t hlen = uint8_t(b[8]) | size_t(uint8_t(b[9])) << 8;
-  if (b.size() < 10 + hlen) throw InputError(fmt::format("{}: truncated npy header", path));
-  const std::string h = b.substr(10, hlen);
-  static const std::regex re(R"(^\{'descr': '<f4', 'fortran_order': False, 'shape': \(([0-9, ]*)\), \} *\n$)");
+  const int major = b[6];
+  if (major != 1 && major != 2)
+    throw InputError(fmt::format("{}: npy version {}.{} (1.0 and 2.0 are read)", path, int(b[6]), int(b[7])));
+  const size_t lenbytes = major == 1 ? 2 : 4, start = 8 + lenbytes;
+  if (b.size() < start) throw InputError(fmt::format("{}: truncated npy header", path));
+  size_t hlen = 0;
+  for (size_t i = 0; i < lenbytes; ++i) hlen |= size_t(uint8_t(b[8 + i])) << (8 * i);
+  if (b.size() < start + hlen) throw InputError(fmt::format("{}: truncated npy header", path));
+  const std::string h = b.substr(start, hlen);
+  static const std::regex re(
+      R"(^\{'descr': '([^']*)', 'fortran_order': (True|False), 'shape': \(([0-9, ]*)\), \} *\n$)");
   std::smatch m;
   if (!std::regex_match(h, m, re))
-    throw InputError(fmt::format("{}: npy header is not little-endian float32 in C order: {}", path, h.substr(0, 80)));
-  NpyArray a;
-  int64_t n = 1;
-  std::stringstream dims(m[1].str());
+    throw InputError(fmt::format("{}: malformed npy header: {}", path, h.substr(0, 80)));
+  NpyHeader r;
+  r.descr = m[1].str();
+  if (m[2].str() == "True")
+    throw InputError(fmt::format("{}: the array is in Fortran order (write it with numpy.ascontiguousarray)", path));
+  std::stringstream dims(m[3].str());
   for (std::string d; std::getline(dims, d, ',');) {
     if (d.find_first_not_of(' ') == std::string::npos) continue;
     const size_t b0 = d.find_first_not_of(' '), b1 = d.find_last_not_of(' ') + 1;
     int64_t v = 0;
     const auto [end, err] = std::from_chars(d.data() + b0, d.data() + b1, v);
     // every dimension and the element count must fit the file that holds them
-    if (err != std::errc() || end != d.data() + b1 || (v != 0 && n > int64_t(b.size()) / v))
-      throw InputError(fmt::format("{}: npy shape ({}) does not fit a file of {} bytes", path, m[1].str(), b.size()));
-    a.shape.push_back(v);
-    n *= v;
+    if (err != std::errc() || end != d.data() + b1 || (v != 0 && r.count > int64_t(b.size()) / v))
+      throw InputError(fmt::format("{}: npy shape ({}) does not fit a file of {} bytes", path, m[3].str(), b.size()));
+    r.shape.push_back(v);
+    r.count *= v;
   }
-  if (b.size() != 10 + hlen + size_t(n) * 4)
-    throw InputError(fmt::format("{}: {} data bytes for {} float32 values", path, b.size() - 10 - hlen, n));
-  a.data.resize(size_t(n));
-  std::memcpy(a.data.data(), b.data() + 10 + hlen, size_t(n) * 4);
+  r.offset = start + hlen;
+  return r;
+}
+
+template <class T>
+std::vector<T> npy_data(const std::string& path, const std::string& b, const NpyHeader& h) {
+  if (b.size() != h.offset + size_t(h.count) * sizeof(T))
+    throw InputError(fmt::format("{}: {} data bytes for {} values of {}", path, b.size() - h.offset, h.count, h.descr));
+  std::vector<T> v(size_t(h.count));
+  std::memcpy(v.data(), b.data() + h.offset, size_t(h.count) * sizeof(T));
+  return v;
+}
+
+}  // namespace
+
+void write_npy(const std::string& path, std::span<const float> data, std::span<const int64_t> shape) {
+  write_npy_bytes(path, "<f4", data.data(), data.size(), sizeof(float), shape);
+}
+void write_npy(const std::string& path, std::span<const double> data, std::span<const int64_t> shape) {
+  write_npy_bytes(path, "<f8", data.data(), data.size(), sizeof(double), shape);
+}
+
+NpyFloats read_npy_floats(const std::string& path) {
+  const std::string b = read_file(path);
+  const NpyHeader h = parse_npy(path, b);
+  NpyFloats a;
+  a.shape = h.shape;
+  if (h.descr == "<f4") a.f4_data = npy_data<float>(path, b, h);
+  else if (h.descr == "<f8") a.f8 = true, a.f8_data = npy_data<double>(path, b, h);
+  else
+    throw InputError(fmt::format("{}: npy dtype '{}' (float32 '<f4' or float64 '<f8' are read)", path, h.descr));
   return a;
+}
+
+NpyArray read_npy(const std::string& path) {
+  const std::string b = read_file(path);
+  const NpyHeader h = parse_npy(path, b);
+  if (h.descr != "<f4")
+    throw InputError(fmt::format("{}: npy dtype '{}', not little-endian float32 ('<f4')", path, h.descr));
+  return NpyArray{h.shape, npy_data<float>(path, b, h)};
 }
 
 std::string data_root() {

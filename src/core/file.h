@@ -35,14 +35,24 @@ int remove_stale_temporaries(const std::string& dir);
 std::string sha256_hex(std::string_view bytes);
 std::string sha256_file(const std::string& path);
 
-// NumPy .npy, format version 1.0, little-endian float32 ('<f4'), C order.
+// NumPy .npy, format version 1.0, little-endian float32 ('<f4') or float64 ('<f8'), C order.
 void write_npy(const std::string& path, std::span<const float> data, std::span<const int64_t> shape);
+void write_npy(const std::string& path, std::span<const double> data, std::span<const int64_t> shape);
 struct NpyArray {
   std::vector<int64_t> shape;
   std::vector<float> data;
 };
-// Reads what write_npy writes ('<f4', fortran_order False); anything else is an InputError.
+// Reads a float32 array ('<f4', fortran_order False); anything else is an InputError.
 NpyArray read_npy(const std::string& path);
+// Reads a float32 or float64 array (C order, version 1.0 or 2.0 header): one of f4 / f8 is filled.
+// Another dtype, Fortran order, a malformed header or a size mismatch is an InputError naming it.
+struct NpyFloats {
+  std::vector<int64_t> shape;
+  bool f8 = false;
+  std::vector<float> f4_data;
+  std::vector<double> f8_data;
+};
+NpyFloats read_npy_floats(const std::string& path);
 
 // The data root: $MANTIS_DATA_DIR when set and non-empty, else <source dir>/data (compiled in).
 std::string data_root();

@@ -30,8 +30,9 @@ namespace mantis {
 GemmKernel fastest_kernel(const GemmSpec& s) {
   const Format& f = s.acc;
   const int p = f.precision();
-  // μ = 0 (the quantum bit is the exponent's) and fnuz (−0 → +0) keep the portable kernel.
-  if (!cpu_has_avx512() || f.mu < 1 || f.specials == Specials::fnuz) return GemmKernel::portable;
+  // μ = 0 (the quantum bit is the exponent's) and formats beyond ieee / fn (Format::plain) keep the
+  // portable kernel.
+  if (!cpu_has_avx512() || f.mu < 1 || !f.plain()) return GemmKernel::portable;
   const bool sr = s.acc_mode == Rounding::sr;
   if (fits_float(f) && p <= 22 && f.emin >= -126 && (!sr || s.sr_bits <= 23 - p))
     return GemmKernel::avx512_binary32;
@@ -492,7 +493,7 @@ void run_kernel(const GemmPlan& p, const Target<T>& t, const float* A, const flo
   constexpr U kInf = ((U(1) << (sizeof(U) * 8 - 1 - Container<T>::kMant)) - 1) << Container<T>::kMant;
   const bool low = !(t.emin == kMinExp && t.extra == 0);
   const bool top = t.max_bits >> Container<T>::kMant == (kInf >> Container<T>::kMant) - 1 && t.ovf_bits == kInf &&
-                   t.inf_bits == kInf;
+                   t.has_inf != 0 && t.saturate == 0;
   const int guard = low ? kGuardBoth : top && !is_stochastic(Mode) ? kGuardNaN : kGuardTop;
   const size_t row_tiles = (M + MR - 1) / MR, panels = (N + NR - 1) / NR, tiles = row_tiles * panels;
   const bool parallel = tiles > 1 && double(M) * double(N) * double(K) >= 1 << 16;

@@ -69,35 +69,34 @@ uint64_t scaled_fraction(mpfr_srcptr x, mpfr_srcptr lo, mpfr_srcptr gap, int R) 
   return mpfr_get_uj(s.t, MPFR_RNDN);
 }
 
+// The sign and zero rules of the format (format.h) applied to a result.
 double finish(double r, const Format& f) {
   if (std::isnan(r)) return std::numeric_limits<double>::quiet_NaN();
-  if (r == 0 && f.specials == Specials::fnuz) return 0.0;
+  if (r == 0 && !f.has_zero) return min_normal(f);  // zero-less formats have no subnormals
+  if (r == 0 && (!f.negative_zero || !f.is_signed)) return 0.0;
   return r;
 }
 
-// The value of the format nearest-overflow policy applied to a (possibly too large) result.
+// The format's overflow policy applied to a (possibly too large) result.
 double resolve_overflow(double r, Rounding m, const Format& f) {
-  const double mx = max_finite(f);
-  if (!(std::fabs(r) > mx)) return r;
   const bool neg = std::signbit(r);
-  if (toward_zero(m, neg)) return neg ? -mx : mx;
-  switch (f.overflow) {
-    case Overflow::inf: return neg ? -INFINITY : INFINITY;
-    case Overflow::saturate: return neg ? -mx : mx;
-    case Overflow::nan: return NAN;
-  }
-  return r;
+  const double lim = neg ? -min_finite(f) : max_finite(f);  // the largest magnitude of r's sign
+  if (!(std::fabs(r) > lim)) return r;
+  if (toward_zero(m, neg) || f.overflow == Overflow::saturate) return neg ? -lim : lim;
+  return f.overflow == Overflow::inf ? (neg ? -INFINITY : INFINITY) : NAN;
 }
 
 double round_exact(mpfr_srcptr x, const Format& f, Rounding m, uint32_t rnd, int sr_bits) {
   if (mpfr_nan_p(x)) return NAN;
   const bool neg = mpfr_signbit(x);
+  if (mpfr_zero_p(x)) return finish(neg ? -0.0 : 0.0, f);
+  // An unsigned format's negative input is below its range.
+  if (neg && !f.is_signed) return f.overflow == Overflow::saturate ? finish(0.0, f) : NAN;
   if (mpfr_inf_p(x)) {
-    if (f.specials == Specials::ieee) return neg ? -INFINITY : INFINITY;
-    if (f.overflow == Overflow::saturate) return neg ? -max_finite(f) : max_finite(f);
+    if (f.has_inf()) return neg ? -INFINITY : INFINITY;
+    if (f.overflow == Overflow::saturate) return neg ? min_finite(f) : max_finite(f);
     return NAN;
   }
-  if (mpfr_zero_p(x)) return finish(neg ? -0.0 : 0.0, f);
 
   Scratch& s = scratch();
   const int p = f.precision();
@@ -220,6 +219,154 @@ float oracle_expf(float x) { return oracle_f32(x, mpfr_exp); }
 float oracle_erff(float x) { return oracle_f32(x, mpfr_erf); }
 double oracle_exp64(float x) { return oracle_64(x, mpfr_exp); }
 double oracle_erf64(float x) { return oracle_64(x, mpfr_erf); }
+
+namespace {
+
+// a / b at 300 bits rounded to odd (exact value between the RZ result and its successor: take the
+// odd one), so that one more rounding to ≤ 298 bits is the rounding of the exact quotient.
+void div_odd(mpfr_ptr q, double a, double b) {
+  mpfr_t ma, mb;
+  mpfr_inits2(64, ma, mb, (mpfr_ptr)0);
+  mpfr_set_d(ma, a, MPFR_RNDN);
+  mpfr_set_d(mb, b, MPFR_RNDN);
+  if (mpfr_div(q, ma, mb, MPFR_RNDZ) != 0) {
+    mpz_t z;
+    mpz_init(z);
+    const mpfr_exp_t e = mpfr_get_z_2exp(z, q);  // q = z·2^e, z with the precision's bits
+    (void)e;
+    if (!mpz_odd_p(z)) mpfr_signbit(q) ? mpfr_nextbelow(q) : mpfr_nextabove(q);
+    mpz_clear(z);
+  }
+  mpfr_clears(ma, mb, (mpfr_ptr)0);
+}
+
+// One IEEE binary32 operation, rounded to nearest (binary32's range, subnormals).
+double rn32_op(double a, double b, int (*op)(mpfr_ptr, mpfr_srcptr, mpfr_srcptr, mpfr_rnd_t)) {
+  mpfr_t ma, mb, r;
+  mpfr_inits2(64, ma, mb, (mpfr_ptr)0);
+  mpfr_init2(r, 24);
+  mpfr_set_d(ma, a, MPFR_RNDN);
+  mpfr_set_d(mb, b, MPFR_RNDN);
+  double out;
+  {
+    ExpRange saved;
+    mpfr_set_emin(-148);
+    mpfr_set_emax(128);
+    int t = op(r, ma, mb, MPFR_RNDN);
+    t = mpfr_check_range(r, t, MPFR_RNDN);
+    mpfr_subnormalize(r, t, MPFR_RNDN);
+    out = mpfr_get_d(r, MPFR_RNDN);
+  }
+  mpfr_clears(ma, mb, r, (mpfr_ptr)0);
+  return out;
+}
+
+}  // namespace
+
+std::vector<double> oracle_quantize(const Scheme& s, const std::vector<double>& x, int64_t rows, int64_t cols,
+                                    bool to_float, Rounding mode, int sr_bits, uint64_t seed, uint64_t stream,
+                                    uint64_t index0) {
+  validate(s);
+  std::vector<double> y(x.size());
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  if (rows == 0 || cols == 0) return y;
+  const int64_t br = s.block_rows ? std::min(s.block_rows, rows) : rows;
+  const int64_t bc = s.block_cols ? std::min(s.block_cols, cols) : cols;
+  const double M = max_finite(s.element), Ms = max_finite(s.scale);
+  mpfr_t q, prod;
+  mpfr_init2(q, 300);
+  mpfr_init2(prod, 300);
+  auto div_round = [&](double a, double b, const Format& f, Rounding m, uint32_t rnd) {
+    div_odd(q, a, b);
+    return round_exact(q, f, m, rnd, sr_bits);
+  };
+  auto out = [&](double qv, double S) {  // RN_T(q·S)
+    mpfr_set_d(prod, qv, MPFR_RNDN);
+    mpfr_mul_d(prod, prod, S, MPFR_RNDN);  // exact
+    return to_float ? double(mpfr_get_flt(prod, MPFR_RNDN)) : mpfr_get_d(prod, MPFR_RNDN);
+  };
+  // the tensor's amax (two-level)
+  double tamax = 0;
+  bool tensor_bad = false;
+  for (double v : x) tensor_bad |= !std::isfinite(v), tamax = std::isfinite(v) ? std::max(tamax, std::fabs(v)) : tamax;
+  double G = 1, g_enc = 0, g_dec = 0;
+  if (s.two_level && !tensor_bad) {
+    if (s.division == Division::exact) {
+      G = tamax == 0 ? 0.0 : double(float(div_round(tamax, M * Ms, format_lookup("fp32"), Rounding::rne, 0)));
+    } else {
+      g_enc = tamax == 0 ? 0.0 : div_round(M * Ms, tamax, format_lookup("fp32"), Rounding::rne, 0);
+      g_dec = g_enc == 0 ? 0.0 : rn32_op(1.0, g_enc, mpfr_div);
+      G = g_dec;
+    }
+  }
+  for (int64_t r0 = 0; r0 < rows; r0 += br)
+    for (int64_t c0 = 0; c0 < cols; c0 += bc) {
+      const int64_t nr = std::min(br, rows - r0), nc = std::min(bc, cols - c0);
+      double amax = 0;
+      bool bad = s.two_level && tensor_bad;
+      for (int64_t i = 0; i < nr; ++i)
+        for (int64_t j = 0; j < nc; ++j) {
+          const double v = x[size_t((r0 + i) * cols + c0 + j)];
+          if (!std::isfinite(v)) bad = true;
+          else amax = std::max(amax, std::fabs(v));
+        }
+      double S = nan, r = 0;
+      if (!bad) {
+        if (s.rule == ScaleRule::floor || s.rule == ScaleRule::ceil) {
+          int k = -127;
+          if (amax > 0) {
+            // floor: the exponent e of amax, 2^e ≤ amax < 2^(e+1) (exact comparisons)
+            int e = 0;
+            while (std::ldexp(1.0, e) > amax) --e;
+            while (std::ldexp(1.0, e + 1) <= amax) ++e;
+            if (s.rule == ScaleRule::floor) {
+              k = e - s.element.emax;
+            } else {  // the smallest k with M·2^k ≥ amax
+              k = -2000;
+              while (std::ldexp(M, k) < amax) ++k;
+            }
+          }
+          if (k <= 127) S = std::ldexp(1.0, std::max(k, -127));
+        } else if (s.rule == ScaleRule::nearest) {
+          const double e8 = amax == 0 ? std::ldexp(1.0, -127) : div_round(amax, M, s.scale, Rounding::rne, 0);
+          if (std::isfinite(e8)) S = e8;
+        } else if (!s.two_level) {
+          S = div_round(amax, M, s.scale, Rounding::rne, 0);
+        } else if (s.division == Division::exact) {
+          S = G == 0 ? 0.0 : div_round(amax, M * G, s.scale, Rounding::rne, 0) * G;
+        } else {
+          const double inv_m = rn32_op(1.0, M, mpfr_div);
+          const double t = rn32_op(g_enc, rn32_op(amax, inv_m, mpfr_mul), mpfr_mul);
+          mpfr_set_d(q, t, MPFR_RNDN);
+          const double sb = g_enc == 0 ? 0.0 : round_exact(q, s.scale, Rounding::rne, 0, 32);
+          r = sb == 0 ? 0.0 : rn32_op(1.0, rn32_op(sb, g_dec, mpfr_mul), mpfr_div);
+          S = sb * g_dec;
+        }
+      }
+      for (int64_t i = 0; i < nr; ++i)
+        for (int64_t j = 0; j < nc; ++j) {
+          const size_t at = size_t((r0 + i) * cols + c0 + j);
+          const double v = x[at];
+          if (!std::isfinite(S)) {
+            y[at] = nan;
+          } else if (amax == 0 || S == 0) {
+            y[at] = std::signbit(v) && s.element.negative_zero ? -0.0 : 0.0;
+          } else {
+            const uint32_t rnd = random_word(seed, stream, index0 + at);
+            double qv;
+            if (s.division == Division::reciprocal) {
+              mpfr_set_d(q, rn32_op(v, r, mpfr_mul), MPFR_RNDN);
+              qv = round_exact(q, s.element, mode, rnd, sr_bits);
+            } else {
+              qv = div_round(v, S, s.element, mode, rnd);
+            }
+            y[at] = out(qv, S);
+          }
+        }
+    }
+  mpfr_clears(q, prod, (mpfr_ptr)0);
+  return y;
+}
 
 bool oracle_thread_safe() { return mpfr_buildopt_tls_p() != 0; }
 

@@ -10,8 +10,11 @@
 #include <cstddef>
 #include <cstdint>
 
+#include <vector>
+
 #include "core/format.h"
 #include "core/gemm.h"
+#include "core/scheme.h"
 
 namespace mantis {
 
@@ -28,6 +31,15 @@ float oracle_expf(float x);
 float oracle_erff(float x);
 double oracle_exp64(float x);  // e^x rounded to 64 bits (binary64 range: overflow/underflow at its limits)
 double oracle_erf64(float x);
+
+// Reference of quantize_scheme (scheme.h), from its written definition with MPFR: amax exact, the
+// floor rule's exponent exact, quotients to 300 bits rounded to odd and then rounded by the oracle
+// (the scale format, the element format with the mode and random word), binary32 operations of
+// the reciprocal order at precision 24 in binary32's range, q·S exact, then rounded to nearest in
+// binary32 (to_float) or binary64. x: the input values (binary32 ones when to_float).
+std::vector<double> oracle_quantize(const Scheme& s, const std::vector<double>& x, int64_t rows, int64_t cols,
+                                    bool to_float, Rounding mode, int sr_bits, uint64_t seed, uint64_t stream,
+                                    uint64_t index0);
 
 // Whether MPFR was built thread-safe (then the oracle may run on several threads at once).
 bool oracle_thread_safe();

@@ -49,11 +49,18 @@ template <class T> struct Target {
   int32_t extra;       // additional shift below 2^emin: 0 with subnormals, μ without
   int32_t sr_shift;    // 32 − sr_bits: the random word's top sr_bits bits are used
   U max_bits;          // |largest finite| as a container pattern
+  U neg_max_bits;      // |most negative finite|: max_bits, or 2^(emax+1) for two's complement
   U tiny_bits;         // the quantum below 2^emin: 2^(emin−μ), or 2^emin without subnormals
-  U ovf_bits;          // what an overflowing finite value becomes (inf, max or NaN pattern)
-  U inf_bits;          // what an infinite input becomes
+  U ovf_bits;          // what an overflowing finite value becomes under overflow = inf / nan
   U nan_bits;          // canonical quiet NaN
-  U unsigned_zero;     // fnuz: −0 → +0 (0 or 1; an integer so that loops vectorise)
+  U below_bits;        // unsigned formats: what a negative input becomes (0, 2^emin or NaN)
+  // Flags, 0 or 1 (integers, so that loops vectorise):
+  U saturate;          // overflow = saturate: an overflowing (or infinite) value becomes ±largest
+  U has_inf;           // the format has infinities (ieee, p3109)
+  U unsigned_zero;     // −0 → +0 (fnuz, p3109, negative_zero = false)
+  U unsigned_fmt;      // no negative values
+  U no_zero;           // no zero: zero results become tiny_bits
+  U general_only;      // round_normal does not apply (unsigned or zero-less formats)
   U normal_lo;         // |x| pattern range where round_normal applies: 2^emin ..
   U normal_hi;         // .. largest finite
 };
@@ -79,15 +86,18 @@ template <class T> Target<T> make_target(const Format& f, int sr_bits = 32) {
   const U top = pow2_bits<T>(f.emax);
   const U frac = ((U(1) << f.mu) - 1) << t.drop;        // all-ones stored fraction
   t.max_bits = top | frac;
-  if (f.specials == Specials::fn) t.max_bits -= U(1) << t.drop;  // all-ones code is NaN
+  if (f.specials == Specials::fn || f.specials == Specials::p3109) t.max_bits -= U(1) << t.drop;  // NaN / inf code
+  t.neg_max_bits = f.twos_complement ? pow2_bits<T>(f.emax + 1) : t.max_bits;
   t.tiny_bits = f.subnormals ? pow2_bits<T>(f.emin - f.mu) : pow2_bits<T>(f.emin);
   t.nan_bits = exp_mask | (U(1) << (C::kMant - 1));
-  const U inf = exp_mask;
-  const bool has_inf = f.specials == Specials::ieee;
-  t.ovf_bits = f.overflow == Overflow::inf ? inf
-             : f.overflow == Overflow::saturate ? t.max_bits : t.nan_bits;
-  t.inf_bits = has_inf ? inf : (f.overflow == Overflow::saturate ? t.max_bits : t.nan_bits);
-  t.unsigned_zero = f.specials == Specials::fnuz;
+  t.ovf_bits = f.overflow == Overflow::inf ? exp_mask : t.nan_bits;  // saturate: the flag below
+  t.saturate = f.overflow == Overflow::saturate;
+  t.has_inf = f.has_inf();
+  t.unsigned_zero = !f.negative_zero;
+  t.unsigned_fmt = !f.is_signed;
+  t.no_zero = !f.has_zero;
+  t.below_bits = f.overflow == Overflow::saturate ? (f.has_zero ? U(0) : t.tiny_bits) : t.nan_bits;
+  t.general_only = !f.is_signed || !f.has_zero;
   t.normal_lo = pow2_bits<T>(f.emin);
   t.normal_hi = t.max_bits;
   return t;
@@ -158,16 +168,19 @@ MANTIS_HD T round_value(T x, const Target<T>& t, uint32_t rnd = 0) {
   const U up = up_decision<M>(rem, half, s, lsb, neg, rnd, t.sr_shift);
   U r = trunc + (up != 0 ? inc : U(0));
 
-  // Overflow: toward-zero directions stop at the largest finite value.
+  // Overflow: toward-zero directions (and saturation) stop at the largest finite value of the sign.
   const U toward_zero = M == Rounding::rz || M == Rounding::ro ? U(1)
                       : M == Rounding::rd ? (neg ^ 1)
                       : M == Rounding::ru ? neg : U(0);
-  const U ovf = toward_zero != 0 ? t.max_bits : t.ovf_bits;
-  r = r > t.max_bits ? ovf : r;
-  r = a == kExpMask ? t.inf_bits : r;
+  const U lim = neg != 0 ? t.neg_max_bits : t.max_bits;
+  const U ovf = (toward_zero | t.saturate) != 0 ? lim : t.ovf_bits;
+  r = r > lim ? ovf : r;
+  r = a == kExpMask ? (t.has_inf != 0 ? kExpMask : t.saturate != 0 ? lim : t.nan_bits) : r;
+  r = (neg & t.unsigned_fmt) != 0 && a != 0 ? t.below_bits : r;  // a negative input of an unsigned format
+  r = r == 0 && t.no_zero != 0 ? t.tiny_bits : r;
   r = a > kExpMask ? t.nan_bits : r;
   const bool drop_sign = ((r & kExpMask) == kExpMask && (r & (kHidden - 1)) != 0) ||  // NaN
-                         (r == 0 && t.unsigned_zero != 0);
+                         (r == 0 && t.unsigned_zero != 0) || t.unsigned_fmt != 0;
   return from_bits<T>((drop_sign ? U(0) : sign) | r);
 }
 
@@ -179,7 +192,7 @@ template <class T> MANTIS_HD typename Container<T>::U outside_normal_range(T x, 
   using U = typename Container<T>::U;
   const U a = to_bits(x) & ~(U(1) << (Container<T>::kWidth - 1));
   const U nonzero = a != 0 ? U(1) : U(0);
-  return a - t.normal_lo > t.normal_hi - t.normal_lo ? nonzero : U(0);
+  return (a - t.normal_lo > t.normal_hi - t.normal_lo ? nonzero : U(0)) | t.general_only;
 }
 
 template <Rounding M, class T>
