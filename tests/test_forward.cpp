@@ -29,8 +29,10 @@
 #include "testutil.h"
 #include "nn/metrics.h"
 #include "core/philox.h"
+#include "nn/linear.h"
 #include "nn/policy.h"
 #include "core/round_array.h"
+#include "core/scheme.h"
 
 using namespace mantis;
 using mantis::test::error_of;
@@ -342,6 +344,58 @@ TEST_CASE("site GEMM with A transposed (site_gemm_at) == site_gemm on the transp
       CHECK(same_bits(got, want));
     }
   }
+}
+
+TEST_CASE("site GEMM: input_a / input_b schemes and formats == quantising the operands first, bit for bit") {
+  const Eigen::Index M = 9, N = 21, K = 70;
+  const Matrix<float> A = random_matrix(M, K, 11), Bt = random_matrix(N, K, 12), B = Bt.transpose();
+  for (const char* sa : {"mxfp8_e4m3", "nvfp4", "int8_channel", "e5m2"})
+    for (const char* sb : {"mxfp4", "deepseek_weight", "bf16"})
+      for (Rounding m : {Rounding::rne, Rounding::sr}) {
+        INFO(sa << " / " << sb << " " << to_string(m));
+        SitePolicy p = policy_from_toml(fmt::format("[site.\"mlp.fc\"]\ninput_a = \"{}\"\ninput_b = \"{}\"\n"
+                                                    "rounding = \"{}\"\nsr_bits = 20\nseed = 3", sa, sb, to_string(m)),
+                                        "t.toml").at(Site::mlp_fc);
+        const SitePlan plan = plan_site(p);
+        // the reference: each operand quantised in its [M,K] / [K,N] orientation, then the product
+        Matrix<float> Aq = A, Bq = B;  // Bq [K,N]
+        const uint64_t stream = 40;
+        auto quant = [&](const OperandQuant& q, Matrix<float>& x, uint64_t st, bool transposed) {
+          if (q.format) {
+            round_array(x.data(), x.data(), size_t(x.size()), *q.format,
+                        RoundOptions{.mode = m, .sr_bits = 20, .seed = 3, .stream = st});
+          } else {
+            Scheme s = *q.scheme;
+            if (transposed) std::swap(s.block_rows, s.block_cols);
+            quantize_scheme<float>(s, x.data(), x.data(), x.rows(), x.cols(), m, 20, 3, st, 0);
+          }
+        };
+        quant(*p.input_a, Aq, stream + 1, false);
+        quant(*p.input_b, Bq, stream + 2, true);
+        Matrix<float> want(M, N), got(M, N), got_t(M, N);
+        site_gemm<float>(SitePolicy{}, Aq, Bq, false, want, stream);
+        site_gemm<float>(plan, A, B, false, got, stream);
+        site_gemm<float>(plan, A, Bt, true, got_t, stream);  // B given as [N,K]: the same operand
+        CHECK(same_bits(got, want));
+        CHECK(same_bits(got_t, want));
+        // with strict accumulation the same operands go into gemm()
+        p.accumulation = Accumulation::strict, p.accumulator = format_lookup("fp32");
+        SitePolicy s32;
+        s32.accumulation = Accumulation::strict, s32.accumulator = format_lookup("fp32");
+        s32.rounding = m, s32.sr_bits = 20, s32.seed = 3;  // the accumulator's rounding is the site's
+        site_gemm<float>(plan_site(p), A, B, false, got, stream);
+        site_gemm<float>(s32, Aq, Bq, false, want, stream);
+        CHECK(same_bits(got, want));
+      }
+  // a format for both operands through input_a / input_b == `input`
+  const SitePolicy both = policy_from_toml("[site.\"attn.proj\"]\ninput_a = \"e4m3\"\ninput_b = \"e4m3\"", "t.toml")
+                              .at(Site::attn_proj);
+  SitePolicy in;
+  in.input = format_lookup("e4m3");
+  Matrix<float> g1(M, N), g2(M, N);
+  site_gemm<float>(both, A, Bt, true, g1, 5);
+  site_gemm<float>(in, A, Bt, true, g2, 5);
+  CHECK(same_bits(g1, g2));
 }
 
 TEST_CASE("forward: strict ps23 at attn.qk == strict fp32 there; close to native, not claimed equal") {

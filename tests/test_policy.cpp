@@ -104,7 +104,7 @@ TEST_CASE("policy: every error names the file, the line and the valid choices") 
   CHECK_THAT(parse("[site.\"layer.-1.ln\"]\n"), Contains("unknown site"));
   CHECK_THAT(parse("\n\n[site.\"attn.qk\"]\naccumulation = \"strict\"\nacumulator = \"ps4\"\n"),
              Contains("pol.toml:5") && Contains("unknown key 'acumulator'") &&
-                 Contains("accumulation, accumulator, block, input, output, rounding, seed, sr_bits"));
+                 Contains("accumulation, accumulator, block, input, input_a, input_b, output, rounding, seed, sr_bits"));
   CHECK_THAT(parse("[site.softmax]\naccumulation = \"strict\"\n"),
              Contains("unknown key 'accumulation'") && Contains("nonlinearity sites: input, output, rounding, seed, sr_bits"));
   CHECK_THAT(parse("[site.\"attn.qk\"]\naccumulation = \"strict\"\naccumulator = \"ps99\"\n"),
@@ -127,6 +127,12 @@ TEST_CASE("policy: every error names the file, the line and the valid choices") 
   CHECK_THAT(parse("[site.\"mlp.fc\"]\naccumulation = \"strict\"\naccumulator = \"ps23\"\nrounding = \"sr\"\n"),
              Contains("pol.toml:") && Contains("sr_bits"));
   CHECK_THAT(parse("[site.\"layer.1.lm_head\"]\n"), Contains("lm_head is not inside a layer"));
+  // per-operand inputs: a scheme or a format, not beside `input`, GEMM sites only
+  CHECK_THAT(parse("[site.\"mlp.fc\"]\ninput = \"bf16\"\ninput_a = \"mxfp4\"\n"),
+             Contains("pol.toml:3") && Contains("'input_a' and 'input'"));
+  CHECK_THAT(parse("[site.\"mlp.fc\"]\ninput_b = \"mxfp5\"\n"), Contains("pol.toml:2") && Contains("unknown format 'mxfp5'"));
+  CHECK_THAT(parse("[site.gelu]\ninput_a = \"mxfp4\"\n"), Contains("unknown key 'input_a'"));
+  CHECK_THAT(parse("[site.\"mlp.fc\"]\ninput_a = \"fp64\"\n"), Contains("does not fit binary32"));
   CHECK_THAT(parse("[site]\n\"attn.qk\" = 3\n"), Contains("must be a table"));
   CHECK_THAT(parse("site = 3\n"), Contains("'site' must hold"));
   CHECK_THAT(parse("[sites.\"attn.qk\"]\n"), Contains("pol.toml:1") && Contains("unknown key 'sites'") && Contains("known: site"));
@@ -134,6 +140,33 @@ TEST_CASE("policy: every error names the file, the line and the valid choices") 
   CHECK_THAT(error_of([] { load_policy("/nonexistent/policy.toml"); }), Contains("/nonexistent/policy.toml"));
   CHECK_THAT(error_of([] { lamp_policy(0); }), Contains("out of range 1..23"));
   CHECK_THAT(error_of([] { lamp_policy(24); }), Contains("out of range 1..23"));
+}
+
+TEST_CASE("policy: input_a / input_b take schemes (presets, case-insensitive) and formats; dx / dw too") {
+  const Policy p = policy_from_toml(R"([site."mlp.fc"]
+input_a = "MXFP8_E4M3"
+input_b = "e4m3"
+[site."mlp.fc".dw]
+input_a = "nvfp4"
+input_b = "deepseek_act"
+rounding = "sr"
+)", "t.toml");
+  const SitePolicy& f = p.at(Site::mlp_fc);
+  REQUIRE(f.input_a);
+  REQUIRE(f.input_a->scheme);
+  CHECK(f.input_a->scheme->name == "mxfp8_e4m3");
+  REQUIRE(f.input_b->format);
+  CHECK(f.input_b->format->name == "e4m3");
+  CHECK_FALSE(f.is_native());
+  const SitePolicy& dw = p.at(Site::mlp_fc, 0, Pass::dw);
+  CHECK(dw.input_a->scheme->two_level);
+  CHECK(dw.input_b->scheme->block_cols == 128);
+  CHECK_THAT(describe(p), Contains("input_a mxfp8_e4m3") && Contains("input_b e4m3") && Contains("input_b deepseek_act"));
+  // compiled: B's scheme block is transposed into its [K,N] orientation
+  const SitePlan plan = plan_site(dw);
+  CHECK(plan.input_b->scheme->block_rows == 128);
+  CHECK(plan.input_b->scheme->block_cols == 1);
+  CHECK(plan.input_a->scheme->block_cols == 16);
 }
 
 TEST_CASE("policy: load_policy reads a file and reports its path") {

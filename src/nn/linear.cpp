@@ -87,6 +87,19 @@ template void linear_backward<double>(const PolicyPlan&, Site, int, Index, const
 
 namespace {
 
+// An operand's own rounding (policy.h input_a / input_b) on x [rows, cols], in place: element
+// (i, j) draws index i·cols + j of `stream`. Saturated (clipped) scheme elements count as overflow.
+void round_operand(const OperandStep& o, Matrix<float>& x, uint64_t stream, SiteHealth* health) {
+  if (o.round) {
+    count_overflow<float>(health, x, o.round->max_finite);
+    round_array(o.round->plan, x.data(), x.data(), size_t(x.size()), stream);
+    return;
+  }
+  const SchemeStats st =
+      quantize_scheme<float>(*o.scheme, x.data(), x.data(), x.rows(), x.cols(), o.mode, o.sr_bits, o.seed, stream, 0);
+  if (health) detail::add_health(health, st.clipped);
+}
+
 // site_gemm (linear.h) with A given as [M,K], or as its transpose [K,M] when `at`.
 template <class T>
 void site_gemm_impl(const SitePlan& p, Eigen::Ref<const Matrix<T>> A, bool at, Eigen::Ref<const Matrix<T>> B,
@@ -100,7 +113,7 @@ void site_gemm_impl(const SitePlan& p, Eigen::Ref<const Matrix<T>> A, bool at, E
   if constexpr (std::is_same_v<T, double>)
     if (!p.is_native()) throw InputError("site_gemm<double> is the binary64 reference: native sites only");
 
-  if (p.gemm || p.input) {
+  if (p.gemm || p.input || p.input_a || p.input_b) {
     Matrix<float> Af(M, K);  // [M,K] row-major binary32
     if (at) Af = A.transpose().template cast<float>();
     else Af = A.template cast<float>();
@@ -108,13 +121,17 @@ void site_gemm_impl(const SitePlan& p, Eigen::Ref<const Matrix<T>> A, bool at, E
     if (bt) Bf = B.transpose().template cast<float>();
     else Bf = B.template cast<float>();
     if (p.input) count_overflow<float>(health, Af, p.input->max_finite), count_overflow<float>(health, Bf, p.input->max_finite);
+    if (p.input_a) round_operand(*p.input_a, Af, stream + kStreamA, health);
+    if (p.input_b) round_operand(*p.input_b, Bf, stream + kStreamB, health);
     if (p.gemm) {  // emulated: gemm() rounds the inputs itself (streams + kStreamA, + kStreamB)
       Matrix<double> Cd(M, N);  // [M,N] the accumulator values
       gemm(*p.gemm, Af.data(), Bf.data(), Cd.data(), size_t(M), size_t(N), size_t(K), stream);
       out = Cd.template cast<T>();
     } else {  // native with rounded operands, the same indices as gemm()
-      round_array(p.input->plan, Af.data(), Af.data(), size_t(M * K), stream + kStreamA);
-      round_array(p.input->plan, Bf.data(), Bf.data(), size_t(K * N), stream + kStreamB);
+      if (p.input) {
+        round_array(p.input->plan, Af.data(), Af.data(), size_t(M * K), stream + kStreamA);
+        round_array(p.input->plan, Bf.data(), Bf.data(), size_t(K * N), stream + kStreamB);
+      }
       if constexpr (std::is_same_v<T, float>) {
         native_product<float>(Af, false, Bf, false, out);
       } else {

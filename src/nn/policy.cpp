@@ -22,7 +22,8 @@ namespace {
 constexpr const char* kSiteNames[kSiteCount] = {"attn.qkv", "attn.qk", "attn.pv", "attn.proj", "mlp.fc",
                                                 "mlp.proj", "lm_head", "ln", "softmax", "gelu", "silu"};
 
-const char* kGemmKeys = "accumulation, accumulator, block, input, output, rounding, seed, sr_bits; sub-tables dx, dw";
+const char* kGemmKeys =
+    "accumulation, accumulator, block, input, input_a, input_b, output, rounding, seed, sr_bits; sub-tables dx, dw";
 const char* kNonlinearKeys = "input, output, rounding, seed, sr_bits";
 
 // "layer.<n>.<site>" → (n, site); "<site>" → (−1, site); nullopt otherwise.
@@ -41,11 +42,24 @@ std::optional<std::pair<int, Site>> parse_site_name(std::string_view name) {
   return std::pair{layer, *s};
 }
 
+// input_a / input_b: a scheme (a preset, or a .toml with an 'element' key) or a format.
+OperandQuant operand_quant(const std::string& name) {
+  OperandQuant q;
+  const auto presets = scheme_presets();
+  std::string lower = name;
+  for (char& c : lower) c = char(std::tolower(static_cast<unsigned char>(c)));
+  const bool toml_scheme = name.ends_with(".toml") && read_text_file(name, "input file").find("element") != std::string::npos;
+  if (std::find(presets.begin(), presets.end(), lower) != presets.end() || toml_scheme) q.scheme = scheme_lookup(name);
+  else q.format = format_lookup(name);
+  return q;
+}
+
 SitePolicy parse_site(Site site, const toml::table& t, const std::string& source, const std::string& where) {
   auto line = [&](const toml::node& n) { return fmt::format("{}:{}", source, n.source().begin.line); };
   const bool gemm_site = is_gemm(site);
   for (auto&& [k, v] : t) {
-    static const char* gemm_keys[] = {"accumulation", "accumulator", "block", "input", "output", "rounding", "seed", "sr_bits"};
+    static const char* gemm_keys[] = {"accumulation", "accumulator", "block", "input",   "input_a",
+                                      "input_b",      "output",      "rounding", "seed", "sr_bits"};
     static const char* nl_keys[] = {"input", "output", "rounding", "seed", "sr_bits"};
     bool known = gemm_site && !where.ends_with(".dx") && !where.ends_with(".dw") && (k.str() == "dx" || k.str() == "dw");
     if (gemm_site) { for (auto* g : gemm_keys) known |= k.str() == g; }
@@ -95,6 +109,17 @@ SitePolicy parse_site(Site site, const toml::table& t, const std::string& source
   p.input = get_format("input", true);
   p.output = get_format("output", true);
   if (!gemm_site) return p;
+  for (const char* key : {"input_a", "input_b"})
+    if (auto v = get_str(key)) {
+      if (p.input)
+        throw InputError(fmt::format("{}: site {}: '{}' and 'input' both round the operand; give one", line(*t.get(key)),
+                                     where, key));
+      auto& q = key[6] == 'a' ? p.input_a : p.input_b;
+      q = at_line(key, [&] { return operand_quant(*v); });
+      if (q->format && !fits_float(*q->format))
+        throw InputError(fmt::format("{}: {} format '{}' of site {} does not fit binary32 (the forward pass rounds "
+                                     "binary32 values)", line(*t.get(key)), key, q->format->name, where));
+    }
 
   if (auto a = get_str("accumulation"); a && *a != "native")
     p.accumulation = at_line("accumulation", [&] {
@@ -259,6 +284,26 @@ void validate(const SitePolicy& p, Site site) {
       if (!fits_float(**f))
         throw InputError(fmt::format("policy: site {}: format {} does not fit binary32", n, (*f)->name));
     }
+  if ((p.input_a || p.input_b) && !is_gemm(site))
+    throw InputError(fmt::format("policy: site {} is a nonlinearity: input_a / input_b are for GEMM sites", n));
+  if ((p.input_a || p.input_b) && p.input)
+    throw InputError(fmt::format("policy: site {}: input and input_a / input_b both round the operands", n));
+  for (const auto* q : {&p.input_a, &p.input_b})
+    if (*q) {
+      if ((*q)->format.has_value() == (*q)->scheme.has_value())
+        throw InputError(fmt::format("policy: site {}: an operand takes a format or a scheme", n));
+      if ((*q)->format) {
+        validate(*(*q)->format);
+        if (!fits_float(*(*q)->format))
+          throw InputError(fmt::format("policy: site {}: format {} does not fit binary32", n, (*q)->format->name));
+      } else {
+        validate(*(*q)->scheme);
+        const Format& e = (*q)->scheme->element;
+        if (p.rounding == Rounding::sr && p.sr_bits > 52 - e.precision())
+          throw InputError(fmt::format("policy: site {}: sr_bits {} > 52 − p = {} for scheme {}'s element {}", n,
+                                       p.sr_bits, 52 - e.precision(), (*q)->scheme->name, e.name));
+      }
+    }
   validate_sr_bits(p.sr_bits);
   try {
     if (p.accumulation) validate(p.gemm_spec(0));
@@ -389,6 +434,8 @@ std::string describe(const Policy& pol) {
     else if (is_gemm(site))
       parts.push_back("native acc");
     if (p.input) parts.push_back("input " + p.input->name);
+    if (p.input_a) parts.push_back("input_a " + p.input_a->name());
+    if (p.input_b) parts.push_back("input_b " + p.input_b->name());
     if (p.output) parts.push_back("output " + p.output->name);
     if (p.is_native()) parts.push_back("binary32");
     else if (p.rounding == Rounding::sr || p.rounding == Rounding::sre)
@@ -435,6 +482,14 @@ SitePlan plan_site(const SitePolicy& p) {
   };
   s.input = step(p.input);
   s.output = step(p.output);
+  auto operand = [&](const std::optional<OperandQuant>& q, bool transposed) -> std::optional<OperandStep> {
+    if (!q) return std::nullopt;
+    OperandStep o{step(q->format), q->scheme, p.rounding, p.sr_bits, p.seed};
+    if (o.scheme && transposed) std::swap(o.scheme->block_rows, o.scheme->block_cols);
+    return o;
+  };
+  s.input_a = operand(p.input_a, false);
+  s.input_b = operand(p.input_b, true);
   s.random = !p.is_native() && (p.rounding == Rounding::sr || p.rounding == Rounding::sre);
   return s;
 }

@@ -26,6 +26,18 @@
 //   accumulator  = format       required unless native; the accumulator of gemm.h's GemmSpec
 //   block        = k_b          only with blocked (default 32)
 //   input        = format       round both operands to it first (native too)
+//   input_a, input_b = format or scheme   one operand's own rounding instead (not with `input`):
+//                  a format rounds it element-wise (as `input` does); a scaled scheme (scheme.h:
+//                  mxfp8_e4m3, nvfp4, deepseek_act, … or a scheme .toml) quantises it with its
+//                  blocks along the reduction dimension: A [M,K] takes the scheme's block as given,
+//                  B in its [K,N] orientation the block transposed (so [1, 32] runs along K for
+//                  both, and int8_channel's per-row block is per output channel of a weight
+//                  [out, in]). Random words: A's element (i, k) index i·K + k of stream + 1, B's
+//                  (k, j) index k·N + j of stream + 2, as `input`. Saturated scheme elements count
+//                  as the site's overflows. At the attention sites the operands are those of each
+//                  call (a block of 64 queries against keys 0..its end; with random rounding one
+//                  query row), so a scheme whose blocks span more than the reduction dimension
+//                  (per tensor, 128×128) sees that call's operand.
 //   output       = format       round the site's result: (A·B) / divisor + bias, in binary32
 //   rounding     = mode         for every rounding at the site (input, accumulator, output); rne
 //   seed, sr_bits               randomness of sr / sre (round_array.h); defaults 0 and 32
@@ -82,6 +94,7 @@
 #include "core/format.h"
 #include "core/gemm.h"  // defines: GemmSpec, GemmPlan
 #include "core/round_array.h"  // defines: RoundPlan
+#include "core/scheme.h"
 #include "nn/lamp.h"
 #include "nn/model.h"
 #include "nn/site.h"  // defines: Site, Pass
@@ -93,17 +106,26 @@ bool is_gemm(Site s);                                // attn.*, mlp.*, lm_head
 std::optional<Site> site_from_string(std::string_view name);
 std::string site_names();                            // "attn.qkv, attn.qk, ..., silu"
 
+// One GEMM operand's own rounding (input_a / input_b): element-wise to a format, or a scaled
+// scheme (exactly one of the two).
+struct OperandQuant {
+  std::optional<Format> format;
+  std::optional<Scheme> scheme;
+  const std::string& name() const { return format ? format->name : scheme->name; }
+};
+
 struct SitePolicy {
   std::optional<Accumulation> accumulation;  // GEMM sites; nullopt = native (Eigen, binary32)
   std::optional<Format> accumulator;         // set iff accumulation is set
   int block = 32;                            // k_b for blocked
   std::optional<Format> input, output;       // rounding of the operands / of the result
+  std::optional<OperandQuant> input_a, input_b;  // GEMM sites: each operand's own (not with input)
   Rounding rounding = Rounding::rne;
   int sr_bits = 32;
   uint64_t seed = 0;
 
   // Plain binary32: native accumulation and no rounding at all.
-  bool is_native() const { return !accumulation && !input && !output; }
+  bool is_native() const { return !accumulation && !input && !output && !input_a && !input_b; }
   // The emulated GEMM's spec (accumulation must be set), input rounding included; gemm() uses
   // streams `stream` .. `stream` + 2 (gemm.h).
   GemmSpec gemm_spec(uint64_t stream) const;
@@ -171,11 +193,22 @@ struct RoundStep {
 
 // A site entry compiled: the emulated GEMM's plan and the roundings' plans, so a call (~10⁵ per
 // site and GPT-2-small forward at the attention sites) neither validates nor throws.
+// input_a / input_b compiled: a rounding, or a scheme whose block is in the operand's own
+// orientation (A [M,K]; B [K,N]: transposed), with the site's mode and randomness.
+struct OperandStep {
+  std::optional<RoundStep> round;
+  std::optional<Scheme> scheme;
+  Rounding mode = Rounding::rne;
+  int sr_bits = 32;
+  uint64_t seed = 0;
+};
+
 struct SitePlan {
   std::optional<GemmPlan> gemm;            // GEMM sites: strict / unfused / blocked; nullopt: native
   std::optional<RoundStep> input, output;  // the operands' / the result's rounding
+  std::optional<OperandStep> input_a, input_b;  // or each operand's own
   bool random = false;                     // draws random words (sr / sre at some rounding)
-  bool is_native() const { return !gemm && !input && !output; }
+  bool is_native() const { return !gemm && !input && !output && !input_a && !input_b; }
 };
 
 // InputError where the entry's calls would have failed: GemmSpec validation, an input or output
