@@ -258,6 +258,25 @@ TEST_CASE("saved-activation quantisation: the definition, and its effect on the 
         INFO("bits " << bits << " block " << block << " " << to_string(rd));
         CHECK(ok);
       }
+  // a scheme: quantize_scheme with the block transposed (blocks along the tokens)
+  for (const char* name : {"mxfp8_e4m3", "deepseek_act", "nvfp4"}) {
+    SavedQuant q;
+    q.scheme = scheme_lookup(name);
+    q.rounding = Rounding::sr;
+    q.seed = 11;
+    std::vector<float> out(x.size()), want(x.size());
+    quantize_saved<float>(x.data(), out.data(), 6, 40, q, 5);
+    Scheme t = *q.scheme;
+    std::swap(t.block_rows, t.block_cols);
+    quantize_scheme<float>(t, x.data(), want.data(), 6, 40, Rounding::sr, 32, 11, 5, 0);
+    INFO(name);
+    CHECK(mantis::test::same_bits(out, want));
+    CHECK(q.active());
+    CHECK(q.label() == name);
+  }
+  SavedQuant both{4, 0, Rounding::rne, 0};
+  both.scheme = scheme_lookup("mxfp4");
+  CHECK_THROWS_AS(validate(both), InputError);
   CHECK_THROWS_AS(validate(SavedQuant{1, 0, Rounding::rne, 0}), InputError);
   CHECK_THROWS_AS(validate(SavedQuant{4, 0, Rounding::rz, 0}), InputError);
 

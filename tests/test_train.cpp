@@ -145,13 +145,18 @@ TEST_CASE("the controller chooses saved-activation paths per step and sees every
     CHECK((u.path.saved.bits == 4) == quantised);
     CHECK((u.act.err_sq > 0) == quantised);
   }
-  // all units at 4 bits: a different but finite run
+  // all units at 4 bits, or through a scaled scheme: different but finite runs
   TrainConfig q = tiny("gpt2", "", "[activation_quant]\nbits = 4\nblock = 16\n");
-  Trainer tq(q), tf(tiny("gpt2", ""));
+  TrainConfig m = tiny("gpt2", "", "[activation_quant]\nscheme = \"mxfp4\"\nrounding = \"sr\"\n");
+  REQUIRE(m.act_quant.scheme);
+  CHECK(m.act_quant.label() == "mxfp4");
+  Trainer tq(q), tf(tiny("gpt2", "")), tm(m);
   for (int s = 0; s < 3; ++s) {
-    const auto a = tq.step(), b = tf.step();
+    const auto a = tq.step(), b = tf.step(), c = tm.step();
     CHECK(std::isfinite(a.loss));
+    CHECK(std::isfinite(c.loss));
     if (s > 0) CHECK(a.loss != b.loss);
+    if (s > 0) CHECK(c.loss != b.loss);
   }
 }
 
@@ -173,6 +178,8 @@ TEST_CASE("training: bad configurations, a resume from another run, a diverging 
   CHECK_THAT(err("[train]\nlr = \"fast\"\n"), Catch::Contains("'lr' in [train] must be a number"));
   CHECK_THAT(err("[model]\ndim = 30\nheads = 4\n"), Catch::Contains("not divisible"));
   CHECK_THAT(err("[activation_quant]\nbits = 9\n"), Catch::Contains("bits = 9"));
+  CHECK_THAT(err("[activation_quant]\nbits = 4\nscheme = \"mxfp4\"\n"), Catch::Contains("replaces bits"));
+  CHECK_THAT(err("[activation_quant]\nscheme = \"mxfp5\"\n"), Catch::Contains("unknown scheme 'mxfp5'"));
   CHECK_THAT(err("[data]\ntokenizer = \"sp\"\n"), Catch::Contains("unknown tokenizer 'sp'"));
   CHECK_THAT(err("[train]\nsteps = 0\n"), Catch::Contains("must be ≥ 1"));
   CHECK_THAT(err("[optimizer]\nname = \"lion\"\n"), Catch::Contains("bad.toml: [optimizer] name = 'lion' (known: adamw"));

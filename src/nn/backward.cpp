@@ -46,7 +46,15 @@ std::vector<std::string> unit_parameters(const ModelConfig& c, int l, Unit u) {
   return names;
 }
 
+std::string SavedQuant::label() const { return scheme ? scheme->name : std::to_string(bits); }
+
 void validate(const SavedQuant& q) {
+  if (q.scheme) {
+    if (q.bits != 0 || q.block != 0)
+      throw InputError(fmt::format("saved-activation quantisation: scheme {} replaces bits and block (give one)",
+                                   q.scheme->name));
+    validate(*q.scheme);
+  }
   if (q.bits != 0 && (q.bits < 2 || q.bits > 8))
     throw InputError(fmt::format("saved-activation quantisation: bits = {} (0 for exact, or 2..8)", q.bits));
   if (q.block < 0) throw InputError(fmt::format("saved-activation quantisation: block = {} < 0", q.block));
@@ -56,6 +64,13 @@ void validate(const SavedQuant& q) {
 
 template <class T>
 void quantize_saved(const T* x, T* out, size_t rows, size_t cols, const SavedQuant& q, uint64_t stream) {
+  if (q.scheme) {
+    Scheme s = *q.scheme;
+    std::swap(s.block_rows, s.block_cols);  // blocks along the tokens: the dW GEMM's reduction
+    const int sr_bits = std::min(32, 52 - s.element.precision());
+    quantize_scheme<T>(s, x, out, int64_t(rows), int64_t(cols), q.rounding, sr_bits, q.seed, stream, 0);
+    return;
+  }
   if (q.bits == 0) {
     if (out != x) std::copy(x, x + rows * cols, out);
     return;
@@ -131,7 +146,7 @@ class Saved {
   const Matrix<T>& get(int l, Unit u, const Matrix<T>& x) {
     const SavedQuant q = opt_.saved ? opt_.saved(l, u) : SavedQuant{};
     const Matrix<T>* use = &x;
-    if (q.bits != 0) {
+    if (q.active()) {
       validate(q);
       buf_.resize(x.rows(), x.cols());
       const uint64_t stream = saved_stream(opt_.step, l, u);

@@ -32,10 +32,12 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
 
+#include "core/scheme.h"
 #include "nn/forward.h"
 #include "nn/grad.h"  // defines: GradMap, zero_grads
 
@@ -51,8 +53,16 @@ struct SavedQuant {
   int block = 0;      // 0: one scale per row (token); else per `block` consecutive elements of a row
   Rounding rounding = Rounding::rne;  // rne or sr
   uint64_t seed = 0;
+  // Instead of bits / block: a scaled scheme (core/scheme.h), its blocks along the dW GEMM's
+  // reduction dimension, the tokens: x [T, C] takes the scheme's block transposed (MX's 1×32
+  // becomes 32 tokens × 1 feature, DeepSeek's 1×128 activation tiles 128×1, as in its Wgrad).
+  // Element (t, c) draws index t·C + c (sr: min(32, 52 − p) random bits).
+  std::optional<Scheme> scheme;
+  bool active() const { return bits != 0 || scheme.has_value(); }
+  std::string label() const;  // "0", "4", or the scheme's name (units.csv)
 };
-// InputError unless bits ∈ {0, 2..8}, block ≥ 0, rounding rne or sr.
+// InputError unless bits ∈ {0, 2..8}, block ≥ 0, rounding rne or sr, and a scheme (valid) comes
+// without bits or block.
 void validate(const SavedQuant& q);
 
 // Quantise x [rows, cols] row-major into out (may alias x) per SavedQuant (header comment).

@@ -186,9 +186,18 @@ TrainConfig train_config_from_toml(const std::string& text, const std::string& p
 
   const auto* prec = r.table("precision", {"policy"});
   r.get(prec, "precision", "policy", c.policy);
-  const auto* aq = r.table("activation_quant", {"bits", "block", "rounding", "seed"});
+  const auto* aq = r.table("activation_quant", {"bits", "block", "rounding", "seed", "scheme"});
   r.get(aq, "activation_quant", "bits", c.act_quant.bits);
   r.get(aq, "activation_quant", "block", c.act_quant.block);
+  std::string scheme;
+  r.get(aq, "activation_quant", "scheme", scheme);
+  if (!scheme.empty()) {
+    try {
+      c.act_quant.scheme = scheme_lookup(scheme);
+    } catch (const InputError& e) {
+      throw InputError(fmt::format("{}: [activation_quant]: {}", path, e.what()));
+    }
+  }
   std::string rounding = "rne";
   r.get(aq, "activation_quant", "rounding", rounding);
   c.act_quant.rounding = rounding_from_string(rounding);

@@ -12,7 +12,7 @@
 //                checkpoint_every
 //   [optimizer]  name (the registry's, optim/optimizer.h; default adamw) and that optimizer's keys
 //   [precision]  policy (policy_from_spec)
-//   [activation_quant]  bits, block, rounding, seed (nn/backward.h SavedQuant)
+//   [activation_quant]  bits, block, rounding, seed, or scheme (a scaled format) (nn/backward.h SavedQuant)
 #pragma once
 
 #include <cstdint>

@@ -186,7 +186,7 @@ StepRecord Trainer::step() {
   for (auto& u : units) {
     const double rms = u.act.count ? std::sqrt(u.act.sum_sq / double(u.act.count)) : 0;
     const double qerr = u.act.sum_sq > 0 ? std::sqrt(u.act.err_sq / u.act.sum_sq) : 0;
-    unit_rows_.push_back(fmt::format("{},{},{},{},{},{},{},{}", step_, u.layer, to_string(u.unit), u.path.saved.bits,
+    unit_rows_.push_back(fmt::format("{},{},{},{},{},{},{},{}", step_, u.layer, to_string(u.unit), u.path.saved.label(),
                                      fmt_num(u.grad_norm), fmt_num(rms), fmt_num(u.act.absmax), fmt_num(qerr)));
   }
   log_.push_back(rec);

@@ -25,7 +25,8 @@
 //   log.csv                step,loss,val_loss,lr,grad_norm,tokens,seconds,state_bytes (val_loss empty
 //                          when not run; state_bytes: the optimizer's after the step, empty for rows
 //                          resumed from a checkpoint that did not record it)
-//   units.csv              step,layer,unit,bits,grad_norm,act_rms,act_absmax,quant_rel_rms
+//   units.csv              step,layer,unit,bits,grad_norm,act_rms,act_absmax,quant_rel_rms (bits: k, 0 when
+//                          exact, or the scheme's name)
 //   checkpoint-<step>/     model.safetensors + config.json (checkpoint.h), optimizer.bin (the
 //                          optimizer's state tensors, indexed in trainer.json with each one's dtype
 //                          and shape), trainer.json, manifest.json (each of those files' size and
