@@ -63,6 +63,49 @@ TEST_CASE("strict, unfused and blocked GEMM == MPFR reference on random shapes")
       }
 }
 
+TEST_CASE("promoted and tensor-core accumulation == MPFR reference (every mode, ragged blocks, wide data)") {
+  const Rounding modes[] = {Rounding::rne, Rounding::rz, Rounding::ru, Rounding::rd, Rounding::ro, Rounding::sr,
+                            Rounding::sre};
+  uint64_t seed = 300;
+  for (const char* fname : {"ps13", "bf16", "fp32", "fp16", "e5m2"})
+    for (Rounding m : modes)
+      for (Accumulation acc : {Accumulation::promoted, Accumulation::tensor_core}) {
+        GemmSpec s{.acc = format_lookup(fname), .acc_mode = m, .accumulation = acc};
+        s.block = int(1 + seed % 9) * (acc == Accumulation::promoted ? 3 : 1);
+        s.align_bits = int(8 + seed % 17);
+        s.seed = seed;
+        if (m == Rounding::sr) s.sr_bits = std::min(32, 52 - s.acc.precision());
+        const size_t M = 1 + seed % 4, N = 1 + (seed * 7) % 11, K = 1 + (seed * 13) % 90;
+        check(s, M, N, K, seed, seed % 2 == 0);
+        ++seed;
+      }
+  for (const TensorCorePreset& p : tensor_core_presets()) {
+    GemmSpec s{.acc = format_lookup(p.accumulator), .acc_mode = p.mode, .accumulation = Accumulation::tensor_core};
+    s.block = p.block, s.align_bits = p.align_bits;
+    check(s, 3, 7, 200, 5, true);
+  }
+  // the model on a hand-made block: 1 + 2^-30 + 2^-30 with F = 24 truncates both small terms away
+  std::vector<float> a = {1.0f, 0x1p-30f, 0x1p-30f}, b = {1.0f, 1.0f, 1.0f};
+  GemmSpec tc{.acc = format_lookup("fp32"), .acc_mode = Rounding::rz, .accumulation = Accumulation::tensor_core};
+  tc.block = 4, tc.align_bits = 24;
+  CHECK(dot(a.data(), b.data(), 3, tc) == 1.0);
+  tc.align_bits = 30;  // kept
+  CHECK(dot(a.data(), b.data(), 3, tc) == 1.0);  // 1 + 2^-29 rounded toward zero in binary32: 1
+  tc.acc = format_lookup("e11m40");
+  CHECK_THROWS_WITH(validate(tc), Catch::Contains("2^1000"));  // an accumulator reaching 2^1023: no exact binary64 sum
+  tc.acc = format_lookup("e11m40");
+  tc.acc.emax = 900;
+  CHECK(dot(a.data(), b.data(), 3, tc) == 1.0 + 0x1p-29);
+  // promoted: chunks of 2 in ps4, promoted into binary32
+  GemmSpec pr{.acc = format_lookup("ps4"), .acc_mode = Rounding::rne, .accumulation = Accumulation::promoted};
+  pr.block = 2;
+  std::vector<float> x = {1.0f, 0.0625f, 1.0f, 0.0625f}, y = {1.0f, 1.0f, 1.0f, 1.0f};
+  CHECK(dot(x.data(), y.data(), 4, pr) == 2.125);  // each chunk 1.0625 is exact in ps4; 2.125 in binary32
+  GemmSpec bad = tc;
+  bad.align_bits = 50, bad.block = 32;
+  CHECK_THROWS_AS(validate(bad), InputError);
+}
+
 TEST_CASE("input-format rounding before the product") {
   GemmSpec s{.acc = format_lookup("fp32"), .acc_mode = Rounding::rne};
   for (const char* in : {"e4m3", "bf16", "e5m2", "fp4_e2m1", "p3109_p3", "int4"})

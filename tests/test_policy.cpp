@@ -104,7 +104,8 @@ TEST_CASE("policy: every error names the file, the line and the valid choices") 
   CHECK_THAT(parse("[site.\"layer.-1.ln\"]\n"), Contains("unknown site"));
   CHECK_THAT(parse("\n\n[site.\"attn.qk\"]\naccumulation = \"strict\"\nacumulator = \"ps4\"\n"),
              Contains("pol.toml:5") && Contains("unknown key 'acumulator'") &&
-                 Contains("accumulation, accumulator, block, input, input_a, input_b, output, rounding, seed, sr_bits"));
+                 Contains("accumulation, accumulator, align_bits, block, input, input_a, input_b, output, rounding, seed, "
+                      "sr_bits, tensor_core"));
   CHECK_THAT(parse("[site.softmax]\naccumulation = \"strict\"\n"),
              Contains("unknown key 'accumulation'") && Contains("nonlinearity sites: input, output, rounding, seed, sr_bits"));
   CHECK_THAT(parse("[site.\"attn.qk\"]\naccumulation = \"strict\"\naccumulator = \"ps99\"\n"),
@@ -167,6 +168,43 @@ rounding = "sr"
   CHECK(plan.input_b->scheme->block_rows == 128);
   CHECK(plan.input_b->scheme->block_cols == 1);
   CHECK(plan.input_a->scheme->block_cols == 16);
+}
+
+TEST_CASE("policy: promoted and tensor-core accumulation, tensor-core presets") {
+  const Policy p = policy_from_toml(R"([site."attn.qk"]
+tensor_core = "hopper_fp8"
+[site."mlp.fc"]
+accumulation = "promoted"
+accumulator = "ps13"
+block = 128
+[site."mlp.proj"]
+tensor_core = "v100_fp16"
+align_bits = 26
+rounding = "rne"
+)", "t.toml");
+  const SitePolicy& qk = p.at(Site::attn_qk);
+  CHECK(qk.accumulation == Accumulation::tensor_core);
+  CHECK(qk.block == 32);
+  CHECK(qk.align_bits == 13);
+  CHECK(qk.accumulator->name == "fp32");
+  CHECK(qk.rounding == Rounding::rz);
+  const SitePolicy& fc = p.at(Site::mlp_fc);
+  CHECK(fc.accumulation == Accumulation::promoted);
+  CHECK(fc.block == 128);
+  const SitePolicy& pr = p.at(Site::mlp_proj);
+  CHECK(pr.align_bits == 26);  // given beside the preset: kept
+  CHECK(pr.block == 4);
+  CHECK(pr.rounding == Rounding::rne);
+  CHECK_THAT(describe(p), Contains("tensor_core acc fp32 (k_b = 32, F = 13)") && Contains("promoted acc ps13 (k_b = 128)"));
+  auto parse = [](const std::string& text) { return error_of([&] { policy_from_toml(text, "pol.toml"); }); };
+  CHECK_THAT(parse("[site.\"attn.qk\"]\ntensor_core = \"b200\"\n"), Contains("unknown tensor-core preset 'b200'") &&
+                                                                     Contains("hopper_fp8"));
+  CHECK_THAT(parse("[site.\"attn.qk\"]\ntensor_core = \"v100_fp16\"\naccumulation = \"strict\"\n"),
+             Contains("tensor_core = \"v100_fp16\" with accumulation = \"strict\""));
+  CHECK_THAT(parse("[site.\"attn.qk\"]\naccumulation = \"strict\"\naccumulator = \"fp32\"\nalign_bits = 10\n"),
+             Contains("'align_bits' needs accumulation = \"tensor_core\""));
+  CHECK_THAT(parse("[site.\"attn.qk\"]\naccumulation = \"tensor_core\"\naccumulator = \"fp32\"\nalign_bits = 52\n"),
+             Contains("align_bits = 52"));
 }
 
 TEST_CASE("policy: load_policy reads a file and reports its path") {

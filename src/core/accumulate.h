@@ -10,6 +10,10 @@
 //               acc ← round(sum_value(acc, p))                                 word unfused_sum_index(o, K, k)
 //   blocked:    c ← chunk_step(c, a_k, b_k) over the chunk's k in order (c₀ = 0),
 //               acc ← round(sum_value(acc, c))                                 word blocked_index(o, chunk_count(K, kb), chunk)
+//   promoted:   per chunk of kb: p ← round(strict_value(p, a_k, b_k)) over its k (p₀ = 0)   word strict_index(o, K, k)
+//               then f ← promote_step(f, p), the binary32 accumulator (f₀ = 0; the output is f)
+//   tensor_core: per block of kb products, s ← tc_block_sum(acc, the block's a_k·b_k, F),
+//               acc ← round(s)                                                 word blocked_index(o, chunk_count(K, kb), chunk)
 #pragma once
 
 #include <cstddef>
@@ -48,6 +52,56 @@ MANTIS_HD float chunk_step(float c, float a, float b) {
 }
 
 MANTIS_HD size_t chunk_count(size_t K, size_t kb) { return (K + kb - 1) / kb; }
+
+// promoted: f + p rounded to nearest binary32 (DeepSeek-V3's promotion of a chunk's limited-
+// precision sum into an FP32 accumulator), from the exact sum's round-to-odd value.
+MANTIS_HD double promote_step(double f, double p) { return double(float(sum_value(f, p))); }
+
+// ⌊log2 |t|⌋ of a finite nonzero t.
+MANTIS_HD int floor_log2(double t) {
+  int e;
+#if defined(__CUDA_ARCH__)
+  frexp(t, &e);
+#else
+  std::frexp(t, &e);
+#endif
+  return e - 1;
+}
+
+// t truncated toward zero to a multiple of 2^g (exact: the quotient's integer part, scaled back).
+MANTIS_HD double truncate_to(double t, int g) {
+#if defined(__CUDA_ARCH__)
+  return ldexp(trunc(ldexp(t, -g)), g);
+#else
+  return std::ldexp(std::trunc(std::ldexp(t, -g)), g);
+#endif
+}
+
+// tensor_core (the block-FMA model of Fasi, Higham, Mikaitis and Pranesh, "Numerical behavior of
+// NVIDIA tensor cores", 2021): the n exact products a[k]·b[k·ldb] and the accumulator value acc
+// are each truncated toward zero to a multiple of 2^(e_max − F), e_max the largest ⌊log2|t|⌋
+// among the nonzero terms, and summed exactly (in binary64: gemm.h validates F and the block so
+// that the sum fits 53 bits). All terms zero: +0. A non-finite term (an inf or NaN operand, an
+// accumulator that overflowed to inf): the plain binary64 sum, which is then ±inf or NaN.
+MANTIS_HD double tc_block_sum(double acc, const float* a, const float* b, size_t ldb, size_t n, int F) {
+  double plain = acc;
+  for (size_t k = 0; k < n; ++k) plain += exact_product(a[k], b[k * ldb]);
+  if (!(plain - plain == 0)) return plain;  // not finite (no finite terms sum past binary64's range)
+  int emax = acc != 0 ? floor_log2(acc) : -100000;
+  for (size_t k = 0; k < n; ++k) {
+    const double t = exact_product(a[k], b[k * ldb]);
+    if (t != 0) {
+      const int e = floor_log2(t);
+      emax = e > emax ? e : emax;
+    }
+  }
+  if (emax == -100000) return 0.0;
+  const int g = emax - F;
+  double s = 0.0;  // from +0, as an exact sum (truncated −0 terms leave it +0)
+  s += truncate_to(acc, g);
+  for (size_t k = 0; k < n; ++k) s += truncate_to(exact_product(a[k], b[k * ldb]), g);
+  return s;
+}
 
 // The random-word index (in (seed, stream)) of each rounding of output o.
 MANTIS_HD uint64_t strict_index(uint64_t o, uint64_t K, uint64_t k) { return o * K + k; }

@@ -27,8 +27,18 @@ void validate(const GemmSpec& s) {
   if (s.acc_mode == Rounding::sr && s.sr_bits > 52 - p)
     throw InputError(fmt::format("sr accumulation in {} (μ = {}) is exact only with sr_bits ≤ {}; got {}",
                                  s.acc.name, s.acc.mu, 52 - p, s.sr_bits));
-  if (s.accumulation == Accumulation::blocked && s.block < 1)
-    throw InputError(fmt::format("blocked accumulation needs a block size ≥ 1, got {}", s.block));
+  if (s.accumulation != Accumulation::strict && s.accumulation != Accumulation::unfused && s.block < 1)
+    throw InputError(fmt::format("{} accumulation needs a block size ≥ 1, got {}", to_string(s.accumulation), s.block));
+  if (s.accumulation == Accumulation::tensor_core) {
+    int lg = 0;  // ⌈log2(block + 1)⌉: the exact sum of block + 1 terms of F + 1 bits must fit binary64
+    while ((int64_t(1) << lg) < int64_t(s.block) + 1) ++lg;
+    if (s.align_bits < 0 || s.align_bits + 1 + lg > 53)
+      throw InputError(fmt::format("tensor_core: align_bits = {} with a block of {} (F + 1 + ⌈log2(block + 1)⌉ "
+                                   "must be ≤ 53 for an exact sum)", s.align_bits, s.block));
+    if (s.acc.emax > 1000)
+      throw InputError(fmt::format("tensor_core: accumulator {} reaches 2^{} (at most 2^1000: the block sums are exact "
+                                   "binary64)", s.acc.name, s.acc.emax));
+  }
   if (s.input) {
     validate(*s.input);
     if (!fits_float(*s.input))
@@ -37,15 +47,41 @@ void validate(const GemmSpec& s) {
 }
 
 Accumulation accumulation_from_string(const std::string& s) {
-  if (s == "strict") return Accumulation::strict;
-  if (s == "unfused") return Accumulation::unfused;
-  if (s == "blocked") return Accumulation::blocked;
-  throw InputError(fmt::format("unknown accumulation '{}' (known: strict, unfused, blocked)", s));
+  for (Accumulation a : {Accumulation::strict, Accumulation::unfused, Accumulation::blocked, Accumulation::promoted,
+                         Accumulation::tensor_core})
+    if (s == to_string(a)) return a;
+  throw InputError(fmt::format("unknown accumulation '{}' (known: strict, unfused, blocked, promoted, tensor_core)", s));
 }
 
 const char* to_string(Accumulation a) {
-  static const char* n[] = {"strict", "unfused", "blocked"};
+  static const char* n[] = {"strict", "unfused", "blocked", "promoted", "tensor_core"};
   return n[int(a)];
+}
+
+const std::vector<TensorCorePreset>& tensor_core_presets() {
+  static const std::vector<TensorCorePreset> p = {
+      {"v100_fp16", 4, 24, "fp32", Rounding::rz,
+       "Fasi, Higham, Mikaitis, Pranesh, Numerical behavior of NVIDIA tensor cores (PeerJ CS 2021), V100 with "
+       "binary16 inputs and a binary32 accumulator: exact products, 4-term blocks with the accumulator aligned to the "
+       "largest exponent, bits shifted past the binary32 significand truncated, normalisation toward zero. The "
+       "paper's description; not compared with hardware here"},
+      {"a100_fp16", 8, 24, "fp32", Rounding::rz,
+       "the same model with the 8-term blocks Fasi et al. report for the A100 (binary16 / bfloat16 inputs); "
+       "whether the A100 keeps extra alignment bits is not settled by the paper: an assumption"},
+      {"hopper_fp8", 32, 13, "fp32", Rounding::rz,
+       "DeepSeek-V3 technical report (arXiv 2412.19437, §3.3.2): FP8 GEMMs on H800 tensor cores keep about 14 bits "
+       "of accumulation precision. F = 13, the 32-product block (one WGMMA's K for FP8) and truncation are "
+       "assumptions"}};
+  return p;
+}
+
+const TensorCorePreset& tensor_core_preset(const std::string& name) {
+  std::string known;
+  for (const TensorCorePreset& p : tensor_core_presets()) {
+    if (name == p.name) return p;
+    known += (known.empty() ? "" : ", ") + std::string(p.name);
+  }
+  throw InputError(fmt::format("unknown tensor-core preset '{}' (known: {})", name, known));
 }
 
 const char* to_string(GemmKernel k) {
@@ -71,12 +107,45 @@ void round_step(double* dst, double* v, size_t N, const Target<double>& t, Value
     for (size_t j = 0; j < N; ++j) dst[j] = round_value<M>(v[j], t, word(j));
 }
 
+// gemm_row for the hardware models (promoted, tensor_core; accumulate.h): per output, sequential.
+template <Rounding M>
+void gemm_row_hw(const float* a, const float* B, size_t ldb, double* acc, double* v, double* f, uint64_t o0,
+                 size_t N, size_t K, const Target<double>& t, const GemmPlan& s, uint64_t stream) {
+  constexpr bool kRandom = is_stochastic(M);
+  const size_t kb = s.block, nchunks = chunk_count(K, kb);
+  for (size_t j = 0; j < N; ++j) acc[j] = 0.0, f[j] = 0.0;
+  for (size_t c = 0; c < nchunks; ++c) {
+    const size_t k0 = c * kb, k1 = std::min(K, k0 + kb);
+    if (s.accumulation == Accumulation::promoted) {
+      for (size_t j = 0; j < N; ++j) v[j] = 0.0;  // the chunk's sum p
+      for (size_t k = k0; k < k1; ++k) {
+        const float ak = a[k];
+        const float* b = B + k * ldb;
+        round_step<M>(v, acc, N, t, [&](size_t j) { return strict_value(v[j], ak, b[j]); },
+                      [&](size_t j) { return kRandom ? random_word(s.seed, stream, strict_index(o0 + j, K, k)) : 0u; });
+      }
+      for (size_t j = 0; j < N; ++j) f[j] = promote_step(f[j], v[j]);
+    } else {
+      for (size_t j = 0; j < N; ++j) {
+        const double sum = tc_block_sum(acc[j], a + k0, B + k0 * ldb + j, ldb, k1 - k0, s.align_bits);
+        acc[j] = round_value<M>(sum, t, kRandom ? random_word(s.seed, stream, blocked_index(o0 + j, nchunks, c)) : 0u);
+      }
+    }
+  }
+  if (s.accumulation == Accumulation::promoted)
+    for (size_t j = 0; j < N; ++j) acc[j] = f[j];
+}
+
 // N consecutive outputs o0 + j (j < N) of one row of C: a[K] the row of A, B its columns (row k
 // at B + k·ldb), acc[N] the accumulators (binary64 values of the accumulator format); v[N], prod[N]
 // and chunk[N] are scratch. The j-loops vectorise; k stays sequential per output.
 template <Rounding M>
 void gemm_row(const float* a, const float* B, size_t ldb, double* acc, double* v, double* prod, float* chunk,
               uint64_t o0, size_t N, size_t K, const Target<double>& t, const GemmPlan& s, uint64_t stream) {
+  if (s.accumulation == Accumulation::promoted || s.accumulation == Accumulation::tensor_core) {
+    gemm_row_hw<M>(a, B, ldb, acc, v, prod, o0, N, K, t, s, stream);
+    return;
+  }
   constexpr bool kRandom = is_stochastic(M);
   for (size_t j = 0; j < N; ++j) acc[j] = 0.0;
   // The steps and word indices of accumulate.h.
@@ -150,6 +219,7 @@ GemmPlan plan_gemm(const GemmSpec& s) {
   GemmPlan p;
   p.accumulation = s.accumulation;
   p.block = size_t(s.block);
+  p.align_bits = s.align_bits;
   p.acc_mode = s.acc_mode;
   p.seed = s.seed;
   p.acc = make_target<double>(s.acc, s.sr_bits);

@@ -6,6 +6,15 @@
 //   unfused:          acc ← round(acc + round(a_k·b_k))      for k = 0..K−1 in order
 //   blocked(k_b):     c ← binary32 RNE fused sum of the chunk's products, in order (c₀ = 0),
 //                     then acc ← round(acc + c), chunk by chunk
+//   promoted(k_b):    p ← round(a_k·b_k + p) over the chunk (p₀ = 0, strict in the accumulator
+//                     format), then f ← RN₃₂(f + p): a chunk's limited-precision sum promoted into a
+//                     binary32 accumulator f, chunk by chunk; the output is f (DeepSeek-V3, §3.3.2:
+//                     FP8 products summed on the tensor cores, promoted to FP32 every 128)
+//   tensor_core(k_b, F): per block of k_b products, the block's exact products and acc are each
+//                     truncated toward zero to a multiple of 2^(e_max − F) (e_max: the largest
+//                     exponent among them), summed exactly, and acc ← round(sum): the block-FMA
+//                     model of NVIDIA tensor cores (Fasi, Higham, Mikaitis, Pranesh 2021); presets
+//                     in tensor_core_presets()
 // Each rounding is of the exact value (products of binary32 are exact in binary64; sums are made
 // exact by round-to-odd, round.h add_round_odd). Optionally A and B are first rounded to an input
 // format. The k-loop of every output is sequential, so results are bit-identical to the scalar
@@ -22,6 +31,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <optional>
+#include <string>
+#include <vector>
 
 #include "core/format.h"
 #include "core/round.h"
@@ -29,13 +40,14 @@
 
 namespace mantis {
 
-enum class Accumulation : uint8_t { strict, unfused, blocked };
+enum class Accumulation : uint8_t { strict, unfused, blocked, promoted, tensor_core };
 
 struct GemmSpec {
   Format acc;                        // accumulator format (μ ≤ 50)
   Rounding acc_mode = Rounding::rne;
   Accumulation accumulation = Accumulation::strict;
-  int block = 32;                    // k_b for blocked
+  int block = 32;                    // k_b for blocked, promoted, tensor_core
+  int align_bits = 24;               // F for tensor_core: bits kept below the largest term's leading bit
   std::optional<Format> input;       // round A and B to this format first (must fit binary32)
   Rounding input_mode = Rounding::rne;
   int sr_bits = 32;                  // for sr; strict needs sr_bits ≤ 52 − (μ+1)
@@ -44,8 +56,20 @@ struct GemmSpec {
 
 // Throws InputError naming the problem.
 void validate(const GemmSpec& s);
-Accumulation accumulation_from_string(const std::string& s);  // strict | unfused | blocked
+Accumulation accumulation_from_string(const std::string& s);  // strict | unfused | blocked | promoted | tensor_core
 const char* to_string(Accumulation a);
+
+// Parameter sets of the tensor-core model, with where they come from and how sure they are.
+struct TensorCorePreset {
+  const char* name;
+  int block, align_bits;
+  const char* accumulator;  // format name
+  Rounding mode;            // of the normalisation (the accumulator rounding)
+  const char* source;       // the publication and what it supports; what is assumed
+};
+const std::vector<TensorCorePreset>& tensor_core_presets();
+// The preset by name; InputError listing the known ones.
+const TensorCorePreset& tensor_core_preset(const std::string& name);
 
 // The kernel that computes a plan (all give the same bits; gemm_kernel.h): the portable one
 // (vectorised across j by the compiler), or the register-blocked AVX-512 one in a binary32 or
@@ -58,7 +82,8 @@ const char* to_string(GemmKernel k);
 // throws InputError. The stream is per call (spec.stream is not part of the plan).
 struct GemmPlan {
   Accumulation accumulation = Accumulation::strict;
-  size_t block = 32;                 // k_b (≥ 1) for blocked
+  size_t block = 32;                 // k_b (≥ 1) for blocked, promoted, tensor_core
+  int align_bits = 24;               // F for tensor_core
   Rounding acc_mode = Rounding::rne;
   uint64_t seed = 0;
   Target<double> acc{};              // the accumulator target in the double container

@@ -32,7 +32,9 @@ GemmKernel fastest_kernel(const GemmSpec& s) {
   const int p = f.precision();
   // μ = 0 (the quantum bit is the exponent's) and formats beyond ieee / fn (Format::plain) keep the
   // portable kernel.
-  if (!cpu_has_avx512() || f.mu < 1 || !f.plain()) return GemmKernel::portable;
+  if (!cpu_has_avx512() || f.mu < 1 || !f.plain() || s.accumulation == Accumulation::promoted ||
+      s.accumulation == Accumulation::tensor_core)
+    return GemmKernel::portable;
   const bool sr = s.acc_mode == Rounding::sr;
   if (fits_float(f) && p <= 22 && f.emin >= -126 && (!sr || s.sr_bits <= 23 - p))
     return GemmKernel::avx512_binary32;

@@ -3,6 +3,7 @@
 #include <gmp.h>
 #include <mpfr.h>
 
+#include <climits>
 #include <cmath>
 #include <limits>
 #include <vector>
@@ -398,7 +399,60 @@ void oracle_gemm(const float* A, const float* B, double* C, size_t M, size_t N, 
         const double r = round_exact(val, spec.acc, spec.acc_mode, rw(idx), spec.sr_bits);
         mpfr_set_d(dst, r, MPFR_RNDN);
       };
-      if (spec.accumulation == Accumulation::blocked) {
+      if (spec.accumulation == Accumulation::promoted) {
+        // strict in the accumulator format within a chunk, then RN to binary32 into f
+        const size_t kb = size_t(spec.block), nchunks = chunk_count(K, kb);
+        mpfr_t f;
+        mpfr_init2(f, kExact);
+        mpfr_set_zero(f, 1);
+        for (size_t c = 0; c < nchunks; ++c) {
+          mpfr_set_zero(acc, 1);
+          for (size_t k = c * kb; k < std::min(K, (c + 1) * kb); ++k) {
+            mpfr_set_d(prod, a[i * K + k], MPFR_RNDN);
+            mpfr_mul_d(prod, prod, b[k * N + j], MPFR_RNDN);  // exact
+            mpfr_add(v, acc, prod, MPFR_RNDN);                 // exact
+            set_rounded(acc, v, strict_index(o, K, k));
+          }
+          mpfr_add(v, f, acc, MPFR_RNDN);  // exact
+          mpfr_set_d(f, round_exact(v, fp32, Rounding::rne, 0, 32), MPFR_RNDN);
+        }
+        mpfr_set(acc, f, MPFR_RNDN);
+        mpfr_clear(f);
+      } else if (spec.accumulation == Accumulation::tensor_core) {
+        // per block: the terms (products and acc) truncated toward zero to multiples of
+        // 2^(e_max − F) — e_max = ⌊log2|t|⌋ largest over the nonzero terms — summed exactly, rounded
+        const size_t kb = size_t(spec.block), nchunks = chunk_count(K, kb);
+        mpfr_t t, sum;
+        mpfr_inits2(kExact, t, sum, (mpfr_ptr)0);
+        for (size_t c = 0; c < nchunks; ++c) {
+          const size_t k0 = c * kb, k1 = std::min(K, k0 + kb);
+          std::vector<double> terms = {mpfr_get_d(acc, MPFR_RNDN)};  // acc is a value of the format: exact
+          for (size_t k = k0; k < k1; ++k) terms.push_back(double(a[i * K + k]) * double(b[k * N + j]));  // exact
+          bool finite = true;
+          for (double x : terms) finite &= std::isfinite(x);
+          mpfr_set_zero(sum, 1);
+          if (!finite) {  // an inf or NaN operand: IEEE's sum
+            for (double x : terms) mpfr_add_d(sum, sum, x, MPFR_RNDN);
+          } else {
+            long emax = LONG_MIN;
+            for (double x : terms)
+              if (x != 0) {
+                mpfr_set_d(t, x, MPFR_RNDN);
+                emax = std::max(emax, long(mpfr_get_exp(t)) - 1);  // MPFR: x ∈ [2^(e−1), 2^e)
+              }
+            if (emax != LONG_MIN)
+              for (double x : terms) {
+                mpfr_set_d(t, x, MPFR_RNDN);
+                mpfr_div_2si(t, t, emax - spec.align_bits, MPFR_RNDN);  // exact
+                mpfr_trunc(t, t);
+                mpfr_mul_2si(t, t, emax - spec.align_bits, MPFR_RNDN);
+                mpfr_add(sum, sum, t, MPFR_RNDN);  // exact at kExact bits
+              }
+          }
+          set_rounded(acc, sum, blocked_index(o, nchunks, c));
+        }
+        mpfr_clears(t, sum, (mpfr_ptr)0);
+      } else if (spec.accumulation == Accumulation::blocked) {
         const size_t kb = size_t(spec.block), nchunks = chunk_count(K, kb);
         for (size_t c = 0; c < nchunks; ++c) {
           double cs = 0.0;  // binary32 RNE fused chunk sum, via the fp32 oracle

@@ -319,7 +319,9 @@ SchemeStats quantize_scheme(const Scheme& s, const T* x, T* y, int64_t rows, int
         continue;
       }
       // quotients, then the element rounding row by row (random words by global index)
-      const double lim = M * S;  // exact
+      // past the midpoint between the largest value and the next grid step: where saturation, not
+      // rounding, decides the element (exact: ≤ p + 1 bits times ≤ 28 bits)
+      const double lim = (M + std::ldexp(1.0, s.element.emax - s.element.mu - 1)) * S;
       for (int64_t i = 0; i < nr; ++i) {
         double* qi = q.data() + i * nc;
         for (int64_t j = 0; j < nc; ++j) {

@@ -70,7 +70,8 @@ struct SchemeStats {
   uint64_t elements = 0, blocks = 0;
   uint64_t nan_blocks = 0;    // blocks with a NaN or ±inf (or a non-finite scale): all NaN
   uint64_t zero_blocks = 0;   // amax = 0 (or a zero scale)
-  uint64_t clipped = 0;       // elements with |x / S| beyond the element's largest value (saturated)
+  uint64_t clipped = 0;       // elements with |x / S| past the midpoint above the element's largest
+                              // value (saturated rather than rounded)
   double global_scale = 1;    // two-level: G
 };
 

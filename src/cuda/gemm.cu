@@ -35,10 +35,10 @@ struct Words {
 };
 
 // The steps of accumulate.h for output o = i·N + j; b points at column j of B (stride N); kb is
-// the block of blocked accumulation (unused otherwise).
+// the block of blocked, promoted and tensor_core accumulation, align_bits the tensor-core model's F.
 template <Rounding M, Accumulation kAcc>
 __global__ void gemm_kernel(const float* __restrict__ A, const float* __restrict__ B,
-                            double* __restrict__ C, size_t Mr, size_t N, size_t K, size_t kb,
+                            double* __restrict__ C, size_t Mr, size_t N, size_t K, size_t kb, int align_bits,
                             Target<double> t, uint64_t seed, uint64_t stream) {
   const size_t total = Mr * N;
   const size_t stride = size_t(gridDim.x) * blockDim.x;
@@ -56,13 +56,31 @@ __global__ void gemm_kernel(const float* __restrict__ A, const float* __restrict
         const double q = round_value<M>(exact_product(a[k], b[k * N]), t, rs.at(unfused_product_index(o, K, k)));
         acc = round_value<M>(sum_value(acc, q), t, rs.at(unfused_sum_index(o, K, k)));
       }
-    } else {
+    } else if constexpr (kAcc == Accumulation::blocked) {
       const size_t nchunks = chunk_count(K, kb);
       for (size_t c = 0; c < nchunks; ++c) {
         const size_t k1 = (c + 1) * kb < K ? (c + 1) * kb : K;
         float cs = 0.0f;
         for (size_t k = c * kb; k < k1; ++k) cs = chunk_step(cs, a[k], b[k * N]);
         acc = round_value<M>(sum_value(acc, double(cs)), t, rs.at(blocked_index(o, nchunks, c)));
+      }
+    } else if constexpr (kAcc == Accumulation::promoted) {
+      const size_t nchunks = chunk_count(K, kb);
+      double f = 0.0;
+      for (size_t c = 0; c < nchunks; ++c) {
+        const size_t k1 = (c + 1) * kb < K ? (c + 1) * kb : K;
+        double p = 0.0;
+        for (size_t k = c * kb; k < k1; ++k)
+          p = round_value<M>(strict_value(p, a[k], b[k * N]), t, rs.at(strict_index(o, K, k)));
+        f = promote_step(f, p);
+      }
+      acc = f;
+    } else {  // tensor_core
+      const size_t nchunks = chunk_count(K, kb);
+      for (size_t c = 0; c < nchunks; ++c) {
+        const size_t k0 = c * kb, k1 = k0 + kb < K ? k0 + kb : K;
+        acc = round_value<M>(tc_block_sum(acc, a + k0, b + k0 * N, N, k1 - k0, align_bits), t,
+                             rs.at(blocked_index(o, nchunks, c)));
       }
     }
     C[o] = acc;
@@ -93,12 +111,14 @@ void cuda_gemm(const float* A, const float* B, double* C, size_t M, size_t N, si
   with_rounding(p.acc_mode, [&](auto mode) {
     constexpr Rounding R = decltype(mode)::value;
     auto launch = [&](auto kernel) {
-      kernel<<<grid, kThreads>>>(dA.get(), dB.get(), dC.get(), M, N, K, p.block, t, p.seed, s.stream);
+      kernel<<<grid, kThreads>>>(dA.get(), dB.get(), dC.get(), M, N, K, p.block, p.align_bits, t, p.seed, s.stream);
     };
     switch (p.accumulation) {
       case Accumulation::strict: launch(gemm_kernel<R, Accumulation::strict>); break;
       case Accumulation::unfused: launch(gemm_kernel<R, Accumulation::unfused>); break;
       case Accumulation::blocked: launch(gemm_kernel<R, Accumulation::blocked>); break;
+      case Accumulation::promoted: launch(gemm_kernel<R, Accumulation::promoted>); break;
+      case Accumulation::tensor_core: launch(gemm_kernel<R, Accumulation::tensor_core>); break;
     }
     MANTIS_CUDA_CHECK_LAUNCH();
   });

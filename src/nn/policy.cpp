@@ -23,7 +23,8 @@ constexpr const char* kSiteNames[kSiteCount] = {"attn.qkv", "attn.qk", "attn.pv"
                                                 "mlp.proj", "lm_head", "ln", "softmax", "gelu", "silu"};
 
 const char* kGemmKeys =
-    "accumulation, accumulator, block, input, input_a, input_b, output, rounding, seed, sr_bits; sub-tables dx, dw";
+    "accumulation, accumulator, align_bits, block, input, input_a, input_b, output, rounding, seed, sr_bits, "
+    "tensor_core; sub-tables dx, dw";
 const char* kNonlinearKeys = "input, output, rounding, seed, sr_bits";
 
 // "layer.<n>.<site>" → (n, site); "<site>" → (−1, site); nullopt otherwise.
@@ -58,8 +59,8 @@ SitePolicy parse_site(Site site, const toml::table& t, const std::string& source
   auto line = [&](const toml::node& n) { return fmt::format("{}:{}", source, n.source().begin.line); };
   const bool gemm_site = is_gemm(site);
   for (auto&& [k, v] : t) {
-    static const char* gemm_keys[] = {"accumulation", "accumulator", "block", "input",   "input_a",
-                                      "input_b",      "output",      "rounding", "seed", "sr_bits"};
+    static const char* gemm_keys[] = {"accumulation", "accumulator", "align_bits", "block",   "input",      "input_a",
+                                      "input_b",      "output",      "rounding",   "seed",    "sr_bits",    "tensor_core"};
     static const char* nl_keys[] = {"input", "output", "rounding", "seed", "sr_bits"};
     bool known = gemm_site && !where.ends_with(".dx") && !where.ends_with(".dw") && (k.str() == "dx" || k.str() == "dw");
     if (gemm_site) { for (auto* g : gemm_keys) known |= k.str() == g; }
@@ -121,25 +122,45 @@ SitePolicy parse_site(Site site, const toml::table& t, const std::string& source
                                      "binary32 values)", line(*t.get(key)), key, q->format->name, where));
     }
 
+  // tensor_core = "<preset>": the model's parameters (gemm.h tensor_core_presets), each unless given
+  if (auto tc = get_str("tensor_core")) {
+    const TensorCorePreset& pr = at_line("tensor_core", [&]() -> const TensorCorePreset& { return tensor_core_preset(*tc); });
+    if (auto a = get_str("accumulation"); a && *a != "tensor_core")
+      throw InputError(fmt::format("{}: site {}: tensor_core = \"{}\" with accumulation = \"{}\"", line(*t.get("tensor_core")),
+                                   where, *tc, *a));
+    p.accumulation = Accumulation::tensor_core;
+    p.block = pr.block, p.align_bits = pr.align_bits;
+    p.accumulator = format_lookup(pr.accumulator);
+    if (!t.get("rounding")) p.rounding = pr.mode;
+  }
   if (auto a = get_str("accumulation"); a && *a != "native")
     p.accumulation = at_line("accumulation", [&] {
       try {
         return accumulation_from_string(*a);
       } catch (const InputError&) {
-        throw InputError(fmt::format("unknown accumulation '{}' (known: native, strict, unfused, blocked)", *a));
+        throw InputError(fmt::format("unknown accumulation '{}' (known: native, strict, unfused, blocked, promoted, "
+                                     "tensor_core)", *a));
       }
     });
-  p.accumulator = get_format("accumulator", false);
+  if (auto f = get_format("accumulator", false)) p.accumulator = f;
   if (p.accumulation && !p.accumulator)
     throw InputError(fmt::format("{}: site {}: accumulation = '{}' needs an accumulator format", line(t), where,
                                  to_string(*p.accumulation)));
   if (!p.accumulation && p.accumulator)
-    throw InputError(fmt::format("{}: site {}: an accumulator needs accumulation = strict, unfused or blocked "
+    throw InputError(fmt::format("{}: site {}: an accumulator needs accumulation = strict, unfused, blocked, promoted or tensor_core "
                                  "(native accumulates in binary32)", line(*t.get("accumulator")), where));
   if (auto b = get_int("block", 1, 1 << 30)) {
-    if (p.accumulation != Accumulation::blocked)
-      throw InputError(fmt::format("{}: site {}: 'block' needs accumulation = \"blocked\"", line(*t.get("block")), where));
+    if (p.accumulation != Accumulation::blocked && p.accumulation != Accumulation::promoted &&
+        p.accumulation != Accumulation::tensor_core)
+      throw InputError(fmt::format("{}: site {}: 'block' needs accumulation = \"blocked\", \"promoted\" or "
+                                   "\"tensor_core\"", line(*t.get("block")), where));
     p.block = int(*b);
+  }
+  if (auto f = get_int("align_bits", 0, 52)) {
+    if (p.accumulation != Accumulation::tensor_core)
+      throw InputError(fmt::format("{}: site {}: 'align_bits' needs accumulation = \"tensor_core\"",
+                                   line(*t.get("align_bits")), where));
+    p.align_bits = int(*f);
   }
   if (p.accumulation) at_line("accumulator", [&] { validate(p.gemm_spec(0)); return 0; });
   else if (p.input || p.output) at_line("rounding", [&] { validate_sr_bits(p.sr_bits); return 0; });
@@ -236,6 +257,7 @@ GemmSpec SitePolicy::gemm_spec(uint64_t stream) const {
   s.acc_mode = rounding;
   s.accumulation = accumulation.value_or(Accumulation::strict);
   s.block = block;
+  s.align_bits = align_bits;
   s.input = input;
   s.input_mode = rounding;
   s.sr_bits = sr_bits;
@@ -430,7 +452,11 @@ std::string describe(const Policy& pol) {
     std::vector<std::string> parts;
     if (p.accumulation)
       parts.push_back(fmt::format("{} acc {}{}", to_string(*p.accumulation), p.accumulator->name,
-                                  *p.accumulation == Accumulation::blocked ? fmt::format(" (k_b = {})", p.block) : ""));
+                                  *p.accumulation == Accumulation::tensor_core
+                                      ? fmt::format(" (k_b = {}, F = {})", p.block, p.align_bits)
+                                  : *p.accumulation == Accumulation::blocked || *p.accumulation == Accumulation::promoted
+                                      ? fmt::format(" (k_b = {})", p.block)
+                                      : ""));
     else if (is_gemm(site))
       parts.push_back("native acc");
     if (p.input) parts.push_back("input " + p.input->name);

@@ -22,9 +22,14 @@
 // defaults, not the all-layers values. `lm_head` has no layer entries.
 //
 // GEMM site keys (TOML, under [site."<name>"]):
-//   accumulation = native | strict | unfused | blocked   (default native: Eigen's binary32 product)
+//   accumulation = native | strict | unfused | blocked | promoted | tensor_core   (default native:
+//                  Eigen's binary32 product; the others gemm.h's)
 //   accumulator  = format       required unless native; the accumulator of gemm.h's GemmSpec
-//   block        = k_b          only with blocked (default 32)
+//                  (promoted: the chunk's; the output is the binary32 accumulator)
+//   block        = k_b          blocked, promoted, tensor_core (default 32)
+//   align_bits   = F            tensor_core: bits kept below the block's largest term (default 24)
+//   tensor_core  = preset       the tensor-core model with a preset's block, align_bits,
+//                  accumulator and rounding (gemm.h tensor_core_presets), each unless given
 //   input        = format       round both operands to it first (native too)
 //   input_a, input_b = format or scheme   one operand's own rounding instead (not with `input`):
 //                  a format rounds it element-wise (as `input` does); a scaled scheme (scheme.h:
@@ -117,7 +122,8 @@ struct OperandQuant {
 struct SitePolicy {
   std::optional<Accumulation> accumulation;  // GEMM sites; nullopt = native (Eigen, binary32)
   std::optional<Format> accumulator;         // set iff accumulation is set
-  int block = 32;                            // k_b for blocked
+  int block = 32;                            // k_b for blocked, promoted, tensor_core
+  int align_bits = 24;                       // F for tensor_core
   std::optional<Format> input, output;       // rounding of the operands / of the result
   std::optional<OperandQuant> input_a, input_b;  // GEMM sites: each operand's own (not with input)
   Rounding rounding = Rounding::rne;
