@@ -75,7 +75,9 @@ float half_to_float(uint16_t h) {  // exact decoding of an IEEE binary16 pattern
 
 TEST_CASE("every bf16 and fp16 bit pattern, every test format and mode") {
   std::vector<float> xf;
-  for (uint32_t u = 0; u < 65536; ++u) {
+  // every pattern in the release job; every 16th under the sanitizers (MANTIS_TEST_SCALE < 1)
+  const uint32_t step = scale() < 1 ? 16 : 1;
+  for (uint32_t u = 0; u < 65536; u += step) {
     uint32_t b = u << 16;
     float x;
     std::memcpy(&x, &b, 4);
