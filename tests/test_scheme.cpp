@@ -14,6 +14,7 @@
 #include "core/philox.h"
 #include "core/round_array.h"
 #include "core/scheme.h"
+#include "core/threads.h"
 #include "testutil.h"
 
 using namespace mantis;
@@ -195,6 +196,26 @@ TEST_CASE("hand-checked values: OCP MX (the floor from the exponent bits, satura
   CHECK(nsc == std::vector<double>{448});
   // int8 per tensor: s = RN32(amax/127)
   CHECK(q("int8_tensor", {127, -63.4, 0.49}) == std::vector<double>{127, -63, 0});
+}
+
+TEST_CASE("1 thread == 2 threads (blocks split over threads), sr included") {
+  const int64_t rows = 300, cols = 400;  // past the parallel threshold
+  std::vector<float> x(size_t(rows * cols));
+  for (size_t i = 0; i < x.size(); ++i) x[i] = float(int32_t(random_word(8, 0, i))) * 0x1p-28f;
+  for (const char* name : {"mxfp4", "nvfp4", "deepseek_weight", "int8_channel"}) {
+    const Scheme s = scheme_lookup(name);
+    std::vector<float> y1(x.size()), y2(x.size());
+    std::vector<double> s1, s2;
+    set_num_threads(1);
+    const SchemeStats a = quantize_scheme<float>(s, x.data(), y1.data(), rows, cols, Rounding::sr, 20, 4, 1, 0, &s1);
+    set_num_threads(2);
+    const SchemeStats b = quantize_scheme<float>(s, x.data(), y2.data(), rows, cols, Rounding::sr, 20, 4, 1, 0, &s2);
+    INFO(name);
+    CHECK(test::same_bits(y1, y2));
+    CHECK(s1 == s2);
+    CHECK(a.blocks == b.blocks);
+    CHECK(a.clipped == b.clipped);
+  }
 }
 
 TEST_CASE("presets, scheme TOML files and their errors") {

@@ -267,73 +267,88 @@ SchemeStats quantize_scheme(const Scheme& s, const T* x, T* y, int64_t rows, int
   }
   if (scales) scales->assign(size_t(nbr * nbc), 0.0);
 
-  std::vector<double> q(size_t(br * bc));  // the block's quotients (round-to-odd), then elements
-  for (int64_t bi = 0; bi < nbr; ++bi)
-    for (int64_t bj = 0; bj < nbc; ++bj) {
-      const int64_t r0 = bi * br, c0 = bj * bc, nr = std::min(br, rows - r0), nc = std::min(bc, cols - c0);
-      ++st.blocks;
-      double amax = 0;
-      bool bad = tensor_nan;
-      for (int64_t i = 0; i < nr; ++i)
-        for (int64_t j = 0; j < nc; ++j) {
-          const double v = std::fabs(double(x[(r0 + i) * cols + c0 + j]));
-          if (!std::isfinite(v)) bad = true;
-          amax = std::max(amax, v);
-        }
-      // the block's scale S (effective, exact in binary64; NaN: a NaN block) and the one reported
-      // (two-level: S_b)
-      double S = nan, reported = nan, r = 0;  // r: the reciprocal order's multiplier
-      if (!bad) {
-        if (s.rule != ScaleRule::absmax) {
-          if (const auto k = pow2_scale(s, amax, M)) S = std::ldexp(1.0, *k);
-          reported = S;
-        } else if (!s.two_level) {
-          S = reported = round_scalar(div_round_odd(amax, M), s.scale, RoundOptions{.mode = Rounding::rne});
-        } else if (s.division == Division::exact) {
-          reported = G == 0 ? 0.0 : round_scalar(div_round_odd(amax, M * G), s.scale, RoundOptions{.mode = Rounding::rne});
-          S = reported * G;  // exact: ≤ 4 + 24 significant bits
-        } else {
-          const double inv_m = div32(1.0, M);
-          reported = g_enc == 0 ? 0.0
-                                : round_scalar(double(mul32(g_enc, double(mul32(amax, inv_m)))), s.scale,
-                                               RoundOptions{.mode = Rounding::rne});
-          r = reported == 0 ? 0.0 : double(div32(1.0, double(mul32(reported, g_dec))));
-          S = reported * g_dec;  // exact
-        }
+  // One block: its scale, its elements, its counts into bs (q: scratch for the quotients).
+  auto block = [&](int64_t bi, int64_t bj, SchemeStats& bs, std::vector<double>& q) {
+    const int64_t r0 = bi * br, c0 = bj * bc, nr = std::min(br, rows - r0), nc = std::min(bc, cols - c0);
+    ++bs.blocks;
+    double amax = 0;
+    bool bad = tensor_nan;
+    for (int64_t i = 0; i < nr; ++i)
+      for (int64_t j = 0; j < nc; ++j) {
+        const double v = std::fabs(double(x[(r0 + i) * cols + c0 + j]));
+        if (!std::isfinite(v)) bad = true;
+        amax = std::max(amax, v);
       }
-      if (scales) (*scales)[size_t(bi * nbc + bj)] = reported;
-      if (!std::isfinite(S)) {
-        ++st.nan_blocks;
-        for (int64_t i = 0; i < nr; ++i)
-          for (int64_t j = 0; j < nc; ++j) y[(r0 + i) * cols + c0 + j] = T(nan);
-        continue;
-      }
-      if (amax == 0 || S == 0) {
-        ++st.zero_blocks;
-        for (int64_t i = 0; i < nr; ++i)
-          for (int64_t j = 0; j < nc; ++j) {
-            const int64_t at = (r0 + i) * cols + c0 + j;
-            const double z = std::signbit(double(x[at])) && s.element.negative_zero ? -0.0 : 0.0;
-            y[at] = T(z);
-          }
-        continue;
-      }
-      // quotients, then the element rounding row by row (random words by global index)
-      // past the midpoint between the largest value and the next grid step: where saturation, not
-      // rounding, decides the element (exact: ≤ p + 1 bits times ≤ 28 bits)
-      const double lim = (M + std::ldexp(1.0, s.element.emax - s.element.mu - 1)) * S;
-      for (int64_t i = 0; i < nr; ++i) {
-        double* qi = q.data() + i * nc;
-        for (int64_t j = 0; j < nc; ++j) {
-          const double v = double(x[(r0 + i) * cols + c0 + j]);
-          st.clipped += std::fabs(v) > lim;
-          qi[j] = s.division == Division::reciprocal ? double(mul32(v, r)) : div_round_odd(v, S);
-        }
-        const uint64_t at0 = uint64_t((r0 + i) * cols + c0);
-        round_array(elem, qi, qi, size_t(nc), stream, index0 + at0);
-        for (int64_t j = 0; j < nc; ++j) y[at0 + uint64_t(j)] = T(qi[j] * S);  // q·S exact, one rounding to T
+    // the block's scale S (effective, exact in binary64; NaN: a NaN block) and the one reported
+    // (two-level: S_b)
+    double S = nan, reported = nan, r = 0;  // r: the reciprocal order's multiplier
+    if (!bad) {
+      if (s.rule != ScaleRule::absmax) {
+        if (const auto k = pow2_scale(s, amax, M)) S = std::ldexp(1.0, *k);
+        reported = S;
+      } else if (!s.two_level) {
+        S = reported = round_scalar(div_round_odd(amax, M), s.scale, RoundOptions{.mode = Rounding::rne});
+      } else if (s.division == Division::exact) {
+        reported = G == 0 ? 0.0 : round_scalar(div_round_odd(amax, M * G), s.scale, RoundOptions{.mode = Rounding::rne});
+        S = reported * G;  // exact: ≤ 4 + 24 significant bits
+      } else {
+        const double inv_m = div32(1.0, M);
+        reported = g_enc == 0 ? 0.0
+                              : round_scalar(double(mul32(g_enc, double(mul32(amax, inv_m)))), s.scale,
+                                             RoundOptions{.mode = Rounding::rne});
+        r = reported == 0 ? 0.0 : double(div32(1.0, double(mul32(reported, g_dec))));
+        S = reported * g_dec;  // exact
       }
     }
+    if (scales) (*scales)[size_t(bi * nbc + bj)] = reported;
+    if (!std::isfinite(S)) {
+      ++bs.nan_blocks;
+      for (int64_t i = 0; i < nr; ++i)
+        for (int64_t j = 0; j < nc; ++j) y[(r0 + i) * cols + c0 + j] = T(nan);
+      return;
+    }
+    if (amax == 0 || S == 0) {
+      ++bs.zero_blocks;
+      for (int64_t i = 0; i < nr; ++i)
+        for (int64_t j = 0; j < nc; ++j) {
+          const int64_t at = (r0 + i) * cols + c0 + j;
+          const double z = std::signbit(double(x[at])) && s.element.negative_zero ? -0.0 : 0.0;
+          y[at] = T(z);
+        }
+      return;
+    }
+    // quotients, then the element rounding row by row (random words by global index)
+    // past the midpoint between the largest value and the next grid step: where saturation, not
+    // rounding, decides the element (exact: ≤ p + 1 bits times ≤ 28 bits)
+    const double lim = (M + std::ldexp(1.0, s.element.emax - s.element.mu - 1)) * S;
+    for (int64_t i = 0; i < nr; ++i) {
+      double* qi = q.data() + i * nc;
+      for (int64_t j = 0; j < nc; ++j) {
+        const double v = double(x[(r0 + i) * cols + c0 + j]);
+        bs.clipped += std::fabs(v) > lim;
+        qi[j] = s.division == Division::reciprocal ? double(mul32(v, r)) : div_round_odd(v, S);
+      }
+      const uint64_t at0 = uint64_t((r0 + i) * cols + c0);
+      round_array(elem, qi, qi, size_t(nc), stream, index0 + at0);
+      for (int64_t j = 0; j < nc; ++j) y[at0 + uint64_t(j)] = T(qi[j] * S);  // q·S exact, one rounding to T
+    }
+  };
+  // Blocks are independent (random words by element index): rows of blocks over threads give
+  // the same bits for any thread count.
+  const bool parallel = nbr > 1 && rows * cols >= (int64_t(1) << 16);
+  std::vector<SchemeStats> parts;
+#pragma omp parallel if (parallel)
+  {
+    SchemeStats local;
+    std::vector<double> q(size_t(br * bc));  // the block's quotients (round-to-odd), then elements
+#pragma omp for schedule(static)
+    for (int64_t bi = 0; bi < nbr; ++bi)
+      for (int64_t bj = 0; bj < nbc; ++bj) block(bi, bj, local, q);
+#pragma omp critical
+    parts.push_back(local);
+  }
+  for (const SchemeStats& p : parts)
+    st.blocks += p.blocks, st.nan_blocks += p.nan_blocks, st.zero_blocks += p.zero_blocks, st.clipped += p.clipped;
   return st;
 }
 
