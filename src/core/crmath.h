@@ -15,7 +15,7 @@
 //   Both evaluations are within a few binary64 ulps of the exact value (< 2^−50 relative: tests).
 //   y rounds to f = RN(y); unless y lies within 2^−45·y of the rounding boundary between f and its
 //   other neighbour, f is the correctly rounded result. The rare inputs that do are looked up in a
-//   table of exceptions (crmath_tables.h: the inputs where RN(y) is not RN(exact), found by
+//   table of exceptions (crmath_exceptions.h: the inputs where RN(y) is not RN(exact), found by
 //   comparing every binary32 input with MPFR: `mantis verify --function F --exhaustive`); any
 //   other input near a boundary keeps f. With the committed constants both tables are empty: every
 //   binary32 input's binary64 value rounds correctly (370 exp and 1970 erf inputs lie within the
