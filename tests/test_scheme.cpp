@@ -196,6 +196,22 @@ TEST_CASE("hand-checked values: OCP MX (the floor from the exponent bits, satura
   CHECK(nsc == std::vector<double>{448});
   // int8 per tensor: s = RN32(amax/127)
   CHECK(q("int8_tensor", {127, -63.4, 0.49}) == std::vector<double>{127, -63, 0});
+  // uint8 with a zero point: lo = −1, hi = 3, S = RN32(4/255), z = RN(1/S) = RN(63.75) = 64;
+  // 0 maps to z exactly; −1 → RN(0.25) = 0 → −64·S; 3 → RN(255.25) = 255 → 191·S
+  {
+    const Scheme zp = scheme_lookup("uint8_tensor_zp");
+    std::vector<double> in = {-1.0, 0.0, 3.0}, out(3), scl, zpt;
+    quantize_scheme<double>(zp, in.data(), out.data(), 1, 3, Rounding::rne, 32, 0, 0, 0, &scl, &zpt);
+    const double S = double(float(4.0 / 255.0));
+    CHECK(scl == std::vector<double>{S});
+    CHECK(zpt == std::vector<double>{64});
+    CHECK(out == std::vector<double>{-64 * S, 0.0, 191 * S});
+    // an all-positive block: lo = 0, z = 0
+    std::vector<double> pos = {0.5, 2.0}, pout(2);
+    quantize_scheme<double>(zp, pos.data(), pout.data(), 1, 2, Rounding::rne, 32, 0, 0, 0, &scl, &zpt);
+    CHECK(zpt == std::vector<double>{0});
+    CHECK(pout[1] == 2.0 * double(float(2.0 / 255.0)) / (2.0 / 255.0) * 1.0);
+  }
 }
 
 TEST_CASE("1 thread == 2 threads (blocks split over threads), sr included") {
@@ -248,6 +264,9 @@ TEST_CASE("presets, scheme TOML files and their errors") {
   CHECK_THAT(err("element='fp4_e2m1'\nrule='absmax'\ndivision='reciprocal'"), Catch::Contains("two_level"));
   CHECK_THAT(err("element='fp32'"), Catch::Contains("saturate"));
   CHECK_THAT(err("element='p3109_p4'\nrule='absmax'"), Catch::Contains("saturate"));
+  CHECK_THAT(err("element='int8'\nrule='minmax'"), Catch::Contains("uint<B>"));
+  CHECK_THAT(err("element='uint8'\nrule='absmax'"), Catch::Contains("uint<B>"));
+  CHECK_THAT(err("element='uint24'\nrule='minmax'"), Catch::Contains("16 bits"));
   CHECK_THAT(test::error_of([] { scheme_lookup("mxfp5"); }), Catch::Contains("mxfp4") && Catch::Contains("nvfp4"));
 }
 

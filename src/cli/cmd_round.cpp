@@ -55,15 +55,17 @@ int run_quantize(const QuantizeArgs& a) {
                                  52 - s.element.precision(), s.element.name));
   NpyFloats x = read_npy_floats(a.in);
   const auto [rows, cols] = matrix_shape(x.shape);
-  std::vector<double> scales;
+  std::vector<double> scales, zero_points;
   SchemeStats st;
   if (x.f8) {
     std::vector<double> y(x.f8_data.size());
-    st = quantize_scheme<double>(s, x.f8_data.data(), y.data(), rows, cols, mode, a.sr_bits, a.seed, a.stream, 0, &scales);
+    st = quantize_scheme<double>(s, x.f8_data.data(), y.data(), rows, cols, mode, a.sr_bits, a.seed, a.stream, 0,
+                                 &scales, &zero_points);
     write_npy(a.out, std::span<const double>(y), x.shape);
   } else {
     std::vector<float> y(x.f4_data.size());
-    st = quantize_scheme<float>(s, x.f4_data.data(), y.data(), rows, cols, mode, a.sr_bits, a.seed, a.stream, 0, &scales);
+    st = quantize_scheme<float>(s, x.f4_data.data(), y.data(), rows, cols, mode, a.sr_bits, a.seed, a.stream, 0, &scales,
+                                &zero_points);
     write_npy(a.out, std::span<const float>(y), x.shape);
   }
   if (a.json) {
@@ -86,6 +88,7 @@ int run_quantize(const QuantizeArgs& a) {
                         {"clipped", st.clipped},
                         {"scales", nlohmann::json::array()}};
     if (s.two_level) j["global_scale"] = st.global_scale;
+    if (s.rule == ScaleRule::minmax) j["zero_points"] = zero_points;
     for (double v : scales) j["scales"].push_back(std::isfinite(v) ? nlohmann::json(v) : nlohmann::json("nan"));
     std::printf("%s\n", j.dump().c_str());
   } else {
@@ -234,7 +237,8 @@ Runner setup_quantize(CLI::App& sub) {
       "whose columns are its last axis (blocks run along rows, e.g. 1x32 for MX). --rounding applies to the "
       "element conversion; element (i, j) uses the random word (seed, stream, i·cols + j).");
   sub.add_option("--scheme", a->scheme, "a preset (mxfp8_e4m3, mxfp8_e5m2, mxfp6_e3m2, mxfp6_e2m3, mxfp4, mxint8, "
-                                        "nvfp4, deepseek_act, deepseek_weight, int8_channel, int8_tensor) or a .toml")
+                                        "nvfp4, deepseek_act, deepseek_weight, int8_channel, int8_tensor, uint8_channel_zp, "
+                                        "uint8_tensor_zp) or a .toml")
       ->required();
   sub.add_option("--in", a->in, "input .npy (float32 or float64, C order)")->required()->check(kPath);
   sub.add_option("--out", a->out, "output .npy (written atomically)")->required()->check(kPath);

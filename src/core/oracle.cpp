@@ -303,17 +303,27 @@ std::vector<double> oracle_quantize(const Scheme& s, const std::vector<double>& 
   for (int64_t r0 = 0; r0 < rows; r0 += br)
     for (int64_t c0 = 0; c0 < cols; c0 += bc) {
       const int64_t nr = std::min(br, rows - r0), nc = std::min(bc, cols - c0);
-      double amax = 0;
+      double amax = 0, lo = 0, hi = 0;
       bool bad = s.two_level && tensor_bad;
       for (int64_t i = 0; i < nr; ++i)
         for (int64_t j = 0; j < nc; ++j) {
           const double v = x[size_t((r0 + i) * cols + c0 + j)];
           if (!std::isfinite(v)) bad = true;
-          else amax = std::max(amax, std::fabs(v));
+          else amax = std::max(amax, std::fabs(v)), lo = std::min(lo, v), hi = std::max(hi, v);
         }
-      double S = nan, r = 0;
+      double S = nan, r = 0, z = 0;
       if (!bad) {
-        if (s.rule == ScaleRule::floor || s.rule == ScaleRule::ceil) {
+        if (s.rule == ScaleRule::minmax) {
+          mpfr_set_d(q, hi, MPFR_RNDN);
+          mpfr_sub_d(q, q, lo, MPFR_RNDN);                         // exact at 300 bits
+          const double range = mpfr_get_d(q, MPFR_RNDN);            // RN64(hi − lo)
+          S = div_round(range, M, s.scale, Rounding::rne, 0);
+          if (S != 0 && std::isfinite(S)) {
+            div_odd(q, -lo, S);
+            mpfr_rint(q, q, MPFR_RNDN);                             // to nearest integer, ties to even
+            z = std::min(M, std::max(0.0, mpfr_get_d(q, MPFR_RNDN)));
+          }
+        } else if (s.rule == ScaleRule::floor || s.rule == ScaleRule::ceil) {
           int k = -127;
           if (amax > 0) {
             // floor: the exponent e of amax, 2^e ≤ amax < 2^(e+1) (exact comparisons)
@@ -355,7 +365,14 @@ std::vector<double> oracle_quantize(const Scheme& s, const std::vector<double>& 
           } else {
             const uint32_t rnd = random_word(seed, stream, index0 + at);
             double qv;
-            if (s.division == Division::reciprocal) {
+            if (s.rule == ScaleRule::minmax) {  // x/S + z, exact (2000 bits: |x/S| ≥ 2^−1202), rounded once
+              mpfr_t w;
+              mpfr_init2(w, 2000);
+              div_odd(q, v, S);
+              mpfr_add_d(w, q, z, MPFR_RNDN);
+              qv = round_exact(w, s.element, mode, rnd, sr_bits) - z;  // q − z: exact
+              mpfr_clear(w);
+            } else if (s.division == Division::reciprocal) {
               mpfr_set_d(q, rn32_op(v, r, mpfr_mul), MPFR_RNDN);
               qv = round_exact(q, s.element, mode, rnd, sr_bits);
             } else {

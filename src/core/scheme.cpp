@@ -11,6 +11,7 @@
 #include <limits>
 
 #include "core/file.h"
+#include "core/round.h"
 #include "core/round_array.h"
 #include "core/toml.h"
 
@@ -90,6 +91,11 @@ Scheme preset(const std::string& name) {
     s.block_rows = name == "deepseek_act" ? 1 : 128, s.block_cols = 128;
     s.rule = ScaleRule::absmax;
     s.scale = saturating("fp32");
+  } else if (name == "uint8_channel_zp" || name == "uint8_tensor_zp") {
+    s.element = format_lookup("uint8");
+    s.block_rows = name == "uint8_channel_zp" ? 1 : 0, s.block_cols = 0;
+    s.rule = ScaleRule::minmax;
+    s.scale = saturating("fp32");
   } else if (name == "int8_channel" || name == "int8_tensor") {
     s.element = format_lookup("int8");
     s.block_rows = name == "int8_channel" ? 1 : 0, s.block_cols = 0;
@@ -104,12 +110,13 @@ Scheme preset(const std::string& name) {
 }  // namespace
 
 std::vector<std::string> scheme_presets() {
-  return {"mxfp8_e4m3", "mxfp8_e5m2", "mxfp6_e3m2", "mxfp6_e2m3", "mxfp4",        "mxint8",
-          "nvfp4",      "deepseek_act", "deepseek_weight", "int8_channel", "int8_tensor"};
+  return {"mxfp8_e4m3",   "mxfp8_e5m2",  "mxfp6_e3m2",       "mxfp6_e2m3",      "mxfp4",        "mxint8",
+          "nvfp4",        "deepseek_act", "deepseek_weight", "int8_channel",    "int8_tensor", "uint8_channel_zp",
+          "uint8_tensor_zp"};
 }
 
 const char* to_string(ScaleRule r) {
-  static const char* n[] = {"floor", "ceil", "nearest", "absmax"};
+  static const char* n[] = {"floor", "ceil", "nearest", "absmax", "minmax"};
   return n[int(r)];
 }
 
@@ -124,7 +131,14 @@ void validate(const Scheme& s) {
   if (s.block_rows < 0 || s.block_cols < 0)
     throw InputError(fmt::format("{}: block [{}, {}] (sizes ≥ 1, or 0 for a whole dimension)", n, s.block_rows,
                                  s.block_cols));
-  const bool pow2 = s.rule != ScaleRule::absmax;
+  const bool pow2 = s.rule != ScaleRule::absmax && s.rule != ScaleRule::minmax;
+  const Format& e = s.element;
+  if ((s.rule == ScaleRule::minmax) !=
+      (!e.is_signed && e.has_zero && e.emin == e.emax && e.emin == e.mu && e.subnormals))
+    throw InputError(fmt::format("{}: the minmax rule (a zero point) goes with unsigned integer elements uint<B>, "
+                                 "and they with it (element {})", n, e.name));
+  if (s.rule == ScaleRule::minmax && e.mu > 15)
+    throw InputError(fmt::format("{}: minmax elements of at most 16 bits (uint16), not {}", n, e.name));
   if (pow2 && s.scale.mu != 0)
     throw InputError(fmt::format("{}: rule {} makes power-of-two scales: scale must be e8m0, not {}", n,
                                  to_string(s.rule), s.scale.name));
@@ -169,11 +183,13 @@ Scheme scheme_from_toml(const std::string& text, const std::string& source) {
   }
   const std::string rule = str("rule").value_or("floor");
   bool found = false;
-  for (ScaleRule r : {ScaleRule::floor, ScaleRule::ceil, ScaleRule::nearest, ScaleRule::absmax})
+  for (ScaleRule r : {ScaleRule::floor, ScaleRule::ceil, ScaleRule::nearest, ScaleRule::absmax, ScaleRule::minmax})
     if (rule == to_string(r)) s.rule = r, found = true;
-  if (!found) throw InputError(fmt::format("{}: rule = '{}' (expected floor, ceil, nearest or absmax)", line("rule"), rule));
-  s.scale = format_lookup(str("scale").value_or(s.rule == ScaleRule::absmax ? "fp32" : "e8m0"));
-  if (s.rule == ScaleRule::absmax) s.scale.overflow = Overflow::saturate;  // absmax scales saturate
+  if (!found)
+    throw InputError(fmt::format("{}: rule = '{}' (expected floor, ceil, nearest, absmax or minmax)", line("rule"), rule));
+  const bool float_scale = s.rule == ScaleRule::absmax || s.rule == ScaleRule::minmax;
+  s.scale = format_lookup(str("scale").value_or(float_scale ? "fp32" : "e8m0"));
+  if (float_scale) s.scale.overflow = Overflow::saturate;  // float scales saturate
   if (const toml::node* n = t.get("two_level")) {
     if (!n->is_boolean()) throw InputError(fmt::format("{}: 'two_level' must be true or false", line("two_level")));
     s.two_level = n->as_boolean()->get();
@@ -235,7 +251,8 @@ float div32(double a, double b) { return float(div_round_odd(a, b)); }
 
 template <class T>
 SchemeStats quantize_scheme(const Scheme& s, const T* x, T* y, int64_t rows, int64_t cols, Rounding mode, int sr_bits,
-                            uint64_t seed, uint64_t stream, uint64_t index0, std::vector<double>* scales) {
+                            uint64_t seed, uint64_t stream, uint64_t index0, std::vector<double>* scales,
+                            std::vector<double>* zero_points) {
   SchemeStats st;
   st.elements = uint64_t(rows * cols);
   if (rows == 0 || cols == 0) return st;
@@ -266,24 +283,30 @@ SchemeStats quantize_scheme(const Scheme& s, const T* x, T* y, int64_t rows, int
     st.global_scale = G;
   }
   if (scales) scales->assign(size_t(nbr * nbc), 0.0);
+  if (zero_points) zero_points->assign(size_t(nbr * nbc), 0.0);
 
   // One block: its scale, its elements, its counts into bs (q: scratch for the quotients).
   auto block = [&](int64_t bi, int64_t bj, SchemeStats& bs, std::vector<double>& q) {
     const int64_t r0 = bi * br, c0 = bj * bc, nr = std::min(br, rows - r0), nc = std::min(bc, cols - c0);
     ++bs.blocks;
-    double amax = 0;
+    double amax = 0, lo = 0, hi = 0;
     bool bad = tensor_nan;
     for (int64_t i = 0; i < nr; ++i)
       for (int64_t j = 0; j < nc; ++j) {
-        const double v = std::fabs(double(x[(r0 + i) * cols + c0 + j]));
+        const double v = double(x[(r0 + i) * cols + c0 + j]);
         if (!std::isfinite(v)) bad = true;
-        amax = std::max(amax, v);
+        amax = std::max(amax, std::fabs(v));
+        lo = std::min(lo, v), hi = std::max(hi, v);
       }
     // the block's scale S (effective, exact in binary64; NaN: a NaN block) and the one reported
     // (two-level: S_b)
-    double S = nan, reported = nan, r = 0;  // r: the reciprocal order's multiplier
+    double S = nan, reported = nan, r = 0, z = 0;  // r: the reciprocal order's multiplier; z: minmax's zero point
     if (!bad) {
-      if (s.rule != ScaleRule::absmax) {
+      if (s.rule == ScaleRule::minmax) {
+        S = reported = round_scalar(div_round_odd(hi - lo, M), s.scale, RoundOptions{.mode = Rounding::rne});
+        if (S != 0 && std::isfinite(S)) z = std::min(M, std::max(0.0, std::nearbyint(div_round_odd(-lo, S))));
+        if (zero_points) (*zero_points)[size_t(bi * nbc + bj)] = z;
+      } else if (s.rule != ScaleRule::absmax) {
         if (const auto k = pow2_scale(s, amax, M)) S = std::ldexp(1.0, *k);
         reported = S;
       } else if (!s.two_level) {
@@ -319,18 +342,24 @@ SchemeStats quantize_scheme(const Scheme& s, const T* x, T* y, int64_t rows, int
     }
     // quotients, then the element rounding row by row (random words by global index)
     // past the midpoint between the largest value and the next grid step: where saturation, not
-    // rounding, decides the element (exact: ≤ p + 1 bits times ≤ 28 bits)
-    const double lim = (M + std::ldexp(1.0, s.element.emax - s.element.mu - 1)) * S;
+    // rounding, decides the element (exact: ≤ p + 1 bits times ≤ 28 bits); minmax: outside
+    // [−1/2, Q + 1/2] after the shift by z
+    const double half = std::ldexp(1.0, s.element.emax - s.element.mu - 1);
+    const double lim = (M + half) * S, lim_hi = (M + half - z) * S, lim_lo = (-half - z) * S;
+    const bool asym = s.rule == ScaleRule::minmax;
     for (int64_t i = 0; i < nr; ++i) {
       double* qi = q.data() + i * nc;
       for (int64_t j = 0; j < nc; ++j) {
         const double v = double(x[(r0 + i) * cols + c0 + j]);
-        bs.clipped += std::fabs(v) > lim;
-        qi[j] = s.division == Division::reciprocal ? double(mul32(v, r)) : div_round_odd(v, S);
+        bs.clipped += asym ? (v > lim_hi || v < lim_lo) : std::fabs(v) > lim;
+        // minmax: x/S + z rounded once (round-to-odd twice, then the integer rounding: exact for
+        // |x/S + z| < 2^18; beyond, both saturate)
+        qi[j] = asym ? add_round_odd(div_round_odd(v, S), z)
+              : s.division == Division::reciprocal ? double(mul32(v, r)) : div_round_odd(v, S);
       }
       const uint64_t at0 = uint64_t((r0 + i) * cols + c0);
       round_array(elem, qi, qi, size_t(nc), stream, index0 + at0);
-      for (int64_t j = 0; j < nc; ++j) y[at0 + uint64_t(j)] = T(qi[j] * S);  // q·S exact, one rounding to T
+      for (int64_t j = 0; j < nc; ++j) y[at0 + uint64_t(j)] = T((qi[j] - z) * S);  // exact, one rounding to T
     }
   };
   // Blocks are independent (random words by element index): rows of blocks over threads give
@@ -353,8 +382,8 @@ SchemeStats quantize_scheme(const Scheme& s, const T* x, T* y, int64_t rows, int
 }
 
 template SchemeStats quantize_scheme<float>(const Scheme&, const float*, float*, int64_t, int64_t, Rounding, int,
-                                            uint64_t, uint64_t, uint64_t, std::vector<double>*);
+                                            uint64_t, uint64_t, uint64_t, std::vector<double>*, std::vector<double>*);
 template SchemeStats quantize_scheme<double>(const Scheme&, const double*, double*, int64_t, int64_t, Rounding, int,
-                                             uint64_t, uint64_t, uint64_t, std::vector<double>*);
+                                             uint64_t, uint64_t, uint64_t, std::vector<double>*, std::vector<double>*);
 
 }  // namespace mantis

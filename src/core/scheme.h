@@ -13,6 +13,11 @@
 //     nearest  S = RN_E8M0(amax / M), the exact quotient rounded once to E8M0 (format.h).
 //     absmax   S = RN_scale(amax / M): the exact quotient rounded once (ties to even, saturating)
 //              to the scale format (binary32, bf16, e4m3 …); S = 0 makes the block's elements ±0.
+//     minmax   asymmetric, with a zero point (unsigned integer elements uint<B>, Q = 2^B − 1):
+//              lo = min(min x, 0), hi = max(max x, 0), S = RN_scale(RN64(hi − lo) / Q) (the quotient
+//              exact), zero point z = RN_int(−lo / S) clamped to [0, Q] (ties to even); the element
+//              is q = round(x / S + z) to the uint grid with the mode, saturating at 0 and Q, and the
+//              output y = (q − z) · S. S = 0 (a block of zeros) gives zeros.
 //   two-level (NVFP4): a NaN or ±inf anywhere makes the whole tensor NaN; a per-tensor scale G = RN_binary32(amax_tensor / (M · M_scale)) first (the
 //   "amax/2688" of NVFP4: 6 · 448), then the block scale S_b = RN_scale(amax / (M · G)) and S =
 //   S_b · G (exact). G = 0 (an all-zero tensor) gives zeros.
@@ -38,7 +43,7 @@
 
 namespace mantis {
 
-enum class ScaleRule : uint8_t { floor, ceil, nearest, absmax };
+enum class ScaleRule : uint8_t { floor, ceil, nearest, absmax, minmax };
 enum class Division : uint8_t { exact, reciprocal };
 
 struct Scheme {
@@ -58,7 +63,7 @@ void validate(const Scheme& s);
 
 // The presets (README: "Scaled formats"), or a TOML file:
 //   element = "fp4_e2m1"        block = [1, 32] (0: whole dimension) or "tensor" / "row" / "column"
-//   rule = "floor" | "ceil" | "nearest" | "absmax"        scale = "e8m0" | "fp32" | "bf16" | "e4m3" …
+//   rule = "floor" | "ceil" | "nearest" | "absmax" | "minmax"    scale = "e8m0" | "fp32" | "bf16" | "e4m3" …
 //   two_level = false           division = "exact" | "reciprocal"        name = "…"
 Scheme scheme_lookup(const std::string& name_or_path);
 Scheme scheme_from_toml(const std::string& text, const std::string& source);
@@ -79,15 +84,18 @@ struct SchemeStats {
 // element rounded with `mode` (sr: sr_bits random bits). `scales`, if given, receives the scale
 // of every block (S_b for two-level), blocks in row-major order. Needs validate(s) and, for sr,
 // sr_bits ≤ 52 − p of the element format.
+// zero_points (minmax), if given, receives each block's z.
 template <class T>
 SchemeStats quantize_scheme(const Scheme& s, const T* x, T* y, int64_t rows, int64_t cols, Rounding mode,
                             int sr_bits = 32, uint64_t seed = 0, uint64_t stream = 0, uint64_t index0 = 0,
-                            std::vector<double>* scales = nullptr);
+                            std::vector<double>* scales = nullptr, std::vector<double>* zero_points = nullptr);
 
 extern template SchemeStats quantize_scheme<float>(const Scheme&, const float*, float*, int64_t, int64_t, Rounding,
-                                                   int, uint64_t, uint64_t, uint64_t, std::vector<double>*);
+                                                   int, uint64_t, uint64_t, uint64_t, std::vector<double>*,
+                                                   std::vector<double>*);
 extern template SchemeStats quantize_scheme<double>(const Scheme&, const double*, double*, int64_t, int64_t, Rounding,
-                                                    int, uint64_t, uint64_t, uint64_t, std::vector<double>*);
+                                                    int, uint64_t, uint64_t, uint64_t, std::vector<double>*,
+                                                    std::vector<double>*);
 
 // Round-to-odd of a / b in binary64 (a, b finite, b ≠ 0): rounding it once more to any precision
 // p ≤ 51 equals rounding the exact quotient (Boldo–Melquiond), for every mode (sr: sr_bits ≤ 52 − p).
