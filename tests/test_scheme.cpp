@@ -210,7 +210,8 @@ TEST_CASE("hand-checked values: OCP MX (the floor from the exponent bits, satura
     std::vector<double> pos = {0.5, 2.0}, pout(2);
     quantize_scheme<double>(zp, pos.data(), pout.data(), 1, 2, Rounding::rne, 32, 0, 0, 0, &scl, &zpt);
     CHECK(zpt == std::vector<double>{0});
-    CHECK(pout[1] == 2.0 * double(float(2.0 / 255.0)) / (2.0 / 255.0) * 1.0);
+    CHECK(pout[1] == 255 * scl[0]);  // 2/S rounds to 255
+    CHECK(scl[0] == double(float(2.0 / 255.0)));
   }
 }
 
