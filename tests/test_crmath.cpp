@@ -1,4 +1,4 @@
-// crmath: the correctly rounded binary32 exp and erf against MPFR, the array kernels against the
+// crmath: the correctly rounded binary32 exp, erf and tanh against MPFR, the array kernels against the
 // scalar definitions, and the activation buffers (GELU, SwiGLU, softmax) against their element
 // definitions, bit for bit. The exhaustive comparison of all 2^32 inputs is hidden ([full]).
 #include <catch2/catch.hpp>
@@ -44,7 +44,7 @@ std::vector<float> inputs(uint64_t seed, size_t random) {
   // exp: overflow (≈ 88.72), the subnormal range (≈ −87.34) and underflow to 0 (≈ −103.97);
   // erf: where it rounds to 1 (≈ 3.92), the polynomial's end (4), the pieces (j/4)
   std::vector<float> edges = {88.72283935546875f, -87.33654475f, -103.972084045410f, -103.27892f, 3.9192059f, 4.0f,
-                              -4.0f, 90.0f, -110.0f, 0.5f, -0.5f};
+                              -4.0f, 90.0f, -110.0f, 0.5f, -0.5f, 0.25f, 9.0109f, 9.5f, -9.5f};
   for (int j = 1; j <= 16; ++j) edges.push_back(float(j) / 4);
   for (float e : edges)
     for (int k = 0; k < 40; ++k) v.push_back(next_up(e, k)), v.push_back(next_down(e, k)), v.push_back(-next_up(e, k));
@@ -58,14 +58,19 @@ std::vector<float> inputs(uint64_t seed, size_t random) {
 
 bool same(float a, float b) { return to_bits(a) == to_bits(b); }
 
-// The exception tables of crmath_exceptions.h, without the sentinel.
-std::vector<std::pair<uint32_t, uint32_t>> table(bool exp) {
+// The exception tables of crmath_exceptions.h (0 exp, 1 erf, 2 tanh), without the sentinel.
+std::vector<std::pair<uint32_t, uint32_t>> table(int fn) {
   constexpr uint32_t e[][2] = MANTIS_CRMATH_EXP_EXCEPTIONS;
   constexpr uint32_t r[][2] = MANTIS_CRMATH_ERF_EXCEPTIONS;
+  constexpr uint32_t h[][2] = MANTIS_CRMATH_TANH_EXCEPTIONS;
   std::vector<std::pair<uint32_t, uint32_t>> t;
-  for (const auto* row = exp ? e : r; row[0][0] != 0xffffffffu; ++row) t.push_back({row[0][0], row[0][1]});
+  for (const auto* row = fn == 0 ? e : fn == 1 ? r : h; row[0][0] != 0xffffffffu; ++row) t.push_back({row[0][0], row[0][1]});
   return t;
 }
+
+float cr(int fn, float x) { return fn == 0 ? cr_expf(x) : fn == 1 ? cr_erff(x) : cr_tanhf(x); }
+float oracle(int fn, float x) { return fn == 0 ? oracle_expf(x) : fn == 1 ? oracle_erff(x) : oracle_tanhf(x); }
+double eval(int fn, float a) { return fn == 0 ? crmath::exp_eval(a) : fn == 1 ? crmath::erf_eval(a) : crmath::tanh_eval(a); }
 
 }  // namespace
 
@@ -109,31 +114,47 @@ TEST_CASE("crmath's binary64 evaluations are within 2^-50 of the exact value (MP
     const double y = crmath::erf_eval(a), ref = oracle_erf64(a);
     worst_erf = std::max(worst_erf, std::fabs(y / ref - 1));
   }
-  INFO("exp " << std::log2(worst_exp) << ", erf " << std::log2(worst_erf) << " (log2 of the largest relative error)");
+  double worst_tanh = 0;
+  for (float x : xs) {
+    const float a = std::fabs(x);
+    if (!(a > 0x1p-100f && a < 9.5f)) continue;
+    const double y = crmath::tanh_eval(a), ref = oracle_tanh64(a);
+    worst_tanh = std::max(worst_tanh, std::fabs(y / ref - 1));
+  }
+  INFO("exp " << std::log2(worst_exp) << ", erf " << std::log2(worst_erf) << ", tanh " << std::log2(worst_tanh)
+              << " (log2 of the largest relative error)");
   CHECK(worst_exp > 0);
   CHECK(worst_erf > 0);
+  CHECK(worst_tanh > 0);
   CHECK(worst_exp < 0x1p-50);
   CHECK(worst_erf < 0x1p-50);
+  CHECK(worst_tanh < 0x1p-48);  // (E − 1)/(E + 1) loses ~2 bits near a = 1/4
   CHECK(0x1p-50 * 16 <= crmath::kHardWidth);  // the flagging margin
 }
 
 TEST_CASE("cr_expf and cr_erff are correctly rounded (MPFR) on specials, thresholds, pieces and random inputs") {
   const std::vector<float> xs = inputs(11, test::scaled(300000));
-  size_t bad_exp = 0, bad_erf = 0, checked = 0;
+  size_t bad_exp = 0, bad_erf = 0, bad_tanh = 0, checked = 0;
   for (float x : xs) {
-    const float e = cr_expf(x), r = cr_erff(x);
-    const float we = oracle_expf(x), wr = oracle_erff(x);
+    const float e = cr_expf(x), r = cr_erff(x), t = cr_tanhf(x);
+    const float we = oracle_expf(x), wr = oracle_erff(x), wt = oracle_tanhf(x);
     if (std::isnan(x)) {  // the canonical quiet NaN
       CHECK(to_bits(e) == crmath::kQuietNaN);
       CHECK(to_bits(r) == crmath::kQuietNaN);
+      CHECK(to_bits(t) == crmath::kQuietNaN);
       continue;
     }
     if (!same(e, we) && bad_exp++ < 5) FAIL_CHECK("exp " << test::hex(x) << ": " << test::hex(e) << " vs MPFR " << test::hex(we));
     if (!same(r, wr) && bad_erf++ < 5) FAIL_CHECK("erf " << test::hex(x) << ": " << test::hex(r) << " vs MPFR " << test::hex(wr));
+    if (!same(t, wt) && bad_tanh++ < 5) FAIL_CHECK("tanh " << test::hex(x) << ": " << test::hex(t) << " vs MPFR " << test::hex(wt));
     ++checked;
   }
   CHECK(bad_exp == 0);
   CHECK(bad_erf == 0);
+  CHECK(bad_tanh == 0);
+  CHECK(same(cr_tanhf(-0.0f), -0.0f));
+  CHECK(same(cr_tanhf(-kInf), -1.0f));
+  CHECK(same(cr_tanhf(0x1p-149f), 0x1p-149f));
   CHECK(checked > 600000 * test::scale());
   // the IEEE cases, spelled out
   CHECK(same(cr_expf(0.0f), 1.0f));
@@ -161,43 +182,42 @@ TEST_CASE("crmath's exception tables: sorted, each entry flagged near a boundary
   // Both committed tables are empty: on every binary32 input the binary64 values round correctly
   // (mantis verify --function exp|erf --exhaustive). The checks below cover any entry a change of
   // the constants brings.
-  CHECK(table(true).size() + table(false).size() < 1000);
-  for (const bool exp : {true, false}) {
-    const auto t = table(exp);
-    INFO((exp ? "exp" : "erf") << ": " << t.size() << " entries");
+  CHECK(table(0).size() + table(1).size() + table(2).size() < 1000);
+  for (int fn = 0; fn < 3; ++fn) {
+    const auto t = table(fn);
+    INFO("function " << fn << ": " << t.size() << " entries");
     for (size_t i = 0; i < t.size(); ++i) {
       const float x = float_from_bits(t[i].first);
       INFO("entry " << test::hex(x));
       if (i) CHECK(t[i - 1].first < t[i].first);
-      if (!exp) CHECK((t[i].first & 0x80000000u) == 0);
+      if (fn) CHECK((t[i].first & 0x80000000u) == 0);
       bool hard;
-      const double y = exp ? crmath::exp_eval(x) : crmath::erf_eval(x);
-      const float f = crmath::round_checked(y, hard);
+      const float f = crmath::round_checked(eval(fn, x), hard);
       CHECK(hard);
       CHECK(!same(f, float_from_bits(t[i].second)));  // needed: the binary64 value rounds wrongly
-      CHECK(same(float_from_bits(t[i].second), exp ? oracle_expf(x) : oracle_erff(x)));
-      CHECK(same(exp ? cr_expf(x) : cr_erff(x), float_from_bits(t[i].second)));
-      if (!exp) CHECK(same(cr_erff(-x), -float_from_bits(t[i].second)));
-      // and its neighbourhood
+      CHECK(same(float_from_bits(t[i].second), oracle(fn, x)));
+      CHECK(same(cr(fn, x), float_from_bits(t[i].second)));
+      if (fn) CHECK(same(cr(fn, -x), -float_from_bits(t[i].second)));
       for (int k = 1; k <= 64; ++k)
-        for (const float z : {next_up(x, k), next_down(x, k)}) {
-          CHECK(same(exp ? cr_expf(z) : cr_erff(z), exp ? oracle_expf(z) : oracle_erff(z)));
-        }
+        for (const float z : {next_up(x, k), next_down(x, k)}) CHECK(same(cr(fn, z), oracle(fn, z)));
     }
   }
 }
 
 TEST_CASE("crmath's array kernels equal the scalar definitions (any length, in place, every input class)") {
   std::vector<float> xs = inputs(13, test::scaled(1000000));
-  std::vector<float> e(xs.size()), r(xs.size()), ep(xs.size()), rp(xs.size());
+  std::vector<float> e(xs.size()), r(xs.size()), ep(xs.size()), rp(xs.size()), h(xs.size()), hp(xs.size());
   cr_expf_array(xs.data(), e.data(), xs.size());
   cr_erff_array(xs.data(), r.data(), xs.size());
+  cr_tanhf_array(xs.data(), h.data(), xs.size());
   cr_expf_array_portable(xs.data(), ep.data(), xs.size());
   cr_erff_array_portable(xs.data(), rp.data(), xs.size());
+  cr_tanhf_array_portable(xs.data(), hp.data(), xs.size());
   size_t bad = 0;
   for (size_t i = 0; i < xs.size(); ++i) {
-    const float se = cr_expf(xs[i]), sr = cr_erff(xs[i]);
-    if (!same(e[i], se) || !same(r[i], sr) || !same(ep[i], se) || !same(rp[i], sr)) {
+    const float se = cr_expf(xs[i]), sr = cr_erff(xs[i]), sh = cr_tanhf(xs[i]);
+    if (!same(e[i], se) || !same(r[i], sr) || !same(ep[i], se) || !same(rp[i], sr) || !same(h[i], sh) ||
+        !same(hp[i], sh)) {
       if (bad++ < 5) FAIL_CHECK("x = " << test::hex(xs[i]) << ": exp " << test::hex(e[i]) << " / " << test::hex(se)
                                        << ", erf " << test::hex(r[i]) << " / " << test::hex(sr));
     }
@@ -206,22 +226,24 @@ TEST_CASE("crmath's array kernels equal the scalar definitions (any length, in p
   // every tail length and offset, in place
   for (size_t n = 0; n <= 40; ++n)
     for (size_t off = 0; off < 3; ++off) {
-      std::vector<float> a(xs.begin() + long(off * 97), xs.begin() + long(off * 97 + n)), b = a;
+      std::vector<float> a(xs.begin() + long(off * 97), xs.begin() + long(off * 97 + n)), b = a, c = a;
       cr_expf_array(a.data(), a.data(), n);
       cr_erff_array(b.data(), b.data(), n);
+      cr_tanhf_array(c.data(), c.data(), n);
       for (size_t i = 0; i < n; ++i) {
         CHECK(same(a[i], cr_expf(xs[off * 97 + i])));
         CHECK(same(b[i], cr_erff(xs[off * 97 + i])));
+        CHECK(same(c[i], cr_tanhf(xs[off * 97 + i])));
       }
     }
   // inputs that need the exception lookup, inside full vectors
-  for (const bool exp : {true, false})
-    for (const auto& [x, res] : table(exp)) {
+  for (int fn = 0; fn < 3; ++fn)
+    for (const auto& [x, res] : table(fn)) {
       std::vector<float> v(37, 0.5f), out(37);
       v[17] = float_from_bits(x), v[3] = -float_from_bits(x);
-      (exp ? cr_expf_array : cr_erff_array)(v.data(), out.data(), v.size());
+      (fn == 0 ? cr_expf_array : fn == 1 ? cr_erff_array : cr_tanhf_array)(v.data(), out.data(), v.size());
       CHECK(same(out[17], float_from_bits(res)));
-      CHECK(same(out[3], exp ? cr_expf(v[3]) : cr_erff(v[3])));
+      CHECK(same(out[3], cr(fn, v[3])));
     }
 }
 
@@ -238,6 +260,19 @@ TEST_CASE("activation buffers equal their element definitions bit for bit (GELU,
   SitePlan plain;
   for (const bool keep : {false, true}) {
     INFO("aux kept: " << keep);
+    {  // the tanh GELU
+      Matrix<float> h = x, aux;
+      detail::gelu_forward<float>(plain, 0, true, h, nullptr, keep ? &aux : nullptr);
+      Matrix<float> g = d;
+      detail::gelu_backward<float>(x, true, g, keep ? &aux : nullptr);
+      for (Eigen::Index i = 0; i < x.size(); ++i) {
+        const float v = x.data()[i];
+        INFO("tanh GELU x = " << test::hex(v));
+        CHECK(same(h.data()[i], act::gelu(v, true)));
+        if (keep) CHECK(same(aux.data()[i], cr_tanhf(act::gelu_tanh_arg(v))));
+        CHECK(same(g.data()[i], d.data()[i] * act::gelu_grad(v, true)));
+      }
+    }
     Matrix<float> h = x, aux;
     detail::gelu_forward<float>(plain, 0, false, h, nullptr, keep ? &aux : nullptr);
     CHECK(aux.size() == (keep ? x.size() : 0));
@@ -303,24 +338,23 @@ TEST_CASE("activation buffers equal their element definitions bit for bit (GELU,
   }
 }
 
-// Hidden (`test_crmath "[full]"`, ~20 min on 2 cores): every binary32 input against MPFR, both
+// Hidden (`test_crmath "[full]"`, ~50 min on 2 cores): every binary32 input against MPFR, the three
 // functions, through the array kernel and the scalar definition (mantis verify --function does the
 // same from the command line).
-TEST_CASE("cr_expf and cr_erff equal MPFR on all 2^32 inputs", "[.][full]") {
-  for (const bool exp : {true, false}) {
+TEST_CASE("cr_expf, cr_erff and cr_tanhf equal MPFR on all 2^32 inputs", "[.][full]") {
+  for (int fn = 0; fn < 3; ++fn) {
     uint64_t bad = 0;
     std::vector<float> in(1 << 16), out(1 << 16);
     for (uint64_t c = 0; c < (uint64_t(1) << 32); c += in.size()) {
       for (size_t i = 0; i < in.size(); ++i) in[i] = float_from_bits(uint32_t(c + i));
-      (exp ? cr_expf_array : cr_erff_array)(in.data(), out.data(), in.size());
+      (fn == 0 ? cr_expf_array : fn == 1 ? cr_erff_array : cr_tanhf_array)(in.data(), out.data(), in.size());
 #pragma omp parallel for reduction(+ : bad) schedule(static)
       for (size_t i = 0; i < in.size(); ++i) {
-        const float want = exp ? oracle_expf(in[i]) : oracle_erff(in[i]);
-        const float s = exp ? cr_expf(in[i]) : cr_erff(in[i]);
-        bad += !(same(out[i], want) && same(s, want));
+        const float want = oracle(fn, in[i]);
+        bad += !(same(out[i], want) && same(cr(fn, in[i]), want));
       }
     }
-    INFO((exp ? "exp" : "erf"));
+    INFO("function " << fn);
     CHECK(bad == 0);
   }
 }

@@ -465,22 +465,24 @@ ojson bench_optim(const BenchArgs& a, Progress& progress) {
 }
 
 // crmath's array kernels (the one this CPU runs, and the portable loop) beside glibc's scalar expf /
-// erff, one thread, on 4096 L1-resident elements (as the activation passes feed them): exp of
-// softmax-like arguments −|N(0, 4²)|, erf of GELU-like ones N(0, 2²)·√½; ns per element, median.
+// erff / tanhf, one thread, on 4096 L1-resident elements (as the activation passes feed them): exp
+// of softmax-like arguments −|N(0, 4²)|, erf and tanh of GELU-like ones N(0, 2²)·√½; ns per
+// element, median.
 ojson bench_math(const BenchArgs& a, Progress& progress) {
   constexpr size_t n = 4096, inner = 1000;
   std::vector<float> x(n), y(n);
   ojson results = ojson::array();
   if (!a.json)
-    std::printf("binary32 exp / erf on %zu elements in L1, 1 thread, median of %d\n%-5s %-22s %10s %10s\n", n, a.reps,
+    std::printf("binary32 exp / erf / tanh on %zu elements in L1, 1 thread, median of %d\n%-5s %-22s %10s %10s\n", n, a.reps,
                 "fn", "implementation", "ns/elem", "vs glibc");
-  for (const bool is_exp : {true, false}) {
-    fill_random(x.data(), n, Distribution::normal, 4242, is_exp ? 0 : 1);
+  for (const char* fn : {"exp", "erf", "tanh"}) {
+    const bool is_exp = fn[1] == 'x', is_erf = fn[1] == 'r';
+    fill_random(x.data(), n, Distribution::normal, 4242, is_exp ? 0 : is_erf ? 1 : 2);
     for (float& v : x) v = is_exp ? -std::fabs(v) * 4.0f : v * 2.0f * 0.70710678f;
-    const auto kernel = is_exp ? cr_expf_array : cr_erff_array;
-    const auto portable = is_exp ? cr_expf_array_portable : cr_erff_array_portable;
+    const auto kernel = is_exp ? cr_expf_array : is_erf ? cr_erff_array : cr_tanhf_array;
+    const auto portable = is_exp ? cr_expf_array_portable : is_erf ? cr_erff_array_portable : cr_tanhf_array_portable;
     auto glibc = [&] {
-      for (size_t i = 0; i < n; ++i) y[i] = is_exp ? std::exp(x[i]) : std::erf(x[i]);
+      for (size_t i = 0; i < n; ++i) y[i] = is_exp ? std::exp(x[i]) : is_erf ? std::erf(x[i]) : std::tanh(x[i]);
     };
     const std::vector<std::pair<std::string, std::function<void()>>> impls = {
         {"glibc", glibc},
@@ -496,12 +498,12 @@ ojson bench_math(const BenchArgs& a, Progress& progress) {
         }));
       const double ns = median(t) * 1e9 / double(n * inner);
       if (name == "glibc") base = ns;
-      results.push_back(ojson{{"function", is_exp ? "exp" : "erf"}, {"implementation", name}, {"threads", 1},
+      results.push_back(ojson{{"function", fn}, {"implementation", name}, {"threads", 1},
                               {"ns_per_elem", ns}, {"vs_glibc", base / ns}});
       progress.update(results.size());
       if (!a.json) {
         progress.interrupt();
-        std::printf("%-5s %-22s %10.3f %10.2f\n", is_exp ? "exp" : "erf", name.c_str(), ns, base / ns);
+        std::printf("%-5s %-22s %10.3f %10.2f\n", fn, name.c_str(), ns, base / ns);
         std::fflush(stdout);
       }
     }
@@ -513,7 +515,7 @@ ojson bench_math(const BenchArgs& a, Progress& progress) {
 uint64_t measurements(const BenchArgs& a) {
   const uint64_t th = a.threads.size();
   if (a.what == "round") return 2 * 3 * 2 * th;  // containers × formats × modes × threads
-  if (a.what == "math") return 6;
+  if (a.what == "math") return 9;
   if (a.what == "gemm") return a.sizes.size() * gemm_cases().size() * th;
   if (a.what == "optim")
     return (a.optimizers.empty() ? optimizers().size()
@@ -589,7 +591,7 @@ Runner setup_bench(CLI::App& sub) {
       "LAMP's uniform ps4 policy and LAMP strict tau = 1. train: training tokens/s of --config, without and with "
       "4-bit saved activations. optim: step time per parameter of every registered optimizer on GPT-2 small's "
       "parameters (or --params N), beside AdamW in the same run, and Gefen's codebook DP on --dp-bins bins. "
-      "math: ns per element of crmath's correctly rounded exp / erf array kernels beside glibc's expf / erff (1 thread). "
+      "math: ns per element of crmath's correctly rounded exp / erf / tanh array kernels beside glibc's (1 thread). "
       "Medians over --reps after one warm-up.");
   sub.add_option("benchmark", a->what, "round, gemm, forward, train, optim or math")
       ->required()

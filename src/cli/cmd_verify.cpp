@@ -1,5 +1,5 @@
 // mantis verify --exhaustive — fast path vs MPFR oracle on every binary32 bit pattern: the
-// rounding of a format (--format), or crmath's correctly rounded exp / erf (--function).
+// rounding of a format (--format), or crmath's correctly rounded exp / erf / tanh (--function).
 //
 // Input number j (j = 0, 1, …) is the pattern j·k (k = 1, or an odd stride with --limit) and uses
 // the random word (seed, stream, j): round_array is called on chunks with index0 = chunk start.
@@ -71,15 +71,18 @@ int verify_threads() {
 // scalar definition, both against MPFR (oracle_expf / oracle_erff). --exceptions prints the
 // exception table (crmath_exceptions.h) that makes the binary64 value's mismatches right.
 int run_verify_function(const VerifyArgs& a) {
-  const bool is_exp = a.function == "exp";
-  if (!is_exp && a.function != "erf") throw InputError(fmt::format("unknown function '{}' (known: exp, erf)", a.function));
-  const auto vec = is_exp ? cr_expf_array : cr_erff_array;
-  const auto scalar = is_exp ? cr_expf : cr_erff;
-  const auto oracle = is_exp ? oracle_expf : oracle_erff;
-  const auto eval = [is_exp](float x) {  // the binary64 value before the exception lookup
+  const bool is_exp = a.function == "exp", is_erf = a.function == "erf";
+  if (!is_exp && !is_erf && a.function != "tanh")
+    throw InputError(fmt::format("unknown function '{}' (known: exp, erf, tanh)", a.function));
+  const auto vec = is_exp ? cr_expf_array : is_erf ? cr_erff_array : cr_tanhf_array;
+  const auto scalar = is_exp ? cr_expf : is_erf ? cr_erff : cr_tanhf;
+  const auto oracle = is_exp ? oracle_expf : is_erf ? oracle_erff : oracle_tanhf;
+  const float top = is_erf ? 4.0f : 9.5f;  // the odd functions' evaluation domain |x| < top
+  const auto eval = [is_exp, is_erf, top](float x) {  // the binary64 value before the exception lookup
     if (is_exp) return crmath::exp_eval(x < -110.0f ? -110.0 : x > 90.0f ? 90.0 : double(x));
     const double ax = std::fabs(double(x));
-    return ax < 4 ? crmath::erf_eval(ax) : 1.0;
+    if (ax >= top) return 1.0;
+    return is_erf ? crmath::erf_eval(ax) : crmath::tanh_eval(ax);
   };
   constexpr uint64_t kAll = uint64_t(1) << 32;
   const uint64_t stride = pattern_stride(a.limit), count = (kAll - 1) / stride + 1;
@@ -111,7 +114,7 @@ int run_verify_function(const VerifyArgs& a) {
       for (uint64_t i = 0; i < n; ++i) {
         const float x = in[i], want = oracle(x), s1 = scalar(x);
         bool hard = false;
-        if (x == x && !(!is_exp && std::fabs(x) >= 4.0f)) crmath::round_checked(eval(x), hard);
+        if (x == x && !(!is_exp && std::fabs(x) >= top)) crmath::round_checked(eval(x), hard);
         h += hard;
         if (to_bits(out[i]) != to_bits(want) || to_bits(s1) != to_bits(want)) {
           std::lock_guard<std::mutex> lk(mu);
@@ -147,7 +150,7 @@ int run_verify_function(const VerifyArgs& a) {
                 b.hard ? "" : " (not flagged near a boundary)");
   }
   if (a.exceptions) {
-    // erf's table is keyed by |x| (the result's sign is copied back): one line per |x|.
+    // erf's and tanh's tables are keyed by |x| (the result's sign is copied back): one line per |x|.
     std::vector<std::pair<uint32_t, uint32_t>> rows;
     for (const Bad& b : bad) {
       const uint32_t key = is_exp ? b.input : b.input & 0x7fffffffu;
@@ -158,7 +161,7 @@ int run_verify_function(const VerifyArgs& a) {
     }
     std::sort(rows.begin(), rows.end());
     rows.erase(std::unique(rows.begin(), rows.end()), rows.end());
-    std::printf("#define MANTIS_CRMATH_%s_EXCEPTIONS \\\n  { ", is_exp ? "EXP" : "ERF");
+    std::printf("#define MANTIS_CRMATH_%s_EXCEPTIONS \\\n  { ", is_exp ? "EXP" : is_erf ? "ERF" : "TANH");
     for (const auto& [k, r] : rows) std::printf("{0x%08xu, 0x%08xu}, ", k, r);
     std::printf("{0xffffffffu, 0} }\n");
   }
@@ -284,13 +287,13 @@ Runner setup_verify(CLI::App& sub) {
   auto a = std::make_shared<VerifyArgs>();
   sub.description(
       "compare a fast path with the MPFR oracle bit for bit: a format's rounding (--format), or the correctly "
-      "rounded binary32 exp / erf (--function: the array kernel and the scalar definition). --exhaustive: every "
+      "rounded binary32 exp / erf / tanh (--function: the array kernel and the scalar definition). --exhaustive: every "
       "binary32 bit pattern (2^32 inputs, NaNs and infinities included); input number j uses the random word "
       "(seed, stream, j). Exit status 1 on any mismatch.");
   sub.add_flag("--exhaustive", a->exhaustive, "all 2^32 binary32 patterns (required: the only mode so far)");
   add_rounding(sub, *a);
   sub.get_option("--format")->required(false);
-  sub.add_option("--function", a->function, "exp or erf: crmath's correctly rounded binary32 function (no --format)");
+  sub.add_option("--function", a->function, "exp, erf or tanh: crmath's correctly rounded binary32 function (no --format)");
   sub.add_flag("--exceptions", a->exceptions, "--function: print the exception table for crmath_exceptions.h");
   sub.add_option("--container", a->container, "float (round binary32 arrays) or double (round (double)x)")
       ->capture_default_str();

@@ -24,10 +24,15 @@ void cr_erff_array_portable(const float* x, float* y, size_t n) {
   for (size_t i = 0; i < n; ++i) y[i] = cr_erff(x[i]);
 }
 
+void cr_tanhf_array_portable(const float* x, float* y, size_t n) {
+  for (size_t i = 0; i < n; ++i) y[i] = cr_tanhf(x[i]);
+}
+
 #if !defined(MANTIS_X86)
 
 void cr_expf_array(const float* x, float* y, size_t n) { cr_expf_array_portable(x, y, n); }
 void cr_erff_array(const float* x, float* y, size_t n) { cr_erff_array_portable(x, y, n); }
+void cr_tanhf_array(const float* x, float* y, size_t n) { cr_tanhf_array_portable(x, y, n); }
 
 #else
 
@@ -179,7 +184,50 @@ AVX void finish(__m512 v, unsigned hard, float* y, float (*f)(float)) {
   }
 }
 
+// crmath::tanh_eval on 8 lanes (0 ≤ a < 9.5): both branches, blended.
+AVX __m512d tanh_eval8(const ExpTables& tb, const __m512d* tc, __m512d a) {
+  const __m512d u = _mm512_mul_pd(a, a);
+  __m512d p = tc[kTanhDegree];
+  for (int n = kTanhDegree - 1; n >= 0; --n) p = _mm512_fmadd_pd(p, u, tc[n]);
+  const __m512d small = _mm512_mul_pd(a, p);
+  const __m512d e = exp_eval8(tb, _mm512_add_pd(a, a));
+  const __m512d one = _mm512_set1_pd(1.0);
+  const __m512d big = _mm512_div_pd(_mm512_sub_pd(e, one), _mm512_add_pd(e, one));
+  return _mm512_mask_blend_pd(_mm512_cmp_pd_mask(a, _mm512_set1_pd(0.25), _CMP_LT_OQ), big, small);
+}
+
+[[MANTIS_AVX512_TARGET]] void tanhf_avx512(const float* x, float* y, size_t n) {
+  const ExpTables tb = exp_tables();
+  __m512d tc[kTanhDegree + 1];
+  for (int k = 0; k <= kTanhDegree; ++k) tc[k] = _mm512_set1_pd(kTanhPoly[k]);
+  const __m512 lim = _mm512_set1_ps(9.5f), below = _mm512_set1_ps(0x1.2ffffep+3f);  // the largest float < 9.5
+  const __m512i sign_bit = _mm512_set1_epi32(int32_t(0x80000000u));
+  const __m512 nan = _mm512_castsi512_ps(_mm512_set1_epi32(int32_t(kQuietNaN)));
+  for (size_t i = 0; i < n; i += 16) {
+    const __mmask16 live = n - i >= 16 ? __mmask16(0xffff) : __mmask16((1u << (n - i)) - 1);
+    const __m512 v = _mm512_maskz_loadu_ps(live, x + i);
+    const __mmask16 isnan = _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+    const __m512i sign = _mm512_and_si512(_mm512_castps_si512(v), sign_bit);
+    const __m512 a = _mm512_abs_ps(v);
+    const __mmask16 big = _mm512_cmp_ps_mask(a, lim, _CMP_GE_OQ);
+    const __m512 ac = _mm512_min_ps(a, below);
+    __mmask8 h0, h1;
+    const __m256 f0 = round_flagged8(tanh_eval8(tb, tc, lo_half(ac)), h0);
+    const __m256 f1 = round_flagged8(tanh_eval8(tb, tc, hi_half(ac)), h1);
+    __m512 f = _mm512_mask_blend_ps(big, join(f0, f1), _mm512_set1_ps(1.0f));
+    f = _mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(f), sign));
+    f = _mm512_mask_blend_ps(isnan, f, nan);
+    _mm512_mask_storeu_ps(y + i, live, f);
+    finish(v, (unsigned(h0) | unsigned(h1) << 8) & ~unsigned(isnan | big) & live, y + i, cr_tanhf);
+  }
+}
+
 }  // namespace
+
+void cr_tanhf_array(const float* x, float* y, size_t n) {
+  if (cpu_has_avx512()) tanhf_avx512(x, y, n);
+  else cr_tanhf_array_portable(x, y, n);
+}
 
 void cr_expf_array(const float* x, float* y, size_t n) {
   if (cpu_has_avx512()) expf_avx512(x, y, n);

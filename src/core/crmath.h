@@ -1,9 +1,10 @@
-// crmath — correctly rounded binary32 exp and erf: the elementary functions of the model graphs
-// (softmax, GELU, SiLU), the same bits on every CPU, C library and GPU.
+// crmath — correctly rounded binary32 exp, erf and tanh: the elementary functions of the model
+// graphs (softmax, GELU exact and tanh, SiLU), the same bits on every CPU, C library and GPU.
 //
-//   cr_expf(x) = RN(e^x), cr_erff(x) = RN(erf(x)): the exact value rounded to the nearest binary32,
-//   ties to even, with IEEE overflow to +inf, gradual underflow, exp(±0) = 1, erf(±0) = ±0,
-//   erf(±inf) = ±1, and the canonical quiet NaN (0x7fc00000) for a NaN input.
+//   cr_expf(x) = RN(e^x), cr_erff(x) = RN(erf(x)), cr_tanhf(x) = RN(tanh(x)): the exact value
+//   rounded to the nearest binary32, ties to even, with IEEE overflow to +inf, gradual underflow,
+//   exp(±0) = 1, erf(±0) = tanh(±0) = ±0, erf(±inf) = tanh(±inf) = ±1, and the canonical quiet NaN
+//   (0x7fc00000) for a NaN input.
 //
 // How (header code shared verbatim with CUDA; + − × and fma in binary64, no library call):
 //   exp  x clamped to [−110, 90] (outside it the result is already 0 or +inf); k = RN(x·16/ln2),
@@ -12,6 +13,8 @@
 //   erf  on a = |x| < 4 (beyond it RN(erf) = ±1): piece j = ⌊4a⌋; j = 0: a·P(a²); j = 1..15: a
 //        polynomial in t = a − (2j+1)/8 (degree ≤ 12, Horner, fma); the sign is copied back (RN is
 //        symmetric).
+//   tanh on a = |x| < 9.5 (beyond it RN(tanh) = ±1): a < 1/4: a·P(a²) (degree 7 in a²);
+//        otherwise (E − 1)/(E + 1) with E = e^(2a) from exp's evaluation; the sign copied back.
 //   Both evaluations are within a few binary64 ulps of the exact value (< 2^−50 relative: tests).
 //   y rounds to f = RN(y); unless y lies within 2^−45·y of the rounding boundary between f and its
 //   other neighbour, f is the correctly rounded result. The rare inputs that do are looked up in a
@@ -48,10 +51,12 @@ inline constexpr double kHardWidth = 0x1p-45;   // "near a boundary": within 2^�
 inline constexpr double kExpT[16] = MANTIS_CRMATH_EXP_T;
 inline constexpr double kExpPoly[kExpDegree + 1] = MANTIS_CRMATH_EXP_POLY;
 inline constexpr double kErfPoly[kErfDegree + 1][16] = MANTIS_CRMATH_ERF_POLY;
+inline constexpr double kTanhPoly[kTanhDegree + 1] = MANTIS_CRMATH_TANH_POLY;
 #if defined(__CUDACC__)
 static __constant__ double kExpTDev[16] = MANTIS_CRMATH_EXP_T;
 static __constant__ double kExpPolyDev[kExpDegree + 1] = MANTIS_CRMATH_EXP_POLY;
 static __constant__ double kErfPolyDev[kErfDegree + 1][16] = MANTIS_CRMATH_ERF_POLY;
+static __constant__ double kTanhPolyDev[kTanhDegree + 1] = MANTIS_CRMATH_TANH_POLY;
 #endif
 #if defined(__CUDA_ARCH__)
 #define MANTIS_CRMATH_T(name) name##Dev
@@ -90,6 +95,19 @@ MANTIS_HD double erf_eval(double a) {
   double p = C[kErfDegree][j];
   for (int n = kErfDegree - 1; n >= 0; --n) p = fma_d(p, t, C[n][j]);
   return j == 0 ? a * p : p;
+}
+
+// tanh(a) in binary64 for a ∈ [0, 9.5) (a a binary32 value).
+MANTIS_HD double tanh_eval(double a) {
+  if (a < 0.25) {
+    const double* C = MANTIS_CRMATH_T(kTanhPoly);
+    const double u = a * a;  // exact
+    double p = C[kTanhDegree];
+    for (int n = kTanhDegree - 1; n >= 0; --n) p = fma_d(p, u, C[n]);
+    return a * p;
+  }
+  const double e = exp_eval(2 * a);  // 2a: still a binary32 value
+  return (e - 1) / (e + 1);
 }
 
 // RN(y) for y ≥ 0, and whether y lies within kHardWidth·y of the boundary between RN(y) and its
@@ -142,13 +160,33 @@ MANTIS_HD float cr_erff(float x) {
   return float_from_bits(to_bits(f) | sign);
 }
 
+MANTIS_HD float cr_tanhf(float x) {
+  using namespace crmath;
+  if (x != x) return float_from_bits(kQuietNaN);
+  const uint32_t sign = to_bits(x) & 0x80000000u, ab = to_bits(x) ^ sign;
+  const float a = float_from_bits(ab);
+  float f = 1.0f;
+  if (a < 9.5f) {
+    bool hard;
+    f = round_checked(tanh_eval(a), hard);
+    if (hard) {
+      constexpr uint32_t tab[][2] = MANTIS_CRMATH_TANH_EXCEPTIONS;
+      f = lookup(tab, ab, f);
+    }
+  }
+  return float_from_bits(to_bits(f) | sign);
+}
+
 #if !defined(__CUDACC__)
-// y[i] = cr_expf(x[i]) / cr_erff(x[i]), i < n; y may be x. The fastest kernel the CPU has.
+// y[i] = cr_expf(x[i]) / cr_erff(x[i]) / cr_tanhf(x[i]), i < n; y may be x. The fastest kernel the
+// CPU has.
 void cr_expf_array(const float* x, float* y, size_t n);
 void cr_erff_array(const float* x, float* y, size_t n);
+void cr_tanhf_array(const float* x, float* y, size_t n);
 // The same through the portable loop only (tests compare the two).
 void cr_expf_array_portable(const float* x, float* y, size_t n);
 void cr_erff_array_portable(const float* x, float* y, size_t n);
+void cr_tanhf_array_portable(const float* x, float* y, size_t n);
 #endif
 
 }  // namespace mantis

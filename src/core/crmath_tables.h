@@ -35,4 +35,9 @@ inline constexpr int kErfDegree = 12;  // the longest piece; shorter ones are pa
    {0x0.0p+0, 0x1.e24df0fadde14p-14, 0x1.61097834adbfdp-11, 0x1.9792cf62e415bp-12, -0x1.6e432174e4fb9p-13, -0x1.6186925b1a49ep-12, -0x1.07f2942f29257p-13, 0x1.312b5209d33c1p-14, 0x1.8c2cbbbde9747p-14, 0x0.0p+0, 0x0.0p+0, 0x0.0p+0, 0x0.0p+0, 0x0.0p+0, 0x0.0p+0, 0x0.0p+0}, \
    {0x0.0p+0, 0x1.3591167e0c420p-12, 0x0.0p+0, 0x0.0p+0, 0x0.0p+0, 0x0.0p+0, 0x0.0p+0, 0x0.0p+0, 0x0.0p+0, 0x0.0p+0, 0x0.0p+0, 0x0.0p+0, 0x0.0p+0, 0x0.0p+0, 0x0.0p+0, 0x0.0p+0}}
 
+inline constexpr int kTanhDegree = 7;
+// tanh(x)/x as a polynomial in u = x² on [0, 1/16], coefficient n at [n]
+#define MANTIS_CRMATH_TANH_POLY \
+  {0x1.0000000000000p+0, -0x1.55555555554c9p-2, 0x1.11111110fa162p-3, -0x1.ba1ba18c0eafap-5, 0x1.664f31d281cc8p-6, -0x1.22682010f79c9p-7, 0x1.d5034691f591bp-9, -0x1.59312e1532208p-10}
+
 }  // namespace mantis::crmath

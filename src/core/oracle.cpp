@@ -218,8 +218,10 @@ double oracle_64(float x, int (*f)(mpfr_ptr, mpfr_srcptr, mpfr_rnd_t)) {
 
 float oracle_expf(float x) { return oracle_f32(x, mpfr_exp); }
 float oracle_erff(float x) { return oracle_f32(x, mpfr_erf); }
+float oracle_tanhf(float x) { return oracle_f32(x, mpfr_tanh); }
 double oracle_exp64(float x) { return oracle_64(x, mpfr_exp); }
 double oracle_erf64(float x) { return oracle_64(x, mpfr_erf); }
+double oracle_tanh64(float x) { return oracle_64(x, mpfr_tanh); }
 
 namespace {
 

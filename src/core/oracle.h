@@ -24,13 +24,15 @@ double oracle_round(double x, const Format& f, Rounding m, uint32_t rnd = 0, int
 void oracle_gemm(const float* A, const float* B, double* C, size_t M, size_t N, size_t K,
                  const GemmSpec& s);
 
-// RN(e^x) and RN(erf(x)) in binary32 (IEEE: gradual underflow, overflow to inf, NaN → quiet NaN):
+// RN(e^x), RN(erf(x)) and RN(tanh(x)) in binary32 (IEEE: gradual underflow, overflow to inf, NaN → quiet NaN):
 // MPFR at precision 24 in binary32's exponent range (mpfr_check_range, mpfr_subnormalize). The
-// reference of crmath.h's cr_expf / cr_erff. Extra: the value at 64 bits (for error measurements).
+// reference of crmath.h's cr_expf / cr_erff / cr_tanhf. Extra: the value at 64 bits (for error measurements).
 float oracle_expf(float x);
 float oracle_erff(float x);
+float oracle_tanhf(float x);
 double oracle_exp64(float x);  // e^x rounded to 64 bits (binary64 range: overflow/underflow at its limits)
 double oracle_erf64(float x);
+double oracle_tanh64(float x);
 
 // Reference of quantize_scheme (scheme.h), from its written definition with MPFR: amax exact, the
 // floor rule's exponent exact, quotients to 300 bits rounded to odd and then rounded by the oracle

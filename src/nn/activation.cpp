@@ -43,29 +43,31 @@ template <class T>
 void gelu_forward(const SitePlan& p, uint64_t stream, bool tanh_approx, Matrix<T>& h, SiteHealth* hl,
                   Matrix<T>* aux) {
   if (p.input) round_matrix<T>(h, *p.input, stream + kStreamA, hl);
-  T* keep = prepare_aux(aux, !tanh_approx && !p.input, h);
+  T* keep = prepare_aux(aux, !p.input, h);
   T* x = h.data();
-  if constexpr (std::is_same_v<T, float>) {
-    if (!tanh_approx) {  // act::gelu's operations, erf through the array kernel
-      const T r2 = T(0.7071067811865476);
-      for_chunks(h.size(), [&](Index i0, Index n) {
-        T buf[kChunk];
-        T* e = keep ? keep + i0 : buf;  // [n] erf(x·√½)
-        T* xi = x + i0;
+  if constexpr (std::is_same_v<T, float>) {  // act::gelu's operations, erf / tanh through the array kernels
+    const T r2 = T(0.7071067811865476);
+    for_chunks(h.size(), [&](Index i0, Index n) {
+      T buf[kChunk];
+      T* e = keep ? keep + i0 : buf;  // [n] erf(x·√½), or tanh(√(2/π)(x + 0.044715x³))
+      T* xi = x + i0;
+      if (tanh_approx) {
+        for (Index i = 0; i < n; ++i) e[i] = act::gelu_tanh_arg(xi[i]);
+        cr_tanhf_array(e, e, size_t(n));
+      } else {
         for (Index i = 0; i < n; ++i) e[i] = xi[i] * r2;
         cr_erff_array(e, e, size_t(n));
-        for (Index i = 0; i < n; ++i) xi[i] = T(0.5) * xi[i] * (T(1) + e[i]);
-      });
-      if (p.output) round_matrix<T>(h, *p.output, stream + kStreamOutput, hl);
-      count_nonfinite<T>(hl, h);
-      return;
-    }
-  }
-  const Index n = h.size();
-  if (keep)
-    for (Index i = 0; i < n; ++i) keep[i] = act::erf(x[i] * T(0.7071067811865476));
+      }
+      for (Index i = 0; i < n; ++i) xi[i] = T(0.5) * xi[i] * (T(1) + e[i]);
+    });
+  } else {
+    const Index n = h.size();
+    if (keep)
+      for (Index i = 0; i < n; ++i)
+        keep[i] = tanh_approx ? act::tanh(act::gelu_tanh_arg(x[i])) : act::erf(x[i] * T(0.7071067811865476));
 #pragma omp parallel for schedule(static)
-  for (Index i = 0; i < n; ++i) x[i] = act::gelu(x[i], tanh_approx);
+    for (Index i = 0; i < n; ++i) x[i] = act::gelu(x[i], tanh_approx);
+  }
   if (p.output) round_matrix<T>(h, *p.output, stream + kStreamOutput, hl);
   count_nonfinite<T>(hl, h);
 }
@@ -104,9 +106,23 @@ template <class T>
 void gelu_backward(const Matrix<T>& pre, bool tanh_approx, Matrix<T>& d, const Matrix<T>* aux) {
   const T* x = pre.data();
   T* g = d.data();
-  const T* kept = aux && aux->size() ? aux->data() : nullptr;  // erf(x·√½) of the forward
+  const T* kept = aux && aux->size() ? aux->data() : nullptr;  // erf(x·√½) / tanh(…) of the forward
   if constexpr (std::is_same_v<T, float>) {
-    if (!tanh_approx) {  // act::gelu_grad_from_erf's operations, erf and exp through the array kernels
+    if (tanh_approx) {  // act::gelu_grad_from_tanh's operations, tanh through the array kernel
+      for_chunks(pre.size(), [&](Index i0, Index n) {
+        T buf[kChunk];
+        const T* xi = x + i0;
+        const T* th = kept ? kept + i0 : buf;
+        if (!kept) {
+          for (Index i = 0; i < n; ++i) buf[i] = act::gelu_tanh_arg(xi[i]);
+          cr_tanhf_array(buf, buf, size_t(n));
+        }
+        T* gi = g + i0;
+        for (Index i = 0; i < n; ++i) gi[i] *= act::gelu_grad_from_tanh(xi[i], th[i]);
+      });
+      return;
+    }
+    {  // act::gelu_grad_from_erf's operations, erf and exp through the array kernels
       const T r2 = T(0.7071067811865476), inv_sqrt_2pi = T(0.3989422804014327);
       for_chunks(pre.size(), [&](Index i0, Index n) {
         T ebuf[kChunk], pbuf[kChunk];
@@ -127,7 +143,8 @@ void gelu_backward(const Matrix<T>& pre, bool tanh_approx, Matrix<T>& d, const M
   const Index n = pre.size();
 #pragma omp parallel for schedule(static)
   for (Index i = 0; i < n; ++i)
-    g[i] *= kept && !tanh_approx ? act::gelu_grad_from_erf(x[i], kept[i]) : act::gelu_grad(x[i], tanh_approx);
+    g[i] *= !kept ? act::gelu_grad(x[i], tanh_approx)
+          : tanh_approx ? act::gelu_grad_from_tanh(x[i], kept[i]) : act::gelu_grad_from_erf(x[i], kept[i]);
 }
 
 template <class T>

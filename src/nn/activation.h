@@ -5,9 +5,9 @@
 //           ½(1+tanh u) + ½x(1−tanh²u)·√(2/π)(1 + 3·0.044715x²).
 //   SwiGLU  silu(g) ⊙ u, silu(g) = g / (1 + e^−g); d gate = dh ⊙ up ⊙ σ(g)(1 + g(1 − σ(g))),
 //           d up = dh ⊙ silu(g).
-// Each expression is written once: the evaluation order is part of the bits. In binary32, exp and
-// erf are crmath's correctly rounded functions (core/crmath.h: the same bits on every CPU, C library
-// and GPU); the binary64 reference instantiation uses the C library's. tanh is the C library's.
+// Each expression is written once: the evaluation order is part of the bits. In binary32, exp, erf
+// and tanh are crmath's correctly rounded functions (core/crmath.h: the same bits on every CPU, C
+// library and GPU); the binary64 reference instantiation uses the C library's.
 #pragma once
 
 #include <cmath>
@@ -32,9 +32,29 @@ MANTIS_HD T erf(T x) {
 }
 
 template <class T>
+MANTIS_HD T tanh(T x) {
+  if constexpr (std::is_same_v<T, float>) return cr_tanhf(x);
+  else return std::tanh(x);
+}
+
+// The tanh GELU's argument √(2/π)(v + 0.044715v³).
+template <class T>
+MANTIS_HD T gelu_tanh_arg(T v) {
+  const T k = T(0.7978845608028654), c = T(0.044715);
+  return k * (v + c * v * v * v);
+}
+
+template <class T>
 MANTIS_HD T gelu(T v, bool tanh_approx) {
-  const T k = T(0.7978845608028654), c = T(0.044715), r2 = T(0.7071067811865476);  // √(2/π), √½
-  return tanh_approx ? T(0.5) * v * (T(1) + std::tanh(k * (v + c * v * v * v))) : T(0.5) * v * (T(1) + erf(v * r2));
+  const T r2 = T(0.7071067811865476);  // √½
+  return tanh_approx ? T(0.5) * v * (T(1) + tanh(gelu_tanh_arg(v))) : T(0.5) * v * (T(1) + erf(v * r2));
+}
+
+// The tanh GELU's derivative from th = tanh(gelu_tanh_arg(v)) (the forward's, kept for the backward).
+template <class T>
+MANTIS_HD T gelu_grad_from_tanh(T v, T th) {
+  const T k = T(0.7978845608028654), c = T(0.044715);
+  return T(0.5) * (T(1) + th) + T(0.5) * v * (T(1) - th * th) * k * (T(1) + T(3) * c * v * v);
 }
 
 // The exact GELU from its erf term e = erf(v·√½) (the forward's, kept for the backward).
@@ -46,11 +66,8 @@ MANTIS_HD T gelu_grad_from_erf(T v, T e) {
 
 template <class T>
 MANTIS_HD T gelu_grad(T v, bool tanh_approx) {
-  const T k = T(0.7978845608028654), c = T(0.044715), r2 = T(0.7071067811865476);
-  if (tanh_approx) {
-    const T th = std::tanh(k * (v + c * v * v * v));
-    return T(0.5) * (T(1) + th) + T(0.5) * v * (T(1) - th * th) * k * (T(1) + T(3) * c * v * v);
-  }
+  const T r2 = T(0.7071067811865476);
+  if (tanh_approx) return gelu_grad_from_tanh(v, tanh(gelu_tanh_arg(v)));
   return gelu_grad_from_erf(v, erf(v * r2));
 }
 
@@ -103,9 +120,10 @@ namespace mantis::detail {
 
 // The activation sites: binary32 (T) arithmetic between the input rounding (stream + 1; silu's
 // second input + 2) and the output rounding (stream + 3).
-// `aux` [T,H]: the forward's elementary-function values, kept for the backward — GELU (exact)
-// erf(x·√½), SiLU exp(−g) — filled when given and the site rounds no input (the backward then
-// differentiates at the same inputs); otherwise emptied, and the backward recomputes them.
+// `aux` [T,H]: the forward's elementary-function values, kept for the backward — GELU erf(x·√½)
+// (exact) or tanh(√(2/π)(x + 0.044715x³)) (tanh), SiLU exp(−g) — filled when given and the site
+// rounds no input (the backward then differentiates at the same inputs); otherwise emptied, and the
+// backward recomputes them.
 // GELU in place on h [T,H].
 template <class T>
 void gelu_forward(const SitePlan& p, uint64_t stream, bool tanh_approx, Matrix<T>& h, SiteHealth* hl,
