@@ -160,9 +160,12 @@ AVX void finish(__m512 v, unsigned hard, float* y, float (*f)(float)) {
   }
 }
 
-[[MANTIS_AVX512_TARGET]] void erff_avx512(const float* x, float* y, size_t n) {
-  const ErfTables tb = erf_tables();
-  const __m512 four = _mm512_set1_ps(4.0f), below4 = _mm512_set1_ps(0x1.fffffep+1f);
+// erf and tanh on 16 lanes (crmath::odd_to_one): `eval` (an 8-lane evaluation on 0 ≤ a < limit)
+// on |x|, 1 from `limit` on, the sign put back; lanes near a rounding boundary go to `scalar`.
+template <class Eval8>
+AVX void odd_to_one16(const float* x, float* y, size_t n, float limit, const Eval8& eval, float (*scalar)(float)) {
+  const __m512 lim = _mm512_set1_ps(limit);
+  const __m512 below = _mm512_castsi512_ps(_mm512_set1_epi32(int32_t(to_bits(limit) - 1)));  // the largest float < limit
   const __m512i sign_bit = _mm512_set1_epi32(int32_t(0x80000000u));
   const __m512 nan = _mm512_castsi512_ps(_mm512_set1_epi32(int32_t(kQuietNaN)));
   for (size_t i = 0; i < n; i += 16) {
@@ -171,17 +174,26 @@ AVX void finish(__m512 v, unsigned hard, float* y, float (*f)(float)) {
     const __mmask16 isnan = _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
     const __m512i sign = _mm512_and_si512(_mm512_castps_si512(v), sign_bit);
     const __m512 a = _mm512_abs_ps(v);
-    const __mmask16 big = _mm512_cmp_ps_mask(a, four, _CMP_GE_OQ);
-    const __m512 ac = _mm512_min_ps(a, below4);  // the polynomial's domain (big lanes: replaced)
+    const __mmask16 big = _mm512_cmp_ps_mask(a, lim, _CMP_GE_OQ);
+    const __m512 ac = _mm512_min_ps(a, below);  // the evaluation's domain (big lanes: replaced)
     __mmask8 h0, h1;
-    const __m256 f0 = round_flagged8(erf_eval8(tb, lo_half(ac)), h0);
-    const __m256 f1 = round_flagged8(erf_eval8(tb, hi_half(ac)), h1);
+    const __m256 f0 = round_flagged8(eval(lo_half(ac)), h0);
+    const __m256 f1 = round_flagged8(eval(hi_half(ac)), h1);
     __m512 f = _mm512_mask_blend_ps(big, join(f0, f1), _mm512_set1_ps(1.0f));
     f = _mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(f), sign));
     f = _mm512_mask_blend_ps(isnan, f, nan);
     _mm512_mask_storeu_ps(y + i, live, f);
-    finish(v, (unsigned(h0) | unsigned(h1) << 8) & ~unsigned(isnan | big) & live, y + i, cr_erff);
+    finish(v, (unsigned(h0) | unsigned(h1) << 8) & ~unsigned(isnan | big) & live, y + i, scalar);
   }
+}
+
+struct ErfEval8 {
+  ErfTables tb;
+  AVX __m512d operator()(__m512d a) const { return erf_eval8(tb, a); }
+};
+
+[[MANTIS_AVX512_TARGET]] void erff_avx512(const float* x, float* y, size_t n) {
+  odd_to_one16(x, y, n, 4.0f, ErfEval8{erf_tables()}, cr_erff);
 }
 
 // crmath::tanh_eval on 8 lanes (0 ≤ a < 9.5): both branches, blended.
@@ -196,30 +208,16 @@ AVX __m512d tanh_eval8(const ExpTables& tb, const __m512d* tc, __m512d a) {
   return _mm512_mask_blend_pd(_mm512_cmp_pd_mask(a, _mm512_set1_pd(0.25), _CMP_LT_OQ), big, small);
 }
 
-[[MANTIS_AVX512_TARGET]] void tanhf_avx512(const float* x, float* y, size_t n) {
-  const ExpTables tb = exp_tables();
+struct TanhEval8 {
+  ExpTables tb;
   __m512d tc[kTanhDegree + 1];
-  for (int k = 0; k <= kTanhDegree; ++k) tc[k] = _mm512_set1_pd(kTanhPoly[k]);
-  const __m512 lim = _mm512_set1_ps(9.5f), below = _mm512_set1_ps(0x1.2ffffep+3f);  // the largest float < 9.5
-  const __m512i sign_bit = _mm512_set1_epi32(int32_t(0x80000000u));
-  const __m512 nan = _mm512_castsi512_ps(_mm512_set1_epi32(int32_t(kQuietNaN)));
-  for (size_t i = 0; i < n; i += 16) {
-    const __mmask16 live = n - i >= 16 ? __mmask16(0xffff) : __mmask16((1u << (n - i)) - 1);
-    const __m512 v = _mm512_maskz_loadu_ps(live, x + i);
-    const __mmask16 isnan = _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
-    const __m512i sign = _mm512_and_si512(_mm512_castps_si512(v), sign_bit);
-    const __m512 a = _mm512_abs_ps(v);
-    const __mmask16 big = _mm512_cmp_ps_mask(a, lim, _CMP_GE_OQ);
-    const __m512 ac = _mm512_min_ps(a, below);
-    __mmask8 h0, h1;
-    const __m256 f0 = round_flagged8(tanh_eval8(tb, tc, lo_half(ac)), h0);
-    const __m256 f1 = round_flagged8(tanh_eval8(tb, tc, hi_half(ac)), h1);
-    __m512 f = _mm512_mask_blend_ps(big, join(f0, f1), _mm512_set1_ps(1.0f));
-    f = _mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(f), sign));
-    f = _mm512_mask_blend_ps(isnan, f, nan);
-    _mm512_mask_storeu_ps(y + i, live, f);
-    finish(v, (unsigned(h0) | unsigned(h1) << 8) & ~unsigned(isnan | big) & live, y + i, cr_tanhf);
-  }
+  AVX __m512d operator()(__m512d a) const { return tanh_eval8(tb, tc, a); }
+};
+
+[[MANTIS_AVX512_TARGET]] void tanhf_avx512(const float* x, float* y, size_t n) {
+  TanhEval8 eval{exp_tables(), {}};
+  for (int k = 0; k <= kTanhDegree; ++k) eval.tc[k] = _mm512_set1_pd(kTanhPoly[k]);
+  odd_to_one16(x, y, n, 9.5f, eval, cr_tanhf);
 }
 
 }  // namespace

@@ -130,6 +130,22 @@ MANTIS_HD float lookup(const uint32_t (*tab)[2], uint32_t x, float f) {
   return f;
 }
 
+// erf and tanh: odd functions whose binary32 value is 1 from `limit` on. `eval` (0 ≤ a < limit)
+// is rounded on |x| and the sign put back; `tab` is the function's exception table.
+template <class Eval>
+MANTIS_HD float odd_to_one(float x, float limit, Eval eval, const uint32_t (*tab)[2]) {
+  if (x != x) return float_from_bits(kQuietNaN);
+  const uint32_t sign = to_bits(x) & 0x80000000u, ab = to_bits(x) ^ sign;
+  const float a = float_from_bits(ab);
+  float f = 1.0f;
+  if (a < limit) {
+    bool hard;
+    f = round_checked(eval(a), hard);
+    if (hard) f = lookup(tab, ab, f);
+  }
+  return float_from_bits(to_bits(f) | sign);
+}
+
 }  // namespace crmath
 
 MANTIS_HD float cr_expf(float x) {
@@ -144,37 +160,13 @@ MANTIS_HD float cr_expf(float x) {
 }
 
 MANTIS_HD float cr_erff(float x) {
-  using namespace crmath;
-  if (x != x) return float_from_bits(kQuietNaN);
-  const uint32_t sign = to_bits(x) & 0x80000000u, ab = to_bits(x) ^ sign;
-  const float a = float_from_bits(ab);
-  float f = 1.0f;
-  if (a < 4.0f) {
-    bool hard;
-    f = round_checked(erf_eval(a), hard);
-    if (hard) {
-      constexpr uint32_t tab[][2] = MANTIS_CRMATH_ERF_EXCEPTIONS;
-      f = lookup(tab, ab, f);
-    }
-  }
-  return float_from_bits(to_bits(f) | sign);
+  constexpr uint32_t tab[][2] = MANTIS_CRMATH_ERF_EXCEPTIONS;
+  return crmath::odd_to_one(x, 4.0f, [](double a) { return crmath::erf_eval(a); }, tab);
 }
 
 MANTIS_HD float cr_tanhf(float x) {
-  using namespace crmath;
-  if (x != x) return float_from_bits(kQuietNaN);
-  const uint32_t sign = to_bits(x) & 0x80000000u, ab = to_bits(x) ^ sign;
-  const float a = float_from_bits(ab);
-  float f = 1.0f;
-  if (a < 9.5f) {
-    bool hard;
-    f = round_checked(tanh_eval(a), hard);
-    if (hard) {
-      constexpr uint32_t tab[][2] = MANTIS_CRMATH_TANH_EXCEPTIONS;
-      f = lookup(tab, ab, f);
-    }
-  }
-  return float_from_bits(to_bits(f) | sign);
+  constexpr uint32_t tab[][2] = MANTIS_CRMATH_TANH_EXCEPTIONS;
+  return crmath::odd_to_one(x, 9.5f, [](double a) { return crmath::tanh_eval(a); }, tab);
 }
 
 #if !defined(__CUDACC__)
