@@ -4,6 +4,7 @@
 #pragma once
 
 #include <fcntl.h>
+#include <signal.h>
 #include <spawn.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -44,6 +45,9 @@ inline std::string mantis_bin() {
   return b;
 }
 
+// A child's wall-clock limit in run(); below the Meson timeout of the test that includes this.
+inline int child_deadline_seconds = 200;
+
 // Runs `mantis args…` with `input` on stdin. stdout_path, when given, receives stdout instead of
 // the capture (/dev/full: every write fails, as on a full disk).
 inline Result run(const std::vector<std::string>& args, const std::string& input = "",
@@ -68,8 +72,21 @@ inline Result run(const std::vector<std::string>& args, const std::string& input
   const int rc = posix_spawn(&pid, bin.c_str(), &fa, nullptr, argv.data(), environ);
   posix_spawn_file_actions_destroy(&fa);
   REQUIRE(rc == 0);
+  // A child that runs past the deadline is killed and named: a CLI test must fail with the
+  // command that hung, not time out as a whole (e.g. an "error" case that became a valid, long run).
   int ws = 0;
-  REQUIRE(waitpid(pid, &ws, 0) == pid);
+  pid_t w = 0;
+  for (int ms = 0; (w = waitpid(pid, &ws, WNOHANG)) == 0; ms += 5) {
+    if (ms >= child_deadline_seconds * 1000) {
+      kill(pid, SIGKILL);
+      waitpid(pid, &ws, 0);
+      std::string cmd = "mantis";
+      for (auto& a : args) cmd += " " + a;
+      FAIL(cmd << " ran past " << child_deadline_seconds << " s and was killed");
+    }
+    usleep(5000);
+  }
+  REQUIRE(w == pid);
   Result r;
   r.status = WIFEXITED(ws) ? WEXITSTATUS(ws) : 128 + (WIFSIGNALED(ws) ? WTERMSIG(ws) : 0);
   r.out = slurp(out);

@@ -27,6 +27,9 @@
 namespace {
 
 using namespace mantis_test_cli;
+
+// Children here may run long (Meson timeout 600 s).
+static const int kChildDeadline = child_deadline_seconds = 550;
 using namespace mantis;
 
 const std::string kSource = MANTIS_SOURCE_DIR;

@@ -13,6 +13,9 @@
 #include "mantis_config.h"
 
 using namespace mantis_test_cli;
+
+// Children here may run long (Meson timeout 900 s).
+static const int kChildDeadline = child_deadline_seconds = 850;
 using nlohmann::json;
 
 namespace {

@@ -173,7 +173,7 @@ int run_verify(const VerifyArgs& a) {
   if (!a.exhaustive) throw InputError("verify needs --exhaustive (the only mode so far)");
   if (!a.function.empty() && !a.format.empty()) throw InputError("verify: give --format or --function, not both");
   if (!a.function.empty()) return run_verify_function(a);
-  if (a.format.empty()) throw InputError("verify: --format (a rounding) or --function (exp, erf) is required");
+  if (a.format.empty()) throw InputError("verify: --format (a rounding) or --function (exp, erf, tanh) is required");
   const Format f = format_lookup(a.format);
   const Rounding mode = rounding_from_string(a.rounding);
   validate_sr_bits(a.sr_bits);
