@@ -44,6 +44,7 @@ Runner setup_eval(CLI::App& sub);
 Runner setup_train(CLI::App& sub);
 Runner setup_lamp(CLI::App& sub);
 Runner setup_optim(CLI::App& sub);
+Runner setup_gnmr(CLI::App& sub);
 Runner setup_optim_study(CLI::App& sub);
 
 // ---------------------------------------------------------------- shared option groups
