@@ -730,3 +730,34 @@ TEST_CASE("bench optim: every optimizer beside AdamW at each thread count, and t
   CHECK(std::count(lion.err.begin(), lion.err.end(), '\n') == 1);
   CHECK(lion.err.find("bench optim --optimizers: [optimizer] name = 'lion'") != std::string::npos);
 }
+
+TEST_CASE("gnmr replay: decisions on a norm stream, --json, and one-line errors", "[cli][gnmr]") {
+  const auto cfg = write_config("gnmr.toml", "[controller]\nname = \"gnmr\"\nwarmup = 1\nmax_recover = 1\nlock = 1\n"
+                                             "alpha = 1.5\nbeta = 1.5\ndelta = 1\n");
+  const auto norms = write_config("norms.csv", "step,unit,grad_norm\n1,b,1\n1,a,1\n2,a,1\n2,b,1\n3,a,4\n3,b,1\n4,b,1\n4,a,1\n");
+  const std::string out = (scratch_dir() / "decisions.csv").string();
+  const auto r = run({"gnmr", "replay", "--config", cfg.string(), "--norms", norms.string(), "--out", out});
+  INFO(flat(r.out + r.err));
+  REQUIRE(r.status == 0);
+  CHECK(r.out.find("4 steps × 2 units; recovered 2 unit-steps") != std::string::npos);
+  CHECK(r.out.find("holds a recovery slot") == std::string::npos);  // one exceedance and its lock: not held
+  // step 3: a's norm 4 against its mean 1 exceeds (GNMR 4 > 1.5, ΔGNMR 4 > 1.5) and is locked for
+  // 1 step; step 4: still a candidate through its lock (mean (1+1+4)/3 = 2, GNMR 0.5, ΔGNMR 0.5/4)
+  CHECK(slurp(out) ==
+        "step,unit,gnmr,dgnmr,exceeds,lock,recovered\n"
+        "1,a,,,0,0,0\n1,b,,,0,0,0\n"
+        "2,a,1,,0,0,0\n2,b,1,,0,0,0\n"
+        "3,a,4,4,1,1,1\n3,b,1,1,0,0,0\n"
+        "4,a,0.5,0.125,0,0,1\n4,b,1,1,0,0,0\n");
+  const auto j = run({"gnmr", "replay", "--config", cfg.string(), "--norms", norms.string(), "--out", out, "--json"});
+  REQUIRE(j.status == 0);
+  const auto js = nlohmann::json::parse(j.out);
+  CHECK(js.at("recovered") == 2);
+  CHECK(js.at("eligible") == 6);
+  check_error(run({"gnmr", "replay", "--config", cfg.string(), "--norms", cfg.string(), "--out", out}),
+              {"header must be step,unit,grad_norm"});
+  const auto bad = write_config("bad.toml", "[controller]\nname = \"gnmr\"\nlock = -1\n");
+  check_error(run({"gnmr", "replay", "--config", bad.string(), "--norms", norms.string(), "--out", out}),
+              {"lock must be a non-negative integer"});
+  check_error(run({"gnmr", "replay", "--config", cfg.string(), "--out", out}), {"--norms"});
+}

@@ -20,6 +20,7 @@
 #include "mantis_config.h"
 #include "testutil.h"
 #include "core/round_array.h"
+#include "exp/gnmr_replay.h"
 #include "train/train.h"
 
 using namespace mantis;
@@ -62,6 +63,14 @@ TrainConfig tiny(const std::string& arch, const std::string& out, const std::str
   TrainConfig c = train_config_from_toml(t + extra, "tiny.toml");
   c.out = out;
   return c;
+}
+
+std::vector<std::string> split_csv(const std::string& line) {
+  std::vector<std::string> f(1);
+  for (char ch : line)
+    if (ch == ',') f.emplace_back();
+    else f.back().push_back(ch);
+  return f;
 }
 
 bool same_params(const Model& a, const Model& b) {
@@ -742,4 +751,110 @@ checkpoint_every = 2
   save_model(init_model(other, 1), (dir / "v300").string());
   CHECK_THAT(error_of([&] { train_config_from_toml("[model]\ninit = \"" + (dir / "v300").string() + "\"\n", "bad.toml"); }),
              Catch::Contains("has vocabulary 300, but tokenizer 'bytes' has 256"));
+}
+
+TEST_CASE("[controller]: GNMR routes units to the recovery path; replay of the run's norms gives its decisions; "
+          "bit-identical across threads and resume") {
+  const std::string ctl = R"(
+[activation_quant]
+bits = 4
+
+[controller]
+name = "NAME"
+warmup = 1
+max_recover = 3
+lock = 1
+alpha = 1.02
+beta = 1.02
+delta = 1
+seed = 9
+
+[controller.recover]
+bits = 0
+)";
+  auto cfg = [&](const std::string& name, const std::string& out) {
+    std::string t = ctl;
+    t.replace(t.find("NAME"), 4, name);
+    return tiny("gpt2", out, t);
+  };
+  auto lines = [](const std::string& s) {
+    std::vector<std::string> v;
+    std::stringstream ss(s);
+    for (std::string l; std::getline(ss, l);) v.push_back(l);
+    return v;
+  };
+  const std::string one = (scratch() / "gnmr-one").string(), two = (scratch() / "gnmr-two").string(),
+                    res = (scratch() / "gnmr-resume").string();
+  const int saved = num_threads();
+  set_num_threads(1);
+  Trainer a(cfg("gnmr", one));
+  a.run();
+  set_num_threads(2);
+  Trainer b(cfg("gnmr", two));
+  b.run();
+  {
+    Trainer part(cfg("gnmr", res));
+    part.run({}, 4);
+    part.step();  // lost
+  }
+  Trainer c(cfg("gnmr", res));
+  c.resume(res);
+  c.run();
+  set_num_threads(saved);
+  CHECK(same_params(a.model(), b.model()));
+  CHECK(same_params(a.model(), c.model()));
+  for (const char* f : {"/controller.csv", "/recovery.csv", "/norms.csv", "/units.csv"}) {
+    INFO(f);
+    CHECK(read_file(one + f) == read_file(two + f));
+    CHECK(read_file(one + f) == read_file(res + f));
+  }
+  // The decisions: some units recovered, never more than the budget; a unit recovered at step t
+  // (1-based) ran the recovery path (exact: bits 0) at t + 1 and only those did.
+  const auto rec = lines(read_file(one + "/controller.csv"));
+  REQUIRE(rec.size() == 1 + 6 * 8);
+  std::set<std::pair<int, std::string>> recovered;  // (trainer step, "L,SITE") that ran the recovery path
+  for (size_t i = 1; i < rec.size(); ++i) {
+    const auto f = split_csv(rec[i]);
+    if (f[6] == "1") {
+      const std::string id = f[1].substr(6);  // "layer.L.SITE" → "L.SITE"
+      const size_t dot = id.find('.');
+      recovered.insert({std::stoi(f[0]), id.substr(0, dot) + "," + id.substr(dot + 1)});
+    }
+  }
+  CHECK(!recovered.empty());
+  for (const auto& l : lines(read_file(one + "/recovery.csv")))
+    if (l[0] != 's') CHECK(std::stoi(split_csv(l)[1]) <= 3);
+  const auto units = lines(read_file(one + "/units.csv"));
+  for (size_t i = 1; i < units.size(); ++i) {
+    const auto f = split_csv(units[i]);  // step (0-based), layer, unit, bits, …
+    const bool rec_path = recovered.count({std::stoi(f[0]), f[1] + "," + f[2]}) > 0;  // selected at step (0-based) = t
+    INFO(units[i]);
+    CHECK(f[3] == (rec_path ? "0" : "4"));
+  }
+  // The run's own norms replayed through `gnmr replay`'s library call give its controller.csv.
+  const GnmrOptions o = gnmr_replay_config(one + "/config.toml");
+  gnmr_replay(o, one + "/norms.csv", one + "/replayed.csv");
+  CHECK(read_file(one + "/replayed.csv") == read_file(one + "/controller.csv"));
+
+  // The controls: random at the same budget (3 a step, the same draws on resume), static (none).
+  Trainer r(cfg("random", (scratch() / "gnmr-random").string()));
+  r.run();
+  for (const auto& l : lines(read_file((scratch() / "gnmr-random").string() + "/recovery.csv")))
+    if (l[0] != 's') CHECK(split_csv(l)[1] == "3");
+  Trainer s(cfg("static", (scratch() / "gnmr-static").string()));
+  s.run();
+  for (const auto& l : lines(read_file((scratch() / "gnmr-static").string() + "/recovery.csv")))
+    if (l[0] != 's') CHECK(split_csv(l)[1] == "0");
+}
+
+TEST_CASE("[controller]: bad tables are one-line errors naming the key") {
+  auto err = [](const std::string& extra) { return error_of([&] { tiny("gpt2", "", extra); }); };
+  CHECK_THAT(err("[controller]\nname = \"gnmx\"\n"), Catch::Contains("[controller] name = 'gnmx' (known: gnmr, random, static)"));
+  CHECK_THAT(err("[controller]\nname = \"gnmr\"\nalfa = 1\n"), Catch::Contains("unknown key 'alfa' in [controller]"));
+  CHECK_THAT(err("[controller]\nname = \"gnmr\"\nmean = \"median\"\n"), Catch::Contains("mean must be \"cumulative\" or \"ema\""));
+  CHECK_THAT(err("[controller]\nname = \"gnmr\"\n[controller.recover]\nbits = 1\n"), Catch::Contains("[controller.recover]"));
+  CHECK_THAT(err("[controller]\nname = \"gnmr\"\n[controller.recover]\nbitz = 8\n"),
+             Catch::Contains("unknown key 'bitz' in [controller.recover]"));
+  CHECK_THAT(error_of([&] { Trainer t(tiny("gpt2", "", "[controller]\nname = \"gnmr\"\n[controller.recover]\npolicy = \"nosuch\"\n")); }),
+             Catch::Contains("[controller.recover] policy nosuch"));
 }

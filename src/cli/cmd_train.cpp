@@ -46,8 +46,10 @@ int run_train(const TrainArgs& a) {
     progress.start_at(first);
     tr.run([&](const StepRecord& r) {
       const double tps = double(r.tokens - tokens0) / sw.seconds();
-      progress.update(r.step + 1, fmt::format("loss {:.4f}{} | {:.0f} tok/s", r.loss,
-                                              std::isfinite(r.val_loss) ? fmt::format(" val {:.4f}", r.val_loss) : "", tps));
+      const std::string rec = tr.controller().progress();
+      progress.update(r.step + 1, fmt::format("loss {:.4f}{} | {:.0f} tok/s{}", r.loss,
+                                              std::isfinite(r.val_loss) ? fmt::format(" val {:.4f}", r.val_loss) : "", tps,
+                                              rec.empty() ? "" : " | " + rec));
       if (std::isfinite(r.val_loss)) {
         progress.interrupt();
         fmt::print("step {:>6}: loss {:.4f}  val {:.4f} (ppl {:.3f})  lr {:.3g}  |g| {:.3g}  {:.0f} tok/s\n", r.step + 1,

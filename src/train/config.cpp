@@ -86,14 +86,70 @@ Model prefixed_init(const std::string& init, const std::string& path) {
 
 }  // namespace
 
+namespace {
+
+constexpr std::initializer_list<const char*> kSavedKeys = {"bits", "block", "rounding", "seed", "scheme"};
+
+// [activation_quant] or [controller.recover]: a SavedQuant (nn/backward.h); `t` null: the default.
+SavedQuant saved_quant(const TomlReader& r, const toml::table* t, const char* name) {
+  SavedQuant q;
+  r.get(t, name, "bits", q.bits);
+  r.get(t, name, "block", q.block);
+  std::string scheme, rounding = "rne";
+  r.get(t, name, "scheme", scheme);
+  r.get(t, name, "rounding", rounding);
+  r.get(t, name, "seed", q.seed);
+  try {
+    if (!scheme.empty()) q.scheme = scheme_lookup(scheme);
+    q.rounding = rounding_from_string(rounding);
+    validate(q);
+  } catch (const InputError& e) {
+    throw InputError(fmt::format("{}: [{}]: {}", r.path, name, e.what()));
+  }
+  return q;
+}
+
+// [controller] (train/routing.h): name, the GNMR keys, seed, and the [controller.recover] table.
+ControllerConfig controller(const TomlReader& r, const toml::node& n) {
+  if (!n.is_table()) throw InputError(fmt::format("{}: 'controller' must be a table ([controller])", r.line(n)));
+  const toml::table& t = *n.as_table();
+  for (auto&& [k, v] : t) {
+    bool known = k.str() == "name" || k.str() == "seed" || k.str() == "recover";
+    for (const char* key : kGnmrKeys) known |= k.str() == key;
+    if (!known) throw InputError(fmt::format("{}: unknown key '{}' in [controller]", r.line(v), k.str()));
+  }
+  ControllerConfig c;
+  r.get(&t, "controller", "name", c.name);
+  if (c.name != "gnmr" && c.name != "random" && c.name != "static")
+    throw InputError(fmt::format("{}: [controller] name = '{}' (known: {})", r.path, c.name, kControllerNames));
+  r.get(&t, "controller", "seed", c.seed);
+  c.gnmr = gnmr_options_from_toml(t, r.path);
+  const toml::table* rec = nullptr;
+  if (const toml::node* rn = t.get("recover")) {
+    if (!rn->is_table()) throw InputError(fmt::format("{}: 'recover' must be a table ([controller.recover])", r.line(*rn)));
+    rec = rn->as_table();
+    for (auto&& [k, v] : *rec) {
+      bool known = k.str() == "policy";
+      for (const char* key : kSavedKeys) known |= k.str() == key;
+      if (!known) throw InputError(fmt::format("{}: unknown key '{}' in [controller.recover]", r.line(v), k.str()));
+    }
+    r.get(rec, "controller.recover", "policy", c.recover_policy);
+  }
+  c.recover = saved_quant(r, rec, "controller.recover");
+  return c;
+}
+
+}  // namespace
+
 TrainConfig train_config_from_toml(const std::string& text, const std::string& path) {
   const toml::table root = parse_toml(text, path);
   const TomlReader r{root, path};
-  static const std::set<std::string> top = {"out", "model", "data", "train", "optimizer", "precision", "activation_quant"};
+  static const std::set<std::string> top = {"out",       "model",     "data",           "train",
+                                            "optimizer", "precision", "activation_quant", "controller"};
   for (auto&& [k, v] : root)
     if (!top.count(std::string(k.str())))
       throw InputError(fmt::format("{}: unknown key '{}' (known: out, [model], [data], [train], [optimizer], "
-                                   "[precision], [activation_quant])", r.line(v), k.str()));
+                                   "[precision], [activation_quant], [controller])", r.line(v), k.str()));
   TrainConfig c;
   c.text = text, c.path = path;
   if (const toml::node* o = root.get("out")) {
@@ -186,27 +242,8 @@ TrainConfig train_config_from_toml(const std::string& text, const std::string& p
 
   const auto* prec = r.table("precision", {"policy"});
   r.get(prec, "precision", "policy", c.policy);
-  const auto* aq = r.table("activation_quant", {"bits", "block", "rounding", "seed", "scheme"});
-  r.get(aq, "activation_quant", "bits", c.act_quant.bits);
-  r.get(aq, "activation_quant", "block", c.act_quant.block);
-  std::string scheme;
-  r.get(aq, "activation_quant", "scheme", scheme);
-  if (!scheme.empty()) {
-    try {
-      c.act_quant.scheme = scheme_lookup(scheme);
-    } catch (const InputError& e) {
-      throw InputError(fmt::format("{}: [activation_quant]: {}", path, e.what()));
-    }
-  }
-  std::string rounding = "rne";
-  r.get(aq, "activation_quant", "rounding", rounding);
-  c.act_quant.rounding = rounding_from_string(rounding);
-  r.get(aq, "activation_quant", "seed", c.act_quant.seed);
-  try {
-    validate(c.act_quant);
-  } catch (const InputError& e) {
-    throw InputError(fmt::format("{}: [activation_quant]: {}", path, e.what()));
-  }
+  c.act_quant = saved_quant(r, r.table("activation_quant", kSavedKeys), "activation_quant");
+  if (const toml::node* n = root.get("controller")) c.controller = controller(r, *n);
   return c;
 }
 

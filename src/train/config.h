@@ -13,6 +13,9 @@
 //   [optimizer]  name (the registry's, optim/optimizer.h; default adamw) and that optimizer's keys
 //   [precision]  policy (policy_from_spec)
 //   [activation_quant]  bits, block, rounding, seed, or scheme (a scaled format) (nn/backward.h SavedQuant)
+//   [controller] name (gnmr | random | static), the GNMR keys (train/gnmr.h), seed; and
+//                [controller.recover]: the recovery path — the [activation_quant] keys, policy
+//                (train/routing.h)
 #pragma once
 
 #include <cstdint>
@@ -23,6 +26,7 @@
 #include "nn/model.h"
 #include "optim/optimizer.h"
 #include "optim/schedule.h"
+#include "train/routing.h"
 
 namespace mantis {
 
@@ -41,6 +45,7 @@ struct TrainConfig {
   uint64_t checkpoint_every = 0;  // 0: only after the last step
   std::string policy = "native";  // policy_from_spec
   SavedQuant act_quant;           // bits 0: none
+  ControllerConfig controller;    // [controller] (train/routing.h); name empty: none
   std::string out;                // output directory (the CLI may override)
   std::string init;               // [model] init (empty: init_model(model, init_seed))
   std::string init_sha256;        // model_sha256 of the init model

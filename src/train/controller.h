@@ -19,6 +19,10 @@
 #include <span>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+#include <string>
+#include <utility>
+
 #include "nn/backward.h"
 #include "nn/policy.h"
 
@@ -53,6 +57,13 @@ class TrainController {
   virtual void choose(uint64_t step, std::vector<UnitPath>& paths) { (void)step, (void)paths; }
   // After the backward pass of `step`.
   virtual void observe(uint64_t step, std::span<const UnitStep> units) { (void)step, (void)units; }
+  // What a checkpoint keeps of it (null: nothing) and its restoration (InputError if it does not fit).
+  virtual nlohmann::json state() const { return nullptr; }
+  virtual void load_state(const nlohmann::json& s) { (void)s; }
+  // Files it writes beside the trainer's logs: (name, content).
+  virtual std::vector<std::pair<std::string, std::string>> logs() const { return {}; }
+  // A short note for the progress line ("" none), about the last observed step.
+  virtual std::string progress() const { return ""; }
 };
 
 }  // namespace mantis

@@ -186,7 +186,7 @@ const std::vector<GnmrUnitStep>& Gnmr::step(std::span<const double> norms) {
 std::vector<Gnmr::Held> Gnmr::held() const {
   std::vector<Held> h;
   for (size_t i : order_)
-    if (u_[i].selected && t_ - u_[i].held_since + 1 > uint64_t(o_.lock)) h.push_back({i, u_[i].held_since});
+    if (u_[i].selected && t_ - u_[i].held_since + 1 > uint64_t(o_.lock) + 1) h.push_back({i, u_[i].held_since});
   return h;
 }
 

@@ -89,8 +89,9 @@ class Gnmr {
   // Indices of ids in byte order (the order of every output table).
   const std::vector<size_t>& order() const { return order_; }
   const std::vector<GnmrUnitStep>& last() const { return last_; }
-  // Units selected at every step from `since` (≥ 1) through the last one, for more than T_lock
-  // steps: they hold a recovery slot (e.g. a shifted unit whose low_path history never moves).
+  // Units selected at every step from `since` (≥ 1) through the last one, for more than T_lock + 1
+  // steps (what one exceedance and its lock give): they hold a recovery slot (e.g. a shifted unit
+  // whose low_path history never moves).
   struct Held {
     size_t unit;
     uint64_t since;

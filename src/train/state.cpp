@@ -177,6 +177,7 @@ void write_trainer_state(const std::string& dir, const TrainerState& s, const Ru
                    r.state_bytes});
   j["log"] = log;
   j["units"] = s.units;
+  if (!s.controller.is_null()) j["controller"] = s.controller;
   write_file_atomic(dir + "/trainer.json", j.dump(1) + "\n");
   nlohmann::ordered_json manifest;
   manifest["format"] = "mantis checkpoint";
@@ -267,6 +268,7 @@ TrainerState read_trainer_state(const std::string& ck, uint64_t at, const RunIde
                                      i / per_step));
       s.units.push_back(u);
     }
+    if (j.contains("controller")) s.controller = j.at("controller");
   } catch (const nlohmann::json::exception& e) {
     throw InputError(fmt::format("{}: {}", tf, e.what()));
   }

@@ -4,7 +4,8 @@
 //                  state bytes, optimizer.bin's SHA-256 and its index of tensors), the data rule,
 //                  every log row (numbers as round-tripping decimals; [step, loss, val_loss, lr,
 //                  grad_norm, tokens, seconds, state_bytes], older checkpoints' rows without
-//                  state_bytes still read, as 0 = not recorded) and every units.csv row
+//                  state_bytes still read, as 0 = not recorded), every units.csv row and, for a
+//                  run with a [controller], its state (train/controller.h)
 //   optimizer.bin  the optimizer's state tensors' bytes back to back, in state() order; the index
 //                  in trainer.json gives each {name, dtype, shape, values (its element count)}
 //                  ("format": 2). Format 1 (no "format" key; mantis before typed state): every
@@ -19,6 +20,8 @@
 #include <optional>
 #include <string>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "optim/optimizer.h"
 
@@ -40,6 +43,7 @@ struct TrainerState {
   std::vector<StateTensor> optimizer_state;
   std::vector<StepRecord> log;     // one row per step
   std::vector<std::string> units;  // units.csv rows, units_per_step per step
+  nlohmann::json controller;       // the controller's state (train/controller.h); null: none
 };
 
 // What the run's configuration fixes of every checkpoint it writes (checked when one is read).

@@ -85,6 +85,10 @@ Trainer::Trainer(TrainConfig c, TrainController* controller)
   } catch (const InputError& e) {
     throw InputError(fmt::format("validation data '{}': {}", c_.val_data, e.what()));
   }
+  if (!controller && !c_.controller.name.empty()) {
+    owned_ = make_controller(c_.controller, c_.model);
+    controller_ = owned_.get();
+  }
   model_ = c_.init_model ? *c_.init_model : init_model(c_.model, c_.init_seed);  // [model] init: as loaded
   opt_ = make_optimizer(model_, c_.optimizer);
   if (!c_.out.empty()) remove_stale(c_.out);
@@ -223,6 +227,7 @@ void Trainer::write_logs() const {
   std::string units = "step,layer,unit,bits,grad_norm,act_rms,act_absmax,quant_rel_rms\n";
   for (auto& u : unit_rows_) units += u + "\n";
   write_file_atomic(c_.out + "/units.csv", units);
+  for (auto& [name, content] : controller_->logs()) write_file_atomic(c_.out + "/" + name, content);
 }
 
 void Trainer::save_checkpoint() {
@@ -241,7 +246,7 @@ void Trainer::save_checkpoint() {
     save_model(model_, tmp);
     TrainerState s;
     s.step = step_, s.optimizer = opt_->name(), s.optimizer_steps = opt_->steps(), s.state_bytes = opt_->state_bytes();
-    s.optimizer_state = opt_->state(), s.log = log_, s.units = unit_rows_;
+    s.optimizer_state = opt_->state(), s.log = log_, s.units = unit_rows_, s.controller = controller_->state();
     write_trainer_state(tmp, s, identity());
     // An older directory of this name (an interrupted run's, never named by `latest` since) is
     // swapped out atomically, then removed.
@@ -272,6 +277,14 @@ void Trainer::resume(const std::string& dir) {
   TrainerState s = read_trainer_state(ck, at, identity(), *opt_);
   Model m = load_model(ck);
   if (!(m.cfg == c_.model)) throw InputError(fmt::format("{}/config.json: the model differs from the configuration", ck));
+  if (s.controller.is_null() != controller_->state().is_null())
+    throw InputError(fmt::format("{}/trainer.json: {} controller state, but the run {} one", ck,
+                                 s.controller.is_null() ? "no" : "a", s.controller.is_null() ? "has" : "has no"));
+  if (!s.controller.is_null()) try {
+      controller_->load_state(s.controller);
+    } catch (const InputError& e) {
+      throw InputError(fmt::format("{}/trainer.json: {}", ck, e.what()));
+    }
   try {  // the last check; nothing below can fail
     opt_->load_state(s.optimizer_state, s.step);
   } catch (const InputError& e) {

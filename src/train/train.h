@@ -18,7 +18,8 @@
 // Saved-activation quantisation (backward.h): a TrainController chooses each unit's path before
 // every step (default: every unit quantised to [activation_quant] bits, or none when bits = 0)
 // and observes each unit's gradient norm (L2 over the unit's parameters, before clipping) and
-// activation statistics after the backward pass. A GNMR-style controller plugs in here.
+// activation statistics after the backward pass. The configuration's [controller] (routing.h)
+// is used unless the caller passes one; its state is part of every checkpoint.
 //
 // Output directory OUT:
 //   config.toml            the configuration the run was started with
@@ -31,6 +32,7 @@
 //                          optimizer's state tensors, indexed in trainer.json with each one's dtype
 //                          and shape), trainer.json, manifest.json (each of those files' size and
 //                          SHA-256, and its own SHA-256 of the rest of it)
+//   controller.csv, recovery.csv   with a [controller] (routing.h)
 //   latest                 the name of the newest complete checkpoint directory
 // Every file is written atomically; a checkpoint directory is built under a temporary name and
 // renamed into place whole before `latest` names it. Temporaries of killed runs (a dead writer's
@@ -86,6 +88,7 @@ class Trainer {
   uint64_t next_step() const { return step_; }
   const std::vector<StepRecord>& log() const { return log_; }
   const Optimizer& optimizer() const { return *opt_; }
+  const TrainController& controller() const { return *controller_; }
   // Called at the end of every step() with its record (val_loss not yet set), the gradients as
   // the optimizer saw them (after clipping) and the optimizer after its update: for analyses
   // that watch training (exp/optim_study.h) without changing it.
@@ -102,6 +105,7 @@ class Trainer {
   TrainController* controller_;
   StepObserver observer_;
   TrainController default_controller_;
+  std::unique_ptr<TrainController> owned_;  // the [controller] of the configuration
   Model model_;
   std::unique_ptr<Optimizer> opt_;
   Policy policy_;

@@ -1,0 +1,157 @@
+#include "train/routing.h"
+
+#include <fmt/format.h>
+
+#include <optional>
+
+#include "core/error.h"
+#include "core/philox.h"
+
+namespace mantis {
+
+namespace {
+
+constexpr uint64_t kRandomStream = 0x6a4d;
+
+class Routing final : public TrainController {
+ public:
+  Routing(const ControllerConfig& c, const ModelConfig& m) : c_(c), ids_(unit_ids(m)), selected_(ids_.size(), false) {
+    if (c_.name == "gnmr") gnmr_.emplace(c_.gnmr, ids_);
+    if (!c_.recover_policy.empty()) {
+      Policy rp;
+      try {
+        rp = policy_from_spec(c_.recover_policy);
+        rp.check(m);
+      } catch (const InputError& e) {
+        throw InputError(fmt::format("[controller.recover] policy {}: {}", c_.recover_policy, e.what()));
+      }
+      for (size_t i = 0; i < ids_.size(); ++i) {
+        const int l = int(i / kUnitCount);
+        const Site s = site_of(Unit(i % kUnitCount));
+        recover_gemm_.push_back({rp.at(s, l, Pass::forward), rp.at(s, l, Pass::dx), rp.at(s, l, Pass::dw)});
+      }
+    }
+  }
+
+  void choose(uint64_t, std::vector<UnitPath>& paths) override {
+    for (size_t i = 0; i < paths.size(); ++i) {
+      if (!selected_[i]) continue;
+      paths[i].saved = c_.recover;
+      if (!recover_gemm_.empty()) {
+        const auto& [f, dx, dw] = recover_gemm_[i];
+        paths[i].forward = f, paths[i].dx = dx, paths[i].dw = dw;
+      }
+    }
+  }
+
+  void observe(uint64_t step, std::span<const UnitStep> units) override {
+    const uint64_t t = step + 1;
+    const size_t n = ids_.size();
+    std::vector<GnmrUnitStep> r(n);
+    if (gnmr_) {
+      std::vector<double> norms(n);
+      for (size_t i = 0; i < n; ++i) norms[i] = units[i].grad_norm;
+      r = gnmr_->step(norms);
+    } else if (c_.name == "random") {
+      std::vector<size_t> idx(n);
+      for (size_t i = 0; i < n; ++i) idx[i] = i;
+      const size_t k = std::min(n, size_t(c_.gnmr.max_recover));
+      for (size_t i = 0; i < k; ++i) {
+        const size_t j = i + size_t(random_word64(c_.seed, kRandomStream, t * n + i) % (n - i));
+        std::swap(idx[i], idx[j]);
+        r[idx[i]].recovered = true;
+      }
+    }
+    std::string rec_ids;
+    uint64_t recovered = 0, exceeded = 0;
+    for (size_t i : order()) {
+      const GnmrUnitStep& s = r[i];
+      auto num = [](double x) { return std::isnan(x) ? std::string() : fmt::format("{:.17g}", x); };
+      rows_.push_back(fmt::format("{},{},{},{},{},{},{}", t, ids_[i], num(s.gnmr), num(s.dgnmr), int(s.exceeds), s.lock,
+                                  int(s.recovered)));
+      norms_.push_back(fmt::format("{},{},{:.17g}", t, ids_[i], units[i].grad_norm));
+      if (s.recovered) rec_ids += (rec_ids.empty() ? "" : " ") + ids_[i], ++recovered;
+      exceeded += s.exceeds;
+    }
+    for (size_t i = 0; i < n; ++i) selected_[i] = r[i].recovered;
+    summary_.push_back(fmt::format("{},{},{},{},{}", t, recovered, exceeded, n, rec_ids));
+    last_recovered_ = recovered;
+  }
+
+  nlohmann::json state() const override {
+    return {{"name", c_.name}, {"gnmr", gnmr_ ? gnmr_->state() : nlohmann::json(nullptr)}, {"selected", selected_},
+            {"rows", rows_}, {"norms", norms_}, {"summary", summary_}, {"last_recovered", last_recovered_}};
+  }
+
+  void load_state(const nlohmann::json& s) override {
+    try {
+      if (s.at("name").get<std::string>() != c_.name)
+        throw InputError(fmt::format("controller '{}', expected '{}'", s.at("name").get<std::string>(), c_.name));
+      const auto sel = s.at("selected").get<std::vector<bool>>();
+      if (sel.size() != ids_.size()) throw InputError(fmt::format("{} units, expected {}", sel.size(), ids_.size()));
+      auto rows = s.at("rows").get<std::vector<std::string>>();
+      auto norms = s.at("norms").get<std::vector<std::string>>();
+      auto summary = s.at("summary").get<std::vector<std::string>>();
+      if (rows.size() != summary.size() * ids_.size() || norms.size() != rows.size())
+        throw InputError(fmt::format("{} rows for {} steps of {} units", rows.size(), summary.size(), ids_.size()));
+      if (gnmr_) {
+        gnmr_->load_state(s.at("gnmr"));
+        if (gnmr_->steps() != summary.size())
+          throw InputError(fmt::format("GNMR at step {}, the log at {}", gnmr_->steps(), summary.size()));
+      }
+      selected_ = sel, rows_ = std::move(rows), norms_ = std::move(norms), summary_ = std::move(summary);
+      last_recovered_ = s.at("last_recovered").get<uint64_t>();
+    } catch (const nlohmann::json::exception& e) {
+      throw InputError(fmt::format("controller state: {}", e.what()));
+    } catch (const InputError& e) {
+      throw InputError(fmt::format("controller state: {}", e.what()));
+    }
+  }
+
+  std::vector<std::pair<std::string, std::string>> logs() const override {
+    std::string rows = std::string(kGnmrHeader) + "\n", summary = "step,recovered,exceeded,units,recovered_units\n",
+                norms = "step,unit,grad_norm\n";
+    for (auto& r : rows_) rows += r + "\n";
+    for (auto& r : norms_) norms += r + "\n";
+    for (auto& r : summary_) summary += r + "\n";
+    return {{"controller.csv", rows}, {"norms.csv", norms}, {"recovery.csv", summary}};
+  }
+
+  std::string progress() const override { return fmt::format("rec {}/{}", last_recovered_, ids_.size()); }
+
+ private:
+  const std::vector<size_t>& order() {
+    if (order_.empty()) {
+      order_.resize(ids_.size());
+      for (size_t i = 0; i < order_.size(); ++i) order_[i] = i;
+      std::sort(order_.begin(), order_.end(), [&](size_t a, size_t b) { return ids_[a] < ids_[b]; });
+    }
+    return order_;
+  }
+
+  ControllerConfig c_;
+  std::vector<std::string> ids_;
+  std::vector<size_t> order_;
+  std::optional<Gnmr> gnmr_;
+  std::vector<std::tuple<SitePolicy, SitePolicy, SitePolicy>> recover_gemm_;  // [unit]: forward, dx, dw
+  std::vector<bool> selected_;   // at the last observed step: the recovery path at the next
+  std::vector<std::string> rows_, norms_, summary_;  // controller.csv, norms.csv, recovery.csv lines
+  uint64_t last_recovered_ = 0;
+};
+
+}  // namespace
+
+std::vector<std::string> unit_ids(const ModelConfig& m) {
+  std::vector<std::string> ids;
+  for (int l = 0; l < m.layers; ++l)
+    for (int u = 0; u < kUnitCount; ++u) ids.push_back(fmt::format("layer.{}.{}", l, to_string(Unit(u))));
+  return ids;
+}
+
+std::unique_ptr<TrainController> make_controller(const ControllerConfig& c, const ModelConfig& m) {
+  if (c.name != "gnmr" && c.name != "random" && c.name != "static")
+    throw InputError(fmt::format("[controller] name = '{}' (known: {})", c.name, kControllerNames));
+  return std::make_unique<Routing>(c, m);
+}
+
+}  // namespace mantis

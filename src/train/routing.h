@@ -1,0 +1,54 @@
+// routing — the controllers a training configuration names in its [controller] table: which
+// units (nn/site.h: each layer's qkv, attention output, fc / gate-up, down projection; id
+// "layer.<l>.<site>") run the recovery path at each step. The low-cost path is the run's own
+// ([activation_quant], [precision]); the recovery path of a unit is
+//   saved     [controller.recover] bits / block / rounding / seed / scheme (as [activation_quant];
+//             none given: the exact activation), and
+//   GEMMs     [controller.recover] policy = SPEC: that policy's entries in force for the unit's
+//             site at its layer (forward, dx, dw) replace the run's there (train/controller.h).
+// Controllers (name):
+//   gnmr      train/gnmr.h on the units' gradient norms (before clipping); every knob there.
+//   random    max_recover units drawn uniformly each step — the control at the same budget:
+//             a Fisher–Yates prefix driven by Philox64(seed, 0x6a4d, step·U + i), so the same
+//             seed gives the same draws at any thread count.
+//   static    nobody recovers (the low path throughout, with this controller's logs).
+// A unit selected at step t (1-based, = the trainer's step + 1) runs the recovery path at t + 1.
+// Logs (written with the trainer's):
+//   controller.csv  step,unit,gnmr,dgnmr,exceeds,lock,recovered — `mantis gnmr replay`'s format,
+//                   so a run's decisions can be replayed from its units.csv norms (scores empty
+//                   for random and static)
+//   norms.csv       step,unit,grad_norm (%.17g): replay's input, so `mantis gnmr replay --config
+//                   OUT/config.toml --norms OUT/norms.csv` reproduces a gnmr run's controller.csv
+//   recovery.csv    step,recovered,exceeded,units,recovered_units (ids separated by spaces)
+// The state (the GNMR state and the log rows) is saved in every checkpoint and restored on resume.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "nn/backward.h"
+#include "nn/model.h"
+#include "train/controller.h"
+#include "train/gnmr.h"
+
+namespace mantis {
+
+struct ControllerConfig {
+  std::string name;        // empty: no controller; gnmr | random | static
+  GnmrOptions gnmr;        // gnmr: every key; random: max_recover
+  uint64_t seed = 1;       // random
+  SavedQuant recover;      // the recovery path's saved activation (default: exact)
+  std::string recover_policy;  // the recovery path's GEMM entries (empty: the run's)
+};
+
+inline constexpr const char* kControllerNames = "gnmr, random, static";
+
+// The controller of `c` for model `m`; InputError if the recovery policy does not fit the model.
+std::unique_ptr<TrainController> make_controller(const ControllerConfig& c, const ModelConfig& m);
+
+// The unit ids in trainer order (layer-major: l·kUnitCount + unit).
+std::vector<std::string> unit_ids(const ModelConfig& m);
+
+}  // namespace mantis
