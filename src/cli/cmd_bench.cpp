@@ -311,32 +311,65 @@ ojson bench_forward(const BenchArgs& a, Progress& progress) {
 }
 
 // Training step time (forward + backward + AdamW) of a configuration's model on its data, without
-// and with 4-bit saved activations on every unit (per-token absmax, rne), interleaved per rep.
+// and with 4-bit saved activations on every unit (per-token absmax, rne), and GNMR 4→8: the same
+// 4-bit path with a gnmr [controller] whose thresholds every unit exceeds from the third step, so
+// the budget — 2 % of the units, at least one — is spent at every step (8-bit recovery): the upper
+// bound of routing's cost. Interleaved per rep. Then the controller alone: its choose + observe
+// on the model's units with synthetic norms, median of 1000 steps, against the 4-bit step.
 ojson bench_train(const BenchArgs& a, Progress& progress) {
   TrainConfig c = load_train_config(a.config);
   c.out.clear();
   TrainConfig q = c;
   q.act_quant = SavedQuant{4, 0, Rounding::rne, 0};
+  TrainConfig g = q;
+  const size_t units = size_t(c.model.layers) * kUnitCount;
+  g.controller.name = "gnmr";
+  g.controller.gnmr.alpha = g.controller.gnmr.beta = 1e-300;
+  g.controller.gnmr.warmup = 0, g.controller.gnmr.delta = 1;
+  g.controller.gnmr.max_recover = std::max(1, int(std::lround(0.02 * double(units))));
+  g.controller.recover = SavedQuant{8, 0, Rounding::rne, 0};
   const double tokens = double(c.batch) * double(c.accum) * double(c.model.ctx);
+  // the controller alone
+  double ctl_seconds = 0;
+  {
+    auto ctl = make_controller(g.controller, c.model);
+    std::vector<UnitStep> us(units);
+    std::vector<UnitPath> paths(units);
+    std::vector<double> t;
+    for (uint64_t s = 0; s < 1000; ++s) {
+      for (size_t i = 0; i < units; ++i) us[i].grad_norm = 1.0 + double((s * 7 + i * 13) % 17) / 16;
+      t.push_back(time_once([&] {
+        ctl->choose(s, paths);
+        ctl->observe(s, us);
+      }));
+    }
+    ctl_seconds = median(t);
+  }
   ojson results = ojson::array();
   if (!a.json) {
     std::printf("training step (forward + backward + AdamW), %s: %s L=%d C=%d T=%d, %d x %d sequences; median of %d\n",
                 a.config.c_str(), c.model.arch == Arch::gpt2 ? "gpt2" : "llama", c.model.layers, c.model.dim,
                 c.model.ctx, c.batch, c.accum, a.reps);
-    std::printf("%7s %14s %18s %12s\n", "threads", "fp32 tok/s", "4-bit saved tok/s", "overhead");
+    std::printf("GNMR 4->8: %d of %zu units recovered at every step; the controller alone %.1f us per step\n",
+                g.controller.gnmr.max_recover, units, 1e6 * ctl_seconds);
+    std::printf("%7s %14s %18s %12s %18s %14s %14s\n", "threads", "fp32 tok/s", "4-bit saved tok/s", "overhead",
+                "gnmr 4->8 tok/s", "vs 4-bit", "controller");
     std::fflush(stdout);
   }
   for (int th : a.threads) {
     set_num_threads(th);
-    Trainer plain(c), quant(q);
+    Trainer plain(c), quant(q), gnmr(g);
     plain.step();  // warm-up
     quant.step();
-    std::vector<double> tp, tq;
+    gnmr.step();
+    gnmr.step();  // from here on the budget is spent every step
+    std::vector<double> tp, tq, tg;
     for (int r = 0; r < a.reps; ++r) {
       tp.push_back(time_once([&] { plain.step(); }));
       tq.push_back(time_once([&] { quant.step(); }));
+      tg.push_back(time_once([&] { gnmr.step(); }));
     }
-    const double sp = median(tp), sq = median(tq);
+    const double sp = median(tp), sq = median(tq), sg = median(tg);
     results.push_back(ojson{{"threads", th},
                             {"config", a.config},
                             {"tokens_per_step", tokens},
@@ -344,11 +377,18 @@ ojson bench_train(const BenchArgs& a, Progress& progress) {
                             {"tokens_per_s", tokens / sp},
                             {"act4_step_seconds", sq},
                             {"act4_tokens_per_s", tokens / sq},
-                            {"act4_overhead", sq / sp - 1}});
+                            {"act4_overhead", sq / sp - 1},
+                            {"gnmr_units", units},
+                            {"gnmr_max_recover", g.controller.gnmr.max_recover},
+                            {"gnmr_step_seconds", sg},
+                            {"gnmr_over_act4", sg / sq - 1},
+                            {"controller_seconds", ctl_seconds},
+                            {"controller_over_act4_step", ctl_seconds / sq}});
     progress.update(results.size());
     if (!a.json) {
       progress.interrupt();
-      std::printf("%7d %14.1f %18.1f %11.1f%%\n", th, tokens / sp, tokens / sq, 100 * (sq / sp - 1));
+      std::printf("%7d %14.1f %18.1f %11.1f%% %18.1f %13.1f%% %13.3f%%\n", th, tokens / sp, tokens / sq,
+                  100 * (sq / sp - 1), tokens / sg, 100 * (sg / sq - 1), 100 * ctl_seconds / sq);
       std::fflush(stdout);
     }
   }
@@ -589,7 +629,8 @@ Runner setup_bench(CLI::App& sub) {
       "fastest kernel and on the portable one, sr with 32 and 18 random bits, unfused, blocked, a bf16 accumulator, "
       "e4m3 inputs; the kernel each ran is named) beside Eigen's float GEMM. forward: tokens/s of a random GPT-2-shaped model (or --model), FP32, "
       "LAMP's uniform ps4 policy and LAMP strict tau = 1. train: training tokens/s of --config, without and with "
-      "4-bit saved activations. optim: step time per parameter of every registered optimizer on GPT-2 small's "
+      "4-bit saved activations, and with GNMR 4->8 recovering 2 % of the units every step (the controller alone "
+      "timed too). optim: step time per parameter of every registered optimizer on GPT-2 small's "
       "parameters (or --params N), beside AdamW in the same run, and Gefen's codebook DP on --dp-bins bins. "
       "math: ns per element of crmath's correctly rounded exp / erf / tanh array kernels beside glibc's (1 thread). "
       "Medians over --reps after one warm-up.");
