@@ -304,6 +304,28 @@ TEST_CASE("saved-activation quantisation: the definition, and its effect on the 
       CHECK(a.count > 0);
       CHECK(a.err_sq > 0);
       CHECK(acts[size_t(0 * kUnitCount + int(u))].err_sq == 0);
+      CHECK(a.low_err_sq == a.err_sq);  // no `low`: the path run is the low one
+
+      // The oracle's measurement: a unit on the 8-bit path with its 4-bit low path measured has the
+      // 4-bit run's error as low_err_sq bit for bit (the same stream), and its gradients stay the 8-bit run's.
+      BackwardOptions eight, probed;
+      eight.saved = probed.saved = [u](int l, Unit v) {
+        return l == 1 && v == u ? SavedQuant{8, 0, Rounding::sr, 3} : SavedQuant{4, 0, Rounding::sr, 3};
+      };
+      probed.low = [u](int l, Unit v) {
+        return l == 1 && v == u ? std::optional<SavedQuant>(SavedQuant{4, 0, Rounding::sr, 3}) : std::nullopt;
+      };
+      BackwardOptions four;
+      four.saved = [](int, Unit) { return SavedQuant{4, 0, Rounding::sr, 3}; };
+      std::vector<UnitActivation> a8, ap, a4;
+      eight.activations = &a8, probed.activations = &ap, four.activations = &a4;
+      const auto g8 = grads_of<float>(r.model, r.tokens, r.targets, {}, eight);
+      CHECK(same_bits(grads_of<float>(r.model, r.tokens, r.targets, {}, probed), g8));
+      grads_of<float>(r.model, r.tokens, r.targets, {}, four);
+      const size_t k = size_t(1 * kUnitCount + int(u));
+      CHECK(ap[k].low_err_sq == a4[k].err_sq);
+      CHECK(ap[k].err_sq == a8[k].err_sq);
+      CHECK(ap[k].low_err_sq > ap[k].err_sq);
     }
   }
 }

@@ -845,11 +845,39 @@ bits = 0
   s.run();
   for (const auto& l : lines(read_file((scratch() / "gnmr-static").string() + "/recovery.csv")))
     if (l[0] != 's') CHECK(split_csv(l)[1] == "0");
+
+  // The oracle: at the first step every unit runs the low path, so its 3 picks are the 3 largest
+  // quant_rel_rms of units.csv's step 0; afterwards 3 a step (every unit has damage), the same on
+  // 1 and 2 threads.
+  const std::string o1 = (scratch() / "oracle-1").string(), o2 = (scratch() / "oracle-2").string();
+  set_num_threads(1);
+  Trainer oa(cfg("oracle", o1));
+  oa.run();
+  set_num_threads(2);
+  Trainer ob(cfg("oracle", o2));
+  ob.run();
+  set_num_threads(saved);
+  CHECK(read_file(o1 + "/controller.csv") == read_file(o2 + "/controller.csv"));
+  CHECK(same_params(oa.model(), ob.model()));
+  std::vector<std::pair<double, std::string>> damage;  // step 0: (quant_rel_rms, "layer.L.SITE")
+  for (const auto& l : lines(read_file(o1 + "/units.csv")))
+    if (l.starts_with("0,")) {
+      const auto f = split_csv(l);
+      damage.push_back({std::stod(f[7]), "layer." + f[1] + "." + f[2]});
+    }
+  REQUIRE(damage.size() == 8);
+  std::sort(damage.rbegin(), damage.rend());
+  const auto first = split_csv(lines(read_file(o1 + "/recovery.csv"))[1]);
+  CHECK(first[1] == "3");
+  for (int k = 0; k < 3; ++k) CHECK(first[4].find(damage[size_t(k)].second) != std::string::npos);
+  CHECK(damage[2].first > damage[3].first);  // the test's picks are not decided by a tie
+  for (const auto& l : lines(read_file(o1 + "/recovery.csv")))
+    if (l[0] != 's') CHECK(split_csv(l)[1] == "3");
 }
 
 TEST_CASE("[controller]: bad tables are one-line errors naming the key") {
   auto err = [](const std::string& extra) { return error_of([&] { tiny("gpt2", "", extra); }); };
-  CHECK_THAT(err("[controller]\nname = \"gnmx\"\n"), Catch::Contains("[controller] name = 'gnmx' (known: gnmr, random, static)"));
+  CHECK_THAT(err("[controller]\nname = \"gnmx\"\n"), Catch::Contains("[controller] name = 'gnmx' (known: gnmr, random, static, oracle)"));
   CHECK_THAT(err("[controller]\nname = \"gnmr\"\nalfa = 1\n"), Catch::Contains("unknown key 'alfa' in [controller]"));
   CHECK_THAT(err("[controller]\nname = \"gnmr\"\nmean = \"median\"\n"), Catch::Contains("mean must be \"cumulative\" or \"ema\""));
   CHECK_THAT(err("[controller]\nname = \"gnmr\"\n[controller.recover]\nbits = 1\n"), Catch::Contains("[controller.recover]"));

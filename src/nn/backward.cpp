@@ -159,12 +159,21 @@ class Saved {
       const size_t n = size_t(x.size());
       a.absmax = std::max(a.absmax, double(abs_max(xs, n)));
       a.sum_sq += lane_sum(n, [xs](size_t i) { return double(xs[i]) * double(xs[i]); });
-      if (use != &x) {
-        const T* qs = use->data();
-        a.err_sq += lane_sum(n, [xs, qs](size_t i) {
+      auto err = [&](const T* qs) {
+        return lane_sum(n, [xs, qs](size_t i) {
           const double e = double(qs[i]) - double(xs[i]);
           return e * e;
         });
+      };
+      const double e = use != &x ? err(use->data()) : 0.0;
+      a.err_sq += e;
+      const std::optional<SavedQuant> low = opt_.low ? opt_.low(l, u) : std::nullopt;
+      if (low && low->active()) {
+        probe_.resize(x.rows(), x.cols());
+        quantize_saved<T>(x.data(), probe_.data(), size_t(x.rows()), size_t(x.cols()), *low, saved_stream(opt_.step, l, u));
+        a.low_err_sq += err(probe_.data());
+      } else if (!low) {
+        a.low_err_sq += e;
       }
       a.count += uint64_t(n);
     }
@@ -174,7 +183,7 @@ class Saved {
  private:
   const BackwardOptions& opt_;
   int layers_;
-  Matrix<T> buf_;
+  Matrix<T> buf_, probe_;
 };
 
 // dtok[token_t] += dx_t, dpos[t] += dx_t (when given), positions in order.

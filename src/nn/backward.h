@@ -74,6 +74,7 @@ struct UnitActivation {
   double absmax = 0;       // max |x| of the exact activation
   double sum_sq = 0;       // Σ x² (with count: the RMS), binary64, per call in 8 interleaved sums
   double err_sq = 0;       // Σ (x̃ − x)² of the quantisation (0 when exact), the same order
+  double low_err_sq = 0;   // the same for the low-cost path (BackwardOptions::low), = err_sq on it
   uint64_t count = 0;
 };
 
@@ -82,6 +83,9 @@ struct BackwardOptions {
   std::function<SavedQuant(int layer, Unit u)> saved;
   uint64_t step = 0;                          // mixed into the sr streams of quantisation
   std::vector<UnitActivation>* activations = nullptr;  // accumulated into when set (size L·4)
+  // With activations: the low-cost path of a unit that runs another one (nullopt: it runs the
+  // low-cost path), quantised with the same random stream only to measure low_err_sq.
+  std::function<std::optional<SavedQuant>(int layer, Unit u)> low;
 };
 
 struct LossSum {

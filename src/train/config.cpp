@@ -120,7 +120,7 @@ ControllerConfig controller(const TomlReader& r, const toml::node& n) {
   }
   ControllerConfig c;
   r.get(&t, "controller", "name", c.name);
-  if (c.name != "gnmr" && c.name != "random" && c.name != "static")
+  if (c.name != "gnmr" && c.name != "random" && c.name != "static" && c.name != "oracle")
     throw InputError(fmt::format("{}: [controller] name = '{}' (known: {})", r.path, c.name, kControllerNames));
   r.get(&t, "controller", "seed", c.seed);
   c.gnmr = gnmr_options_from_toml(t, r.path);

@@ -13,7 +13,7 @@
 //   [optimizer]  name (the registry's, optim/optimizer.h; default adamw) and that optimizer's keys
 //   [precision]  policy (policy_from_spec)
 //   [activation_quant]  bits, block, rounding, seed, or scheme (a scaled format) (nn/backward.h SavedQuant)
-//   [controller] name (gnmr | random | static), the GNMR keys (train/gnmr.h), seed; and
+//   [controller] name (gnmr | random | static | oracle), the GNMR keys (train/gnmr.h), seed; and
 //                [controller.recover]: the recovery path — the [activation_quant] keys, policy
 //                (train/routing.h)
 #pragma once

@@ -31,6 +31,9 @@ namespace mantis {
 struct UnitPath {
   SavedQuant saved;
   std::optional<SitePolicy> forward, dx, dw;
+  // Set by a controller that needs it: the saved-activation path this unit left, quantised too
+  // (same random stream) only to measure its error (UnitActivation::low_err_sq).
+  std::optional<SavedQuant> low;
 };
 
 // InputError "step S: unit layer.L.SITE: …" unless paths holds one valid path per unit of the

@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <cmath>
 #include <optional>
 
 #include "core/error.h"
@@ -36,6 +38,7 @@ class Routing final : public TrainController {
   void choose(uint64_t, std::vector<UnitPath>& paths) override {
     for (size_t i = 0; i < paths.size(); ++i) {
       if (!selected_[i]) continue;
+      if (c_.name == "oracle") paths[i].low = paths[i].saved;  // its damage stays measured
       paths[i].saved = c_.recover;
       if (!recover_gemm_.empty()) {
         const auto& [f, dx, dw] = recover_gemm_[i];
@@ -52,6 +55,15 @@ class Routing final : public TrainController {
       std::vector<double> norms(n);
       for (size_t i = 0; i < n; ++i) norms[i] = units[i].grad_norm;
       r = gnmr_->step(norms);
+    } else if (c_.name == "oracle") {
+      // the largest relative RMS error of the low path's saved activation at this step; ties by id
+      std::vector<double> damage(n);
+      for (size_t i = 0; i < n; ++i)
+        damage[i] = units[i].act.sum_sq > 0 ? std::sqrt(units[i].act.low_err_sq / units[i].act.sum_sq) : 0.0;
+      std::vector<size_t> idx(order().begin(), order().end());
+      std::stable_sort(idx.begin(), idx.end(), [&](size_t a, size_t b) { return damage[a] > damage[b]; });
+      for (size_t k = 0; k < std::min(n, size_t(c_.gnmr.max_recover)); ++k)
+        if (damage[idx[k]] > 0) r[idx[k]].recovered = true;
     } else if (c_.name == "random") {
       std::vector<size_t> idx(n);
       for (size_t i = 0; i < n; ++i) idx[i] = i;
@@ -149,7 +161,7 @@ std::vector<std::string> unit_ids(const ModelConfig& m) {
 }
 
 std::unique_ptr<TrainController> make_controller(const ControllerConfig& c, const ModelConfig& m) {
-  if (c.name != "gnmr" && c.name != "random" && c.name != "static")
+  if (c.name != "gnmr" && c.name != "random" && c.name != "static" && c.name != "oracle")
     throw InputError(fmt::format("[controller] name = '{}' (known: {})", c.name, kControllerNames));
   return std::make_unique<Routing>(c, m);
 }

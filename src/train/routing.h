@@ -12,6 +12,11 @@
 //             a Fisher–Yates prefix driven by Philox64(seed, 0x6a4d, step·U + i), so the same
 //             seed gives the same draws at any thread count.
 //   static    nobody recovers (the low path throughout, with this controller's logs).
+//   oracle    the max_recover units whose saved activation the low path damages most at this
+//             step — relative RMS error sqrt(Σ(x̃−x)²/Σx²) over the step's sequences, measured for
+//             recovered units too (UnitPath::low) — ties by id, units with no damage never. It
+//             knows step t's damage, not step t+1's where the recovery acts: one step late, as
+//             every controller here is (no step is re-run).
 // A unit selected at step t (1-based, = the trainer's step + 1) runs the recovery path at t + 1.
 // Logs (written with the trainer's):
 //   controller.csv  step,unit,gnmr,dgnmr,exceeds,lock,recovered — `mantis gnmr replay`'s format,
@@ -36,14 +41,14 @@
 namespace mantis {
 
 struct ControllerConfig {
-  std::string name;        // empty: no controller; gnmr | random | static
-  GnmrOptions gnmr;        // gnmr: every key; random: max_recover
+  std::string name;        // empty: no controller; gnmr | random | static | oracle
+  GnmrOptions gnmr;        // gnmr: every key; random, oracle: max_recover
   uint64_t seed = 1;       // random
   SavedQuant recover;      // the recovery path's saved activation (default: exact)
   std::string recover_policy;  // the recovery path's GEMM entries (empty: the run's)
 };
 
-inline constexpr const char* kControllerNames = "gnmr, random, static";
+inline constexpr const char* kControllerNames = "gnmr, random, static, oracle";
 
 // The controller of `c` for model `m`; InputError if the recovery policy does not fit the model.
 std::unique_ptr<TrainController> make_controller(const ControllerConfig& c, const ModelConfig& m);

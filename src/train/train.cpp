@@ -99,7 +99,7 @@ StepRecord Trainer::step() {
   const ModelConfig& mc = c_.model;
   const size_t T = size_t(mc.ctx), nseq = size_t(c_.batch) * size_t(c_.accum);
   const uint64_t k0 = step_ * nseq;
-  std::vector<UnitPath> paths(size_t(mc.layers * kUnitCount), UnitPath{c_.act_quant, {}, {}, {}});
+  std::vector<UnitPath> paths(size_t(mc.layers * kUnitCount), UnitPath{c_.act_quant, {}, {}, {}, {}});
   controller_->choose(step_, paths);
   check_paths(paths, mc, step_);
   // The step's policy: the run's, or with the controller's GEMM overrides as layer entries.
@@ -129,6 +129,7 @@ StepRecord Trainer::step() {
       for (auto& [name, v] : g[i]) std::fill(v.begin(), v.end(), 0.0f);
     BackwardOptions o;
     o.saved = [&](int l, Unit u) { return paths[size_t(l * kUnitCount + int(u))].saved; };
+    o.low = [&](int l, Unit u) { return paths[size_t(l * kUnitCount + int(u))].low; };
     o.step = k;
     o.activations = &acts[i];
     loss[i] = sequence_backward<float>(model_, in, tgt, salted(policy, k), scale, g[i], o);
@@ -158,7 +159,8 @@ StepRecord Trainer::step() {
       for (auto& a : acts) {
         const UnitActivation& b = a[size_t(l * kUnitCount + u)];
         us.act.absmax = std::max(us.act.absmax, b.absmax);
-        us.act.sum_sq += b.sum_sq, us.act.err_sq += b.err_sq, us.act.count += b.count;
+        us.act.sum_sq += b.sum_sq, us.act.err_sq += b.err_sq, us.act.low_err_sq += b.low_err_sq;
+        us.act.count += b.count;
       }
       units.push_back(us);
     }
