@@ -19,11 +19,7 @@ GnmrOptions gnmr_replay_config(const std::string& path) {
   const toml::node* n = root.get("controller");
   if (!n || !n->is_table()) throw InputError(fmt::format("{}: no [controller] table", path));
   const toml::table& t = *n->as_table();
-  for (auto&& [k, v] : t) {
-    bool known = k.str() == "name" || k.str() == "seed" || k.str() == "recover";
-    for (const char* key : kGnmrKeys) known |= k.str() == key;
-    if (!known) throw InputError(fmt::format("{}: unknown key '{}' in [controller]", toml_where(path, v), k.str()));
-  }
+  check_controller_keys(t, path);
   const toml::node* name = t.get("name");
   if (!name || !name->is_string() || name->as_string()->get() != "gnmr")
     throw InputError(fmt::format("{}: [controller] name must be \"gnmr\" for a replay", path));

@@ -113,11 +113,7 @@ SavedQuant saved_quant(const TomlReader& r, const toml::table* t, const char* na
 ControllerConfig controller(const TomlReader& r, const toml::node& n) {
   if (!n.is_table()) throw InputError(fmt::format("{}: 'controller' must be a table ([controller])", r.line(n)));
   const toml::table& t = *n.as_table();
-  for (auto&& [k, v] : t) {
-    bool known = k.str() == "name" || k.str() == "seed" || k.str() == "recover";
-    for (const char* key : kGnmrKeys) known |= k.str() == key;
-    if (!known) throw InputError(fmt::format("{}: unknown key '{}' in [controller]", r.line(v), k.str()));
-  }
+  check_controller_keys(t, r.path);
   ControllerConfig c;
   r.get(&t, "controller", "name", c.name);
   if (c.name != "gnmr" && c.name != "random" && c.name != "static" && c.name != "oracle")

@@ -228,14 +228,23 @@ void Gnmr::load_state(const nlohmann::json& s) {
   }
 }
 
+std::string gnmr_row(uint64_t step, const std::string& id, const GnmrUnitStep& s) {
+  return fmt::format("{},{},{},{},{},{},{}", step, id, num(s.gnmr), num(s.dgnmr), int(s.exceeds), s.lock,
+                     int(s.recovered));
+}
+
 std::string gnmr_rows(const Gnmr& g) {
   std::string out;
-  for (size_t i : g.order()) {
-    const GnmrUnitStep& s = g.last()[i];
-    out += fmt::format("{},{},{},{},{},{},{}\n", g.steps(), g.ids()[i], num(s.gnmr), num(s.dgnmr), int(s.exceeds), s.lock,
-                       int(s.recovered));
-  }
+  for (size_t i : g.order()) out += gnmr_row(g.steps(), g.ids()[i], g.last()[i]) + "\n";
   return out;
+}
+
+void check_controller_keys(const toml::table& t, const std::string& path) {
+  for (auto&& [k, v] : t) {
+    bool known = k.str() == "name" || k.str() == "seed" || k.str() == "recover";
+    for (const char* key : kGnmrKeys) known |= k.str() == key;
+    if (!known) throw InputError(fmt::format("{}: unknown key '{}' in [controller]", toml_where(path, v), k.str()));
+  }
 }
 
 }  // namespace mantis

@@ -121,9 +121,13 @@ class Gnmr {
   uint64_t t_ = 0;
 };
 
-// One replay row per unit of the last step, in byte order of ids:
-// "step,unit,gnmr,dgnmr,exceeds,lock,recovered" (numbers %.17g, empty where undefined).
+// One replay row "step,unit,gnmr,dgnmr,exceeds,lock,recovered" (numbers %.17g, empty where
+// undefined; no line break), and every unit's row of the last step in byte order of ids (lines).
+std::string gnmr_row(uint64_t step, const std::string& id, const GnmrUnitStep& s);
 std::string gnmr_rows(const Gnmr& g);
+// InputError "PATH:LINE: unknown key 'K' in [controller]" unless every key of a [controller]
+// table is name, seed, recover or one of kGnmrKeys.
+void check_controller_keys(const toml::table& t, const std::string& path);
 inline constexpr const char* kGnmrHeader = "step,unit,gnmr,dgnmr,exceeds,lock,recovered";
 
 }  // namespace mantis

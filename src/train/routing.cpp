@@ -78,9 +78,7 @@ class Routing final : public TrainController {
     uint64_t recovered = 0, exceeded = 0;
     for (size_t i : order()) {
       const GnmrUnitStep& s = r[i];
-      auto num = [](double x) { return std::isnan(x) ? std::string() : fmt::format("{:.17g}", x); };
-      rows_.push_back(fmt::format("{},{},{},{},{},{},{}", t, ids_[i], num(s.gnmr), num(s.dgnmr), int(s.exceeds), s.lock,
-                                  int(s.recovered)));
+      rows_.push_back(gnmr_row(t, ids_[i], s));
       norms_.push_back(fmt::format("{},{},{:.17g}", t, ids_[i], units[i].grad_norm));
       if (s.recovered) rec_ids += (rec_ids.empty() ? "" : " ") + ids_[i], ++recovered;
       exceeded += s.exceeds;
