@@ -15,6 +15,8 @@
 #include "core/file.h"
 #include "core/philox.h"
 #include "exp/gnmr_replay.h"
+#include "exp/gnmr_study.h"
+#include "exp/study.h"
 #include "testutil.h"
 #include "train/gnmr.h"
 
@@ -362,4 +364,87 @@ TEST_CASE("gnmr replay: the CSV contract, equal to the library, and its errors")
   CHECK_THAT(cfg_err("[controller]\nname = \"gnmr\"\ncombine = \"xor\"\n"), Catch::Contains("combine must be \"or\" or \"and\""));
   CHECK_THAT(cfg_err("[controller]\nname = \"gnmr\"\ndelta = 0\n"), Catch::Contains("delta must be ≥ 1"));
   CHECK_THAT(cfg_err("[train]\nsteps = 1\n"), Catch::Contains("no [controller] table"));
+}
+
+TEST_CASE("gnmr study: arms as cells, merged with intervals and recovery rates; resume and stale cells") {
+  const auto dir = scratch_dir();
+  const std::string model = (dir / "train-tiny.toml").string(), study = (dir / "study.toml").string();
+  write_file_atomic(model, "[model]\narch = \"llama\"\nlayers = 2\nheads = 2\nkv_heads = 1\ndim = 16\nctx = 24\n"
+                           "[data]\ntokenizer = \"bytes\"\ntrain = \"kjv/test\"\nvalidation = \"kjv/validation\"\n"
+                           "[train]\nsteps = 5\nbatch = 2\nlr = 3e-3\nwarmup = 1\nval_every = 2\nval_seqs = 2\n");
+  auto write_study = [&](const std::string& extra) {
+    write_file_atomic(study, fmt::format(R"(out = "{}"
+models = ["{}"]
+seeds = [1, 2]
+[train]
+steps = 6
+[[arm]]
+name = "static4"
+config = "[activation_quant]\nbits = 4\n"
+[[arm]]
+name = "random4to8"
+config = """
+[activation_quant]
+bits = 4
+[controller]
+name = "random"
+max_recover = 2
+[controller.recover]
+bits = 8
+"""
+[[arm]]
+name = "gnmr4to8"
+seeds = [1]
+config = """
+[activation_quant]
+bits = 4
+[controller]
+name = "gnmr"
+warmup = 1
+delta = 1
+alpha = 1.01
+beta = 1.01
+max_recover = 1
+lock = 1
+[controller.recover]
+bits = 8{}
+"""
+)",
+                                         (dir / "res").string(), model, extra));
+  };
+  write_study("");
+  const auto cells = gnmr_study_cells(read_gnmr_study(study));
+  REQUIRE(cells.size() == 5);
+  CHECK(cells[4].name() == "tiny gnmr4to8 seed=1");
+  GnmrStudyOptions o;
+  o.config = study, o.log = nullptr, o.progress = ProgressMode::quiet;
+  o.cell = 4;
+  auto r = run_gnmr_study(o);
+  CHECK(r.computed == 1);
+  CHECK_FALSE(r.merged);
+  o.cell = -1;
+  r = run_gnmr_study(o);
+  CHECK(r.computed == 4);
+  REQUIRE(r.merged);
+  const std::string res = (dir / "res").string();
+  verify_result_set(res);
+  const std::string summary = read_text_file(res + "/summary.csv", "summary");
+  CHECK(summary.find("tiny,static4,2,") != std::string::npos);
+  CHECK(summary.find("tiny,gnmr4to8,1,") != std::string::npos);
+  // random: 2 of the 8 units every step → recovery rate 0.25 exactly
+  CHECK(summary.find("tiny,random4to8,2,") != std::string::npos);
+  const std::string results = read_text_file(res + "/results.csv", "results");
+  CHECK(results.find(",random,8,12,0,0,0.25,") != std::string::npos);
+  CHECK(results.find(",static4,") != std::string::npos);
+  const std::string recs = read_text_file(res + "/recoveries.csv", "recoveries");
+  CHECK(std::count(recs.begin(), recs.end(), '\n') >= 1 + 2 * 12);  // random's 12 unit-steps per seed
+  // resumed: nothing to compute
+  CHECK(run_gnmr_study(o).computed == 0);
+  // an arm's configuration changed: its stored cells are refused, naming the difference
+  write_study("\nseed = 3");
+  CHECK_THAT(error_of([&] { run_gnmr_study(o); }), Catch::Contains("config.sha256"));
+  // a bad arm is refused before any cell runs
+  write_study("\nbitz = 3");
+  CHECK_THAT(error_of([&] { run_gnmr_study(o); }), Catch::Contains("arm 'gnmr4to8'"));
+  CHECK_THAT(error_of([&] { gnmr_study_from_toml("models = [\"x\"]\n", "s.toml"); }), Catch::Contains("[[arm]]"));
 }
