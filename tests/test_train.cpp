@@ -822,6 +822,9 @@ bits = 0
     }
   }
   CHECK(!recovered.empty());
+  const auto summary = a.controller().summary();
+  REQUIRE(!summary.empty());
+  CHECK(summary[0].starts_with(fmt::format("gnmr: {} unit-steps recovered of 48", recovered.size())));
   for (const auto& l : lines(read_file(one + "/recovery.csv")))
     if (l[0] != 's') CHECK(std::stoi(split_csv(l)[1]) <= 3);
   const auto units = lines(read_file(one + "/units.csv"));

@@ -77,10 +77,13 @@ int run_train(const TrainArgs& a) {
   std::error_code ec;
   for (const char* f : {"config.toml", "log.csv", "units.csv", "latest"})
     if (fs::is_regular_file(fs::path(c.out) / f, ec)) files.push_back(f);
+  for (auto& [f, content] : tr.controller().logs())
+    if (fs::is_regular_file(fs::path(c.out) / f, ec)) files.push_back(f);
   write_manifest(c.out, files, man);
 
   fmt::print("done: {} steps, {:.1f} s, validation loss {:.4f} (perplexity {:.3f}); optimizer state {} bytes; {}\n",
              tr.next_step(), sw.seconds(), val, std::exp(val), tr.optimizer().state_bytes(), c.out);
+  for (auto& line : tr.controller().summary()) fmt::print("controller: {}\n", line);
   return 0;
 }
 

@@ -65,6 +65,8 @@ class TrainController {
   virtual void load_state(const nlohmann::json& s) { (void)s; }
   // Files it writes beside the trainer's logs: (name, content).
   virtual std::vector<std::pair<std::string, std::string>> logs() const { return {}; }
+  // Lines for the end of a run (what it recovered; units holding a recovery slot).
+  virtual std::vector<std::string> summary() const { return {}; }
   // A short note for the progress line ("" none), about the last observed step.
   virtual std::string progress() const { return ""; }
 };

@@ -127,6 +127,18 @@ class Routing final : public TrainController {
     return {{"controller.csv", rows}, {"norms.csv", norms}, {"recovery.csv", summary}};
   }
 
+  std::vector<std::string> summary() const override {
+    uint64_t rec = 0;
+    for (auto& r : summary_) rec += std::stoull(r.substr(r.find(',') + 1));
+    std::vector<std::string> v{fmt::format("{}: {} unit-steps recovered of {} ({:.3f} %)", c_.name, rec,
+                                           summary_.size() * ids_.size(),
+                                           summary_.empty() ? 0.0 : 100.0 * double(rec) / double(summary_.size() * ids_.size()))};
+    if (gnmr_)
+      for (auto& h : gnmr_->held())
+        v.push_back(fmt::format("{} holds a recovery slot since step {} (to the end)", ids_[h.unit], h.since));
+    return v;
+  }
+
   std::string progress() const override { return fmt::format("rec {}/{}", last_recovered_, ids_.size()); }
 
  private:
