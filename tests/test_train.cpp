@@ -889,3 +889,36 @@ TEST_CASE("[controller]: bad tables are one-line errors naming the key") {
   CHECK_THAT(error_of([&] { Trainer t(tiny("gpt2", "", "[controller]\nname = \"gnmr\"\n[controller.recover]\npolicy = \"nosuch\"\n")); }),
              Catch::Contains("[controller.recover] policy nosuch"));
 }
+
+TEST_CASE("[controller.recover] policy: a recovered unit's GEMMs take that policy's entries at its layer") {
+  TrainConfig c = tiny("gpt2", "");
+  ControllerConfig cc;
+  cc.name = "random", cc.gnmr.max_recover = 3, cc.seed = 4;
+  cc.recover_policy = std::string(MANTIS_SOURCE_DIR) + "/experiments/policies/bf16-gemms.toml";
+  auto ctl = make_controller(cc, c.model);
+  const size_t n = size_t(c.model.layers) * kUnitCount;
+  std::vector<UnitStep> us(n);
+  for (size_t i = 0; i < n; ++i) us[i].layer = int(i / kUnitCount), us[i].unit = Unit(i % kUnitCount), us[i].grad_norm = 1;
+  ctl->observe(0, us);
+  std::vector<UnitPath> paths(n);
+  ctl->choose(1, paths);
+  check_paths(paths, c.model, 1);
+  const Policy routed = with_overrides(policy_from_spec("native"), paths);
+  size_t rerouted = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const int l = int(i / kUnitCount);
+    const Site s = site_of(Unit(i % kUnitCount));
+    INFO("unit " << i);
+    if (paths[i].forward) {
+      ++rerouted;
+      for (Pass p : {Pass::forward, Pass::dx, Pass::dw}) {
+        const auto& in = routed.at(s, l, p).input;
+        REQUIRE(in.has_value());
+        CHECK(in->name == "bf16");
+      }
+    } else {
+      CHECK(routed.at(s, l, Pass::forward).is_native());
+    }
+  }
+  CHECK(rerouted == 3);
+}
