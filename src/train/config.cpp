@@ -124,11 +124,7 @@ ControllerConfig controller(const TomlReader& r, const toml::node& n) {
   if (const toml::node* rn = t.get("recover")) {
     if (!rn->is_table()) throw InputError(fmt::format("{}: 'recover' must be a table ([controller.recover])", r.line(*rn)));
     rec = rn->as_table();
-    for (auto&& [k, v] : *rec) {
-      bool known = k.str() == "policy";
-      for (const char* key : kSavedKeys) known |= k.str() == key;
-      if (!known) throw InputError(fmt::format("{}: unknown key '{}' in [controller.recover]", r.line(v), k.str()));
-    }
+    check_known_keys(*rec, r.path, {"bits", "block", "rounding", "seed", "scheme", "policy"}, " in [controller.recover]");
     r.get(rec, "controller.recover", "policy", c.recover_policy);
   }
   c.recover = saved_quant(r, rec, "controller.recover");
