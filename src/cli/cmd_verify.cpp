@@ -125,6 +125,7 @@ int run_verify_function(const VerifyArgs& a) {
       nhard += h;
       done += n;
     }
+    oracle_thread_done();
   };
   Stopwatch clock;
   std::vector<std::thread> pool;
@@ -251,6 +252,7 @@ int run_verify(const VerifyArgs& a) {
       if (!error) error = std::current_exception();
       failed = true;
     }
+    oracle_thread_done();
   };
 
   Stopwatch clock;

@@ -390,6 +390,8 @@ std::vector<double> oracle_quantize(const Scheme& s, const std::vector<double>& 
 
 bool oracle_thread_safe() { return mpfr_buildopt_tls_p() != 0; }
 
+void oracle_thread_done() { mpfr_free_cache2(MPFR_FREE_LOCAL_CACHE); }
+
 double oracle_round(double x, const Format& f, Rounding m, uint32_t rnd, int sr_bits) {
   validate(f);
   Scratch& s = scratch();

@@ -45,5 +45,8 @@ std::vector<double> oracle_quantize(const Scheme& s, const std::vector<double>& 
 
 // Whether MPFR was built thread-safe (then the oracle may run on several threads at once).
 bool oracle_thread_safe();
+// Frees the calling thread's MPFR caches (constants such as log 2 that exp / erf / tanh compute
+// once per thread): a worker thread that used the oracle calls it before it ends, or they leak.
+void oracle_thread_done();
 
 }  // namespace mantis
