@@ -30,4 +30,19 @@ void check_known_keys(const toml::table& t, const std::string& path, std::initia
   }
 }
 
+std::vector<uint64_t> toml_seeds(const toml::node& n, const std::string& path, const std::string& what) {
+  if (!n.is_array() || n.as_array()->empty())
+    throw InputError(fmt::format("{}: '{}' must be a non-empty array of seeds", toml_where(path, n), what));
+  std::vector<uint64_t> v;
+  for (auto& e : *n.as_array()) {
+    if (!e.is_integer() || e.as_integer()->get() < 0)
+      throw InputError(fmt::format("{}: '{}' must hold non-negative integers", toml_where(path, e), what));
+    const uint64_t s = uint64_t(e.as_integer()->get());
+    if (std::find(v.begin(), v.end(), s) != v.end())
+      throw InputError(fmt::format("{}: '{}' lists seed {} twice", toml_where(path, e), what, s));
+    v.push_back(s);
+  }
+  return v;
+}
+
 }  // namespace mantis

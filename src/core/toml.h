@@ -5,7 +5,9 @@
 #include <toml++/toml.h>
 
 #include <initializer_list>
+#include <cstdint>
 #include <string>
+#include <vector>
 
 namespace mantis {
 
@@ -19,5 +21,8 @@ std::string toml_where(const std::string& path, const toml::node& n);
 // (`context`, when given, follows the key: " in [train]").
 void check_known_keys(const toml::table& t, const std::string& path, std::initializer_list<const char*> known,
                       const std::string& context = "");
+
+// A non-empty array of distinct non-negative integers (seeds); InputError "PATH:LINE: 'WHAT' …".
+std::vector<uint64_t> toml_seeds(const toml::node& n, const std::string& path, const std::string& what);
 
 }  // namespace mantis

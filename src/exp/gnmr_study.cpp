@@ -238,21 +238,6 @@ void write_merged(const GnmrStudyConfig& c, const std::vector<GnmrStudyCell>& ce
   }
 }
 
-std::vector<uint64_t> seed_list(const toml::node& n, const std::string& path, const std::string& what) {
-  if (!n.is_array() || n.as_array()->empty())
-    throw InputError(fmt::format("{}: '{}' must be a non-empty array of seeds", toml_where(path, n), what));
-  std::vector<uint64_t> v;
-  for (auto& e : *n.as_array()) {
-    if (!e.is_integer() || e.as_integer()->get() < 0)
-      throw InputError(fmt::format("{}: '{}' must hold non-negative integers", toml_where(path, e), what));
-    const uint64_t s = uint64_t(e.as_integer()->get());
-    if (std::find(v.begin(), v.end(), s) != v.end())
-      throw InputError(fmt::format("{}: '{}' lists seed {} twice", toml_where(path, e), what, s));
-    v.push_back(s);
-  }
-  return v;
-}
-
 }  // namespace
 
 std::string GnmrStudyCell::name() const { return fmt::format("{} {} seed={}", model_name, arm_name, seed); }
@@ -273,7 +258,7 @@ GnmrStudyConfig gnmr_study_from_toml(const std::string& text, const std::string&
     if (!e.is_string()) throw InputError(fmt::format("{}: 'models' must hold strings", toml_where(path, e)));
     c.models.push_back(e.as_string()->get());
   }
-  if (auto* n = t.get("seeds")) c.seeds = seed_list(*n, path, "seeds");
+  if (auto* n = t.get("seeds")) c.seeds = toml_seeds(*n, path, "seeds");
   if (auto* n = t.get("train")) {
     if (!n->is_table()) throw InputError(fmt::format("{}: 'train' must be a table", toml_where(path, *n)));
     check_known_keys(*n->as_table(), path, {"steps", "ctx", "batch", "warmup", "val_every", "val_seqs"}, " in [train]");
@@ -303,7 +288,7 @@ GnmrStudyConfig gnmr_study_from_toml(const std::string& text, const std::string&
       if (!cf->is_string()) throw InputError(fmt::format("{}: arm '{}': config must be a string", toml_where(path, *cf), arm.name));
       arm.config = cf->as_string()->get();
     }
-    if (auto* s = a.get("seeds")) arm.seeds = seed_list(*s, path, "seeds");
+    if (auto* s = a.get("seeds")) arm.seeds = toml_seeds(*s, path, "seeds");
     c.arms.push_back(arm);
   }
   return c;
@@ -342,16 +327,7 @@ GnmrStudyResult run_gnmr_study(const GnmrStudyOptions& o) {
   }
   std::map<size_t, ojson> data;
   auto data_of = [&](size_t m) -> const ojson& {
-    if (!data.count(m)) {
-      const TrainConfig t = load_train_config(c.models[m]);
-      const auto tok = make_tokenizer(t.tokenizer);
-      auto sources = [&](const std::string& split) {
-        ojson a = data_sources_json(load_tokens(split, *tok, data_root()));
-        for (auto& s : a) s.erase("file");
-        return a;
-      };
-      data[m] = {{"train", sources(t.train_data)}, {"validation", sources(t.val_data)}};
-    }
+    if (!data.count(m)) data[m] = training_data_key(c.models[m]);
     return data[m];
   };
   StudyPlan plan;

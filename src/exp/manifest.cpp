@@ -8,7 +8,10 @@
 #include <thread>
 #include <vector>
 
+#include "core/file.h"
 #include "core/threads.h"
+#include "io/tokenizer.h"
+#include "train/config.h"
 #include "mantis_build.h"
 #include "mantis_config.h"
 #include "mantis_git.h"
@@ -142,6 +145,17 @@ ojson data_sources_json(const TokenData& d) {
   for (auto& s : d.sources)
     a.push_back({{"name", s.name}, {"file", s.origin}, {"sha256", s.sha256}, {"tokens", s.tokens}});
   return a;
+}
+
+ojson training_data_key(const std::string& train_config_path) {
+  const TrainConfig t = load_train_config(train_config_path);
+  const auto tok = make_tokenizer(t.tokenizer);
+  auto sources = [&](const std::string& split) {
+    ojson a = data_sources_json(load_tokens(split, *tok, data_root()));
+    for (auto& s : a) s.erase("file");
+    return a;
+  };
+  return {{"train", sources(t.train_data)}, {"validation", sources(t.val_data)}};
 }
 
 ojson manifest_header(const std::string& generator) {

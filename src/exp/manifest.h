@@ -29,6 +29,10 @@ std::string host_name();
 
 // The data a command read: [{"name", "file", "sha256", "tokens"}, …] (dataset.h TokenSource).
 ojson data_sources_json(const TokenData& d);
+// What a training configuration's data is, for study keys: {"train": […], "validation": […]} of
+// data_sources_json without "file" — not where this checkout keeps it, so a cell keyed by it is
+// valid in any clone.
+ojson training_data_key(const std::string& train_config_path);
 
 // The fields every manifest starts with: generator, mantis_version, git_commit, command,
 // started_utc, host, threads, build, cpu.

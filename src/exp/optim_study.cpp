@@ -347,20 +347,7 @@ OptimStudyConfig optim_study_from_toml(const std::string& text, const std::strin
     }
     return v;
   };
-  auto seeds = [&](const toml::node& n, const std::string& what) {
-    if (!n.is_array() || n.as_array()->empty())
-      throw InputError(fmt::format("{}: '{}' must be a non-empty array of seeds", line(n), what));
-    std::vector<uint64_t> v;
-    for (auto& e : *n.as_array()) {
-      if (!e.is_integer() || e.as_integer()->get() < 0)
-        throw InputError(fmt::format("{}: '{}' must hold non-negative integers", line(e), what));
-      const uint64_t s = uint64_t(e.as_integer()->get());
-      if (std::find(v.begin(), v.end(), s) != v.end())
-        throw InputError(fmt::format("{}: '{}' lists seed {} twice", line(e), what, s));
-      v.push_back(s);
-    }
-    return v;
-  };
+  auto seeds = [&](const toml::node& n, const std::string& what) { return toml_seeds(n, path, what); };
   auto table = [&](const char* k) -> const toml::table* {
     const toml::node* n = t.get(k);
     if (!n) return nullptr;
@@ -503,17 +490,7 @@ OptimStudyResult run_optim_study(const OptimStudyOptions& o) {
   // The data's SHA-256s per model, read once (the keys name them).
   std::map<size_t, ojson> data;
   auto data_of = [&](size_t m) -> const ojson& {
-    if (!data.count(m)) {
-      const TrainConfig t = load_train_config(c.models[m]);
-      const auto tok = make_tokenizer(t.tokenizer);
-      // What the data is, not where this checkout keeps it: a cell keyed here is valid in any clone.
-      auto sources = [&](const std::string& split) {
-        ojson a = data_sources_json(load_tokens(split, *tok, data_root()));
-        for (auto& s : a) s.erase("file");
-        return a;
-      };
-      data[m] = {{"train", sources(t.train_data)}, {"validation", sources(t.val_data)}};
-    }
+    if (!data.count(m)) data[m] = training_data_key(c.models[m]);
     return data[m];
   };
   const bool spawn = o.isolate && o.cell < 0;
