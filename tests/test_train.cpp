@@ -890,6 +890,51 @@ TEST_CASE("[controller]: bad tables are one-line errors naming the key") {
              Catch::Contains("[controller.recover] policy nosuch"));
 }
 
+TEST_CASE("random routing: a Fisher-Yates prefix of Philox draws, each draw kept for `hold` steps") {
+  TrainConfig c = tiny("gpt2", "");
+  const size_t n = size_t(c.model.layers) * kUnitCount;
+  auto selections = [&](uint64_t hold, uint64_t steps) {
+    ControllerConfig cc;
+    cc.name = "random", cc.gnmr.max_recover = 3, cc.seed = 9, cc.hold = hold;
+    cc.recover.bits = 8;  // the marker of a recovered unit below
+    auto ctl = make_controller(cc, c.model);
+    std::vector<UnitStep> us(n);
+    for (size_t i = 0; i < n; ++i) us[i].layer = int(i / kUnitCount), us[i].unit = Unit(i % kUnitCount), us[i].grad_norm = 1;
+    std::vector<std::set<size_t>> sel;
+    for (uint64_t step = 0; step < steps; ++step) {
+      ctl->observe(step, us);
+      std::vector<UnitPath> paths(n);
+      ctl->choose(step + 1, paths);
+      std::set<size_t> s;
+      for (size_t i = 0; i < n; ++i)
+        if (paths[i].saved.bits == 8) s.insert(i);
+      sel.push_back(s);
+    }
+    return sel;
+  };
+  // the reference: draw b takes Philox64(seed, 0x6a4d, b·U + i), b = ⌊(t − 1) / hold⌋ + 1
+  auto draw = [&](uint64_t b) {
+    std::vector<size_t> idx(n);
+    for (size_t i = 0; i < n; ++i) idx[i] = i;
+    std::set<size_t> s;
+    for (size_t i = 0; i < 3; ++i) {
+      std::swap(idx[i], idx[i + size_t(random_word64(9, 0x6a4d, b * n + i) % (n - i))]);
+      s.insert(idx[i]);
+    }
+    return s;
+  };
+  const auto every = selections(1, 8), held = selections(4, 8);
+  for (uint64_t t = 1; t <= 8; ++t) {
+    INFO("step " << t);
+    CHECK(every[t - 1].size() == 3);
+    CHECK(every[t - 1] == draw(t));
+    CHECK(held[t - 1] == draw((t - 1) / 4 + 1));
+  }
+  CHECK(held[0] != held[4]);  // the test's seed changes the set between the two blocks
+  CHECK_THAT(error_of([&] { tiny("gpt2", "", "[controller]\nname = \"random\"\nhold = 0\n"); }),
+             Catch::Contains("[controller] hold = 0"));
+}
+
 TEST_CASE("[controller.recover] policy: a recovered unit's GEMMs take that policy's entries at its layer") {
   TrainConfig c = tiny("gpt2", "");
   ControllerConfig cc;

@@ -119,6 +119,8 @@ ControllerConfig controller(const TomlReader& r, const toml::node& n) {
   if (c.name != "gnmr" && c.name != "random" && c.name != "static" && c.name != "oracle")
     throw InputError(fmt::format("{}: [controller] name = '{}' (known: {})", r.path, c.name, kControllerNames));
   r.get(&t, "controller", "seed", c.seed);
+  r.get(&t, "controller", "hold", c.hold);
+  if (c.hold < 1) throw InputError(fmt::format("{}: [controller] hold = {} (steps each random draw is kept: at least 1)", r.path, c.hold));
   c.gnmr = gnmr_options_from_toml(t, r.path);
   const toml::table* rec = nullptr;
   if (const toml::node* rn = t.get("recover")) {

@@ -68,8 +68,9 @@ class Routing final : public TrainController {
       std::vector<size_t> idx(n);
       for (size_t i = 0; i < n; ++i) idx[i] = i;
       const size_t k = std::min(n, size_t(c_.gnmr.max_recover));
+      const uint64_t b = (t - 1) / c_.hold + 1;  // hold 1: b = t
       for (size_t i = 0; i < k; ++i) {
-        const size_t j = i + size_t(random_word64(c_.seed, kRandomStream, t * n + i) % (n - i));
+        const size_t j = i + size_t(random_word64(c_.seed, kRandomStream, b * n + i) % (n - i));
         std::swap(idx[i], idx[j]);
         r[idx[i]].recovered = true;
       }
@@ -173,6 +174,7 @@ std::vector<std::string> unit_ids(const ModelConfig& m) {
 std::unique_ptr<TrainController> make_controller(const ControllerConfig& c, const ModelConfig& m) {
   if (c.name != "gnmr" && c.name != "random" && c.name != "static" && c.name != "oracle")
     throw InputError(fmt::format("[controller] name = '{}' (known: {})", c.name, kControllerNames));
+  if (c.hold < 1) throw InputError("[controller] hold must be at least 1 (steps each random draw is kept)");
   return std::make_unique<Routing>(c, m);
 }
 

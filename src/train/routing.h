@@ -8,9 +8,11 @@
 //             site at its layer (forward, dx, dw) replace the run's there (train/controller.h).
 // Controllers (name):
 //   gnmr      train/gnmr.h on the units' gradient norms (before clipping); every knob there.
-//   random    max_recover units drawn uniformly each step — the control at the same budget:
-//             a Fisher–Yates prefix driven by Philox64(seed, 0x6a4d, step·U + i), so the same
-//             seed gives the same draws at any thread count.
+//   random    max_recover units drawn uniformly — the control at the same budget: a Fisher–Yates
+//             prefix driven by Philox64(seed, 0x6a4d, b·U + i), b = ⌊(step − 1) / hold⌋ + 1, so the same
+//             seed gives the same draws at any thread count. hold (default 1: a new draw every
+//             step) keeps each draw for `hold` steps: hold = T_lock is GNMR's lock length, and a
+//             hold of the whole run is a fixed random subset (no path switching at all).
 //   static    nobody recovers (the low path throughout, with this controller's logs).
 //   oracle    the max_recover units whose saved activation the low path damages most at this
 //             step — relative RMS error sqrt(Σ(x̃−x)²/Σx²) over the step's sequences, measured for
@@ -44,6 +46,7 @@ struct ControllerConfig {
   std::string name;        // empty: no controller; gnmr | random | static | oracle
   GnmrOptions gnmr;        // gnmr: every key; random, oracle: max_recover
   uint64_t seed = 1;       // random
+  uint64_t hold = 1;       // random: steps each draw is kept (≥ 1)
   SavedQuant recover;      // the recovery path's saved activation (default: exact)
   std::string recover_policy;  // the recovery path's GEMM entries (empty: the run's)
 };
