@@ -6,9 +6,11 @@
 #include <cstring>
 #include <fstream>
 #include <map>
+#include <set>
 #include <nlohmann/json.hpp>
 
 #include "nn/backward.h"
+#include "nn/lora.h"
 #include "io/checkpoint.h"
 #include "mantis_config.h"
 #include "testutil.h"
@@ -18,6 +20,7 @@
 #include "nn/tape.h"
 
 using namespace mantis;
+using mantis::test::error_of;
 using mantis::test::read_raw;
 
 namespace {
@@ -328,4 +331,129 @@ TEST_CASE("saved-activation quantisation: the definition, and its effect on the 
       CHECK(ap[k].low_err_sq > ap[k].err_sq);
     }
   }
+}
+
+namespace {
+
+// r's model with rank-2 adapters on every unit, B filled with small nonzero values (a fresh B = 0
+// would hide A's gradient and the adapter's share of dx).
+Model with_adapters(const Ref& r) {
+  Model m = r.model;
+  m.lora = init_lora(m.cfg, LoraSpec{2, 3.0, {Unit::qkv, Unit::proj, Unit::fc, Unit::down}}, 7);
+  uint64_t k = 0;
+  for (auto& [name, t] : m.lora.params)
+    if (name.ends_with(".lora_B"))
+      for (float& v : t.data) v = float(0.05 * (double(random_word(8, 0, k++) >> 8) * 0x1p-24 - 0.5));
+  return m;
+}
+
+}  // namespace
+
+TEST_CASE("LoRA: binary64 adapter gradients match central finite differences") {
+  for (const char* name : {"gpt2_erf", "llama_gqa"}) {
+    const Ref& r = ref(name);
+    Model m = with_adapters(r);
+    const size_t T = 40;
+    std::vector<int32_t> tokens(r.tokens.begin(), r.tokens.begin() + T), targets(r.targets.begin(), r.targets.begin() + T);
+    const GradMap<double> g = grads_of<double>(m, tokens, targets);
+    CHECK(g.size() == parameter_shapes(m.cfg).size() + m.lora.params.size());
+    int checked = 0;
+    for (auto& [pname, t] : m.lora.params) {
+      auto& w = t.data;
+      const auto& gp = g.at(pname);
+      size_t imax = 0;
+      for (size_t i = 0; i < gp.size(); ++i)
+        if (std::abs(gp[i]) > std::abs(gp[imax])) imax = i;
+      for (size_t i : {imax, size_t(random_word(2, 0, checked) % gp.size())}) {
+        const float w0 = w[i], hi = w0 + 1e-3f, lo = w0 - 1e-3f;
+        w[i] = hi;
+        const double lhi = mean_loss(m, tokens, targets);
+        w[i] = lo;
+        const double llo = mean_loss(m, tokens, targets);
+        w[i] = w0;
+        const double fd = (lhi - llo) / (double(hi) - double(lo));
+        INFO(name << " " << pname << "[" << i << "]: analytic " << gp[i] << " finite difference " << fd);
+        CHECK(std::abs(fd - gp[i]) / std::max(1e-3, std::abs(gp[i])) < 2e-4);
+        ++checked;
+      }
+    }
+    CHECK(checked == 2 * int(m.lora.params.size()));
+    CHECK(m.lora.params.size() == size_t(m.cfg.layers) * (m.cfg.arch == Arch::llama ? 14 : 8));
+  }
+}
+
+TEST_CASE("LoRA: merged weights give the unmerged forward; fresh adapters change nothing, bit for bit") {
+  for (const char* name : {"gpt2_erf", "llama_gqa"}) {
+    const Ref& r = ref(name);
+    INFO(name);
+    const Model m = with_adapters(r);
+    const Matrix<double> unmerged = forward<double>(m, r.tokens), merged = forward<double>(merge_lora(m), r.tokens),
+                         base = forward<double>(r.model, r.tokens);
+    // the merge rounds W + s·B·A to binary32 once per weight: the logits agree to that rounding,
+    // and the adapters' effect is far larger than it
+    const double diff = (unmerged - merged).cwiseAbs().maxCoeff(), effect = (unmerged - base).cwiseAbs().maxCoeff();
+    INFO("merged vs unmerged " << diff << ", adapters' effect " << effect);
+    CHECK(diff < 1e-5 * unmerged.cwiseAbs().maxCoeff());
+    CHECK(effect > 1e3 * diff);
+    // B = 0: the logits and every base gradient are the base model's, bit for bit (binary32)
+    Model fresh = r.model;
+    fresh.lora = init_lora(fresh.cfg, LoraSpec{4, 0, {Unit::qkv, Unit::proj, Unit::fc, Unit::down}}, 3);
+    CHECK(fresh.lora.alpha == 4);
+    const Matrix<float> lf = forward<float>(fresh, r.tokens), lb = forward<float>(r.model, r.tokens);
+    CHECK(std::memcmp(lf.data(), lb.data(), size_t(lf.size()) * sizeof(float)) == 0);
+    GradMap<float> gf = grads_of<float>(fresh, r.tokens, r.targets);
+    const GradMap<float> gb = grads_of<float>(r.model, r.tokens, r.targets);
+    for (auto& [n, t] : fresh.lora.params) {
+      CHECK(gf.count(n) == 1);
+      gf.erase(n);
+    }
+    CHECK(same_bits(gf, gb));
+  }
+}
+
+TEST_CASE("LoRA: gradients bit-identical for 1 and 2 threads; a unit's saved path changes its own gradients only") {
+  const Ref& r = ref("llama_gqa");
+  const Model m = with_adapters(r);
+  const int saved = num_threads();
+  set_num_threads(1);
+  const auto a = grads_of<float>(m, r.tokens, r.targets);
+  set_num_threads(2);
+  const auto b = grads_of<float>(m, r.tokens, r.targets);
+  set_num_threads(saved);
+  CHECK(same_bits(a, b));
+  // quantising layer 1's mlp.proj saved activation: its weight's and its adapter's gradients move,
+  // nothing else does (dx never reads the saved activation)
+  BackwardOptions o;
+  o.saved = [](int l, Unit u) { return l == 1 && u == Unit::down ? SavedQuant{4, 0, Rounding::rne, 0} : SavedQuant{}; };
+  const auto q = grads_of<float>(m, r.tokens, r.targets, {}, o);
+  const std::set<std::string> own = {"layers.1.feed_forward.w2", "layers.1.feed_forward.w2.lora_A",
+                                     "layers.1.feed_forward.w2.lora_B"};
+  for (auto& [n, v] : a) {
+    INFO(n);
+    const bool same = std::memcmp(v.data(), q.at(n).data(), v.size() * sizeof(float)) == 0;
+    CHECK(same == !own.count(n));
+  }
+}
+
+TEST_CASE("LoRA: malformed adapters and LAMP's recomputations are one-line errors") {
+  const Ref& r = ref("llama_gqa");
+  Model m = with_adapters(r);
+  CHECK_THAT(error_of([&] { init_lora(m.cfg, LoraSpec{0, 0, {Unit::qkv}}, 1); }), Catch::Contains("rank = 0"));
+  CHECK_THAT(error_of([&] { init_lora(m.cfg, LoraSpec{2, 0, {}}, 1); }), Catch::Contains("no units"));
+  CHECK_THAT(error_of([&] { unit_from_name("mlp.gate"); }), Catch::Contains("unit 'mlp.gate'"));
+  Model bad = m;
+  bad.lora.params.erase("layers.0.attention.wq.lora_B");
+  CHECK_THAT(error_of([&] { forward<float>(bad, r.tokens); }), Catch::Contains("partner layers.0.attention.wq.lora_B"));
+  bad = m;
+  bad.lora.params.at("layers.0.attention.wo.lora_A").shape = {3, int64_t(m.cfg.dim)};
+  CHECK_THAT(error_of([&] { validate(bad); }), Catch::Contains("LoRA tensor layers.0.attention.wo.lora_A: shape [3,"));
+  bad = m;
+  bad.lora.params.emplace("norm.lora_A", Tensor{{2, 2}, {0, 0, 0, 0}});
+  CHECK_THAT(error_of([&] { validate(bad); }), Catch::Contains("LoRA tensor norm.lora_A"));
+  bad = m;
+  bad.lora.params.at("layers.1.feed_forward.w1.lora_B").data[0] = std::nanf("");
+  CHECK_THAT(error_of([&] { validate(bad); }), Catch::Contains("non-finite"));
+  Policy p;
+  p.lamp_layernorm = LampSiteSpec{};
+  CHECK_THAT(error_of([&] { forward<float>(m, r.tokens, p); }), Catch::Contains("lamp_layernorm"));
 }

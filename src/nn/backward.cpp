@@ -17,6 +17,7 @@
 #include "core/quant.h"
 #include "nn/activation.h"
 #include "nn/attention.h"
+#include "nn/lora.h"
 #include "nn/norm.h"
 #include "nn/params.h"
 #include "nn/streams.h"
@@ -30,16 +31,17 @@ using detail::Tape;
 
 const char* to_string(Unit u) { return to_string(site_of(u)); }
 
+std::optional<Unit> unit_of(Role r) {
+  switch (r) {
+    case Role::attn_qkv: case Role::wq: case Role::wk: case Role::wv: return Unit::qkv;
+    case Role::attn_proj: return Unit::proj;
+    case Role::mlp_fc: case Role::mlp_gate: case Role::mlp_up: return Unit::fc;
+    case Role::mlp_proj: return Unit::down;
+    default: return std::nullopt;
+  }
+}
+
 std::vector<std::string> unit_parameters(const ModelConfig& c, int l, Unit u) {
-  auto unit_of = [](Role r) -> std::optional<Unit> {
-    switch (r) {
-      case Role::attn_qkv: case Role::wq: case Role::wk: case Role::wv: return Unit::qkv;
-      case Role::attn_proj: return Unit::proj;
-      case Role::mlp_fc: case Role::mlp_gate: case Role::mlp_up: return Unit::fc;
-      case Role::mlp_proj: return Unit::down;
-      default: return std::nullopt;
-    }
-  };
   std::vector<std::string> names;
   for (const ParamInfo& p : parameter_infos(c))
     if (p.layer == l && unit_of(p.role) == u) names.push_back(p.name);
@@ -89,6 +91,7 @@ GradMap<T> zero_grads(const Model& m) {
     for (int64_t d : shape) n *= d;
     g.emplace(name, std::vector<T>(size_t(n), T(0)));
   }
+  for (auto& [name, t] : m.lora.params) g.emplace(name, std::vector<T>(t.data.size(), T(0)));  // lora.h
   return g;
 }
 template GradMap<float> zero_grads<float>(const Model&);
@@ -213,8 +216,10 @@ void gpt2_backward(const Model& m, std::span<const int32_t> tokens, const Tape<T
   Matrix<T> datt(T_, C);  // [T,C]
   Matrix<T> dq, dk, dv;   // [T,C] each
   // Linear `role` of layer l at `site` (weight and bias), backward; dy → din.
+  const LoraViews<T> lora(m, &grads);
   auto linear = [&](Site site, Role role, int l, const Matrix<T>& dy, const Matrix<T>& x, Matrix<T>& din) {
     linear_backward<T>(pol, site, l, 0, dy, x, W(role, l), &din, G(role, l), G.bias(role, l));
+    lora.backward(role, l, dy, x, din);
   };
   auto norm = [&](Role role, int l, const Matrix<T>& x) {
     norm_backward<T>(x, W(role, l).data(), eps, true, dxn, dx, G(role, l).data(), G.bias(role, l));
@@ -254,8 +259,10 @@ void llama_backward(const Model& m, std::span<const int32_t> tokens, const Tape<
   Matrix<T> datt(T_, C);            // [T,C]
   Matrix<T> dq, dk, dv;             // [T,C], [T,KVC], [T,KVC]
   // Linear `role` of layer l at `site` (no bias), backward; slot: its key among the site's GEMMs.
+  const LoraViews<T> lora(m, &grads);
   auto linear = [&](Site site, Role role, int l, Index slot, const Matrix<T>& dy, const Matrix<T>& x, Matrix<T>& din) {
     linear_backward<T>(pol, site, l, slot, dy, x, W(role, l), &din, G(role, l), nullptr);
+    lora.backward(role, l, dy, x, din);
   };
   auto norm = [&](Role role, int l, const Matrix<T>& x) {
     norm_backward<T>(x, W(role, l).data(), eps, false, dxn, dx, G(role, l).data(), nullptr);

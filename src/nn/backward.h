@@ -45,6 +45,8 @@ namespace mantis {
 
 // Unit, kUnitCount, site_of: site.h.
 const char* to_string(Unit u);  // its site's name: "attn.qkv", "attn.proj", "mlp.fc", "mlp.proj"
+// The unit a parameter role belongs to (projection weights and biases; nullopt for the rest).
+std::optional<Unit> unit_of(Role r);
 // The parameters whose gradient is the unit's (weights and biases of the projection).
 std::vector<std::string> unit_parameters(const ModelConfig& c, int layer, Unit u);
 

@@ -13,6 +13,7 @@
 
 #include "nn/activation.h"
 #include "nn/attention.h"
+#include "nn/lora.h"
 #include "nn/norm.h"
 #include "nn/params.h"
 #include "nn/streams.h"
@@ -65,6 +66,13 @@ void attention(const PolicyPlan& pol, ForwardStats* stats, int l, const Eigen::R
     stats->lamp_selected[size_t(l)] += n, stats->lamp_entries[size_t(l)] += uint64_t(NH) * T_ * (T_ + 1) / 2;
 }
 
+// LAMP's activation and norm closed forms recompute projections from the base weights alone.
+void check_lora_lamp(const Model& m, const PolicyPlan& pol) {
+  if (!m.lora.params.empty() && (pol.policy().lamp_activation || pol.policy().lamp_layernorm))
+    throw InputError("LoRA adapters with lamp_activation / lamp_layernorm: their recomputation ignores the adapters "
+                     "(merge the adapters first: merge_lora)");
+}
+
 // ---------------------------------------------------------------------------------------------
 // the two models
 
@@ -76,6 +84,8 @@ Matrix<T> gpt2_forward(const Model& m, std::span<const int32_t> tokens, const Po
               V = cfg.vocab;
   const T eps = T(cfg.norm_eps);
   const Weights<T> W(m);
+  const LoraViews<T> lora(m);  // adapters (lora.h), added after their sites
+  check_lora_lamp(m, pol);
   const auto& wte = W(Role::tok_emb);  // [V,C]
   const auto& wpe = W(Role::pos_emb);  // [maxT,C]
 
@@ -103,6 +113,7 @@ Matrix<T> gpt2_forward(const Model& m, std::span<const int32_t> tokens, const Po
     norm_forward<T>(pol.at(Site::ln, l), norm_stream(l, 0), x, ln1w.data(), ln1b.data(), eps, xn, health(Site::ln, l));
     site_gemm<T>(pol.at(Site::attn_qkv, l), xn, wqkv, true, qkv, qkv_stream(l, 0), T(1), bqkv.data(),
                  health(Site::attn_qkv, l));
+    lora.forward(Role::attn_qkv, l, xn, qkv);
     attention<T>(pol, stats, l, qkv.leftCols(C), qkv.middleCols(C, C), qkv.rightCols(C), NH, NH, HS, att,
                  lt ? &lt->probs : nullptr);
     if (lt) {
@@ -112,12 +123,14 @@ Matrix<T> gpt2_forward(const Model& m, std::span<const int32_t> tokens, const Po
     }
     site_gemm<T>(pol.at(Site::attn_proj, l), att, wo, true, y, attn_proj_stream(l), T(1), bo.data(),
                  health(Site::attn_proj, l));
+    lora.forward(Role::attn_proj, l, att, y);
     ln_lamp(l, att, wo, bo.data(), ln2w.data());
     x += y;
     if (lt) lt->x_mid = x;
     norm_forward<T>(pol.at(Site::ln, l), norm_stream(l, 1), x, ln2w.data(), ln2b.data(), eps, xn, health(Site::ln, l));
     site_gemm<T>(pol.at(Site::mlp_fc, l), xn, wfc, true, hid, fc_stream(l, 0), T(1), bfc.data(),
                  health(Site::mlp_fc, l));
+    lora.forward(Role::mlp_fc, l, xn, hid);
     act_lamp(l, xn, wfc, bfc.data(), hid);
     if (lt) lt->xn2 = xn, lt->pre = hid;
     gelu_forward<T>(pol.at(Site::gelu, l), activation_stream(Site::gelu, l), cfg.gelu_tanh, hid, health(Site::gelu, l),
@@ -125,6 +138,7 @@ Matrix<T> gpt2_forward(const Model& m, std::span<const int32_t> tokens, const Po
     if (lt) lt->act = hid;
     site_gemm<T>(pol.at(Site::mlp_proj, l), hid, wpr, true, y, mlp_proj_stream(l), T(1), bpr.data(),
                  health(Site::mlp_proj, l));
+    lora.forward(Role::mlp_proj, l, hid, y);
     if (pol.policy().lamp_layernorm)  // the next norm: ln_1 of layer l+1, or ln_f
       ln_lamp(l, hid, wpr, bpr.data(), (l + 1 < cfg.layers ? W(Role::norm1, l + 1) : W(Role::norm_f)).data());
     x += y;
@@ -146,6 +160,8 @@ Matrix<T> llama_forward(const Model& m, std::span<const int32_t> tokens, const P
               KVC = NKV * HS, H = cfg.hidden, V = cfg.vocab;
   const T eps = T(cfg.norm_eps);
   const Weights<T> W(m);
+  const LoraViews<T> lora(m);  // adapters (lora.h), added after their sites
+  check_lora_lamp(m, pol);
   const auto& emb = W(Role::tok_emb);  // [V,C]
 
   Matrix<T> rcos, rsin;    // [T, HS/2] RoPE's angles
@@ -182,26 +198,33 @@ Matrix<T> llama_forward(const Model& m, std::span<const int32_t> tokens, const P
     site_gemm<T>(pqkv, xn, wq, true, q, qkv_stream(l, 0), T(1), nullptr, health(Site::attn_qkv, l));
     site_gemm<T>(pqkv, xn, wk, true, k, qkv_stream(l, 1), T(1), nullptr, health(Site::attn_qkv, l));
     site_gemm<T>(pqkv, xn, wv, true, v, qkv_stream(l, 2), T(1), nullptr, health(Site::attn_qkv, l));
+    lora.forward(Role::wq, l, xn, q);
+    lora.forward(Role::wk, l, xn, k);
+    lora.forward(Role::wv, l, xn, v);
     rope_forward<T>(q, NH, HS, rcos, rsin);
     rope_forward<T>(k, NKV, HS, rcos, rsin);
     attention<T>(pol, stats, l, q, k, v, NH, NKV, HS, att, lt ? &lt->probs : nullptr);
     if (lt) lt->xn1 = xn, lt->q = q, lt->k = k, lt->v = v, lt->att = att;
     site_gemm<T>(pol.at(Site::attn_proj, l), att, wo, true, y, attn_proj_stream(l), T(1), nullptr,
                  health(Site::attn_proj, l));
+    lora.forward(Role::attn_proj, l, att, y);
     ln_lamp(l, att, wo, nullptr, fnorm.data());
     x += y;
     if (lt) lt->x_mid = x;
     norm_forward<T>(pol.at(Site::ln, l), norm_stream(l, 1), x, fnorm.data(), nullptr, eps, xn, health(Site::ln, l));
     const SitePlan& pfc = pol.at(Site::mlp_fc, l);
     site_gemm<T>(pfc, xn, w1, true, gate, fc_stream(l, 0), T(1), nullptr, health(Site::mlp_fc, l));
+    lora.forward(Role::mlp_gate, l, xn, gate);
     act_lamp(l, xn, w1, nullptr, gate);
     site_gemm<T>(pfc, xn, w3, true, up, fc_stream(l, 1), T(1), nullptr, health(Site::mlp_fc, l));
+    lora.forward(Role::mlp_up, l, xn, up);
     if (lt) lt->xn2 = xn, lt->pre = gate, lt->up = up;
     silu_forward<T>(pol.at(Site::silu, l), activation_stream(Site::silu, l), gate, up, health(Site::silu, l),
                     lt ? &lt->aux : nullptr);
     if (lt) lt->act = gate;
     site_gemm<T>(pol.at(Site::mlp_proj, l), gate, w2, true, y, mlp_proj_stream(l), T(1), nullptr,
                  health(Site::mlp_proj, l));
+    lora.forward(Role::mlp_proj, l, gate, y);
     if (pol.policy().lamp_layernorm)  // the next norm: attention_norm of layer l+1, or the final norm
       ln_lamp(l, gate, w2, nullptr, (l + 1 < cfg.layers ? W(Role::norm1, l + 1) : W(Role::norm_f)).data());
     x += y;

@@ -12,7 +12,7 @@ namespace mantis {
 template <class T>
 using GradMap = std::map<std::string, std::vector<T>>;
 
-// Zero gradients for every parameter of m (the parameters' shapes).
+// Zero gradients for every parameter of m (the parameters' shapes), its LoRA adapters included.
 template <class T>
 GradMap<T> zero_grads(const Model& m);
 

@@ -1,5 +1,7 @@
 #include "nn/model.h"
 
+#include "nn/lora.h"
+
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -164,10 +166,11 @@ void validate(const Model& m) {
     if (!expected.count(name))
       throw InputError(fmt::format("tensor {}: unexpected for arch {} (layers {}, tied {})", name,
                                    arch_name(m.cfg.arch), m.cfg.layers, m.cfg.tied));
+  validate(m.lora, m.cfg);
 }
 
 Model init_model(const ModelConfig& c, uint64_t seed) {
-  Model m{c, {}};
+  Model m{c, {}, {}};
   const auto infos = parameter_infos(c);
   const double proj_std = 0.02 / std::sqrt(2.0 * c.layers);
   for (size_t p = 0; p < infos.size(); ++p) {

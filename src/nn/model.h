@@ -58,9 +58,19 @@ struct Tensor {
   }
 };
 
+// LoRA adapters on a model's projection weights (nn/lora.h: their forward, backward, merge).
+// Empty unless a fine-tuning run attaches them; the base parameters are then frozen.
+struct Adapters {
+  int rank = 0;        // r (0: no adapters)
+  double alpha = 0;    // the adapter's output is scaled by alpha / r
+  // "<weight>.lora_A" [r,in] and "<weight>.lora_B" [out,r] for each adapted weight [out,in]
+  std::map<std::string, Tensor> params;
+};
+
 struct Model {
   ModelConfig cfg;
   std::map<std::string, Tensor> params;
+  Adapters lora;
 };
 
 // Throws InputError naming the field unless the configuration is consistent.
