@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "io/checkpoint.h"
+#include "io/safetensors.h"
 #include "core/file.h"
 #include "mantis_config.h"
 #include "testutil.h"
@@ -63,6 +64,13 @@ TrainConfig tiny(const std::string& arch, const std::string& out, const std::str
   TrainConfig c = train_config_from_toml(t + extra, "tiny.toml");
   c.out = out;
   return c;
+}
+
+std::vector<std::string> lines(const std::string& s) {
+  std::vector<std::string> v;
+  std::stringstream ss(s);
+  for (std::string l; std::getline(ss, l);) v.push_back(l);
+  return v;
 }
 
 std::vector<std::string> split_csv(const std::string& line) {
@@ -777,12 +785,6 @@ bits = 0
     t.replace(t.find("NAME"), 4, name);
     return tiny("gpt2", out, t);
   };
-  auto lines = [](const std::string& s) {
-    std::vector<std::string> v;
-    std::stringstream ss(s);
-    for (std::string l; std::getline(ss, l);) v.push_back(l);
-    return v;
-  };
   const std::string one = (scratch() / "gnmr-one").string(), two = (scratch() / "gnmr-two").string(),
                     res = (scratch() / "gnmr-resume").string();
   const int saved = num_threads();
@@ -966,4 +968,130 @@ TEST_CASE("[controller.recover] policy: a recovered unit's GEMMs take that polic
     }
   }
   CHECK(rerouted == 3);
+}
+
+TEST_CASE("[lora]: only the adapters train; the base stays bit for bit; threads, resume, the adapters file, errors") {
+  const fs::path dir = scratch() / "lora";
+  fs::create_directories(dir);
+  const std::string base_run = (dir / "base").string();
+  {
+    Trainer t(tiny("llama", base_run));
+    t.run({}, 2);
+  }
+  const std::string init = base_run + "/checkpoint-00000002";
+  const Model base = load_model(init);
+  const std::string cfg = std::string("[model]\ninit = \"") + init + R"("
+
+[data]
+tokenizer = "bytes"
+train = "kjv/test"
+validation = "kjv/validation"
+
+[train]
+steps = 4
+batch = 2
+lr = 1e-2
+warmup = 1
+val_seqs = 2
+checkpoint_every = 2
+
+[lora]
+rank = 2
+alpha = 4
+units = ["attn.qkv", "mlp.proj"]
+)";
+  auto config = [&](const std::string& out, const std::string& extra = "") {
+    TrainConfig c = train_config_from_toml(cfg + extra, "lora.toml");
+    c.out = out;
+    return c;
+  };
+  const int saved = num_threads();
+  set_num_threads(1);
+  Trainer one(config((dir / "one").string()));
+  one.run();
+  set_num_threads(2);
+  Trainer two(config((dir / "two").string()));
+  two.run();
+  set_num_threads(saved);
+  // the base is untouched; the adapters (wq, wk, wv, w2 of both layers: 2 × 4 × 2 tensors) moved
+  CHECK(same_params(one.model(), base));
+  const Adapters& a = one.model().lora;
+  CHECK(a.rank == 2);
+  CHECK(a.alpha == 4);
+  CHECK(a.params.size() == 16);
+  for (auto& [name, t] : a.params)
+    if (name.ends_with(".lora_B")) {
+      INFO(name);
+      bool moved = false;
+      for (float v : t.data) moved |= v != 0;
+      CHECK(moved);
+    }
+  CHECK(one.optimizer().state_bytes() == 8 + 2 * 4 * [&] {
+          uint64_t n = 0;
+          for (auto& [name, t] : a.params) n += t.data.size();
+          return n;
+        }());
+  for (auto& [name, t] : a.params) CHECK(std::memcmp(t.data.data(), two.model().lora.params.at(name).data.data(), t.data.size() * 4) == 0);
+  // units.csv: a unit's norm is its adapters' (attn.proj and mlp.fc have none: 0)
+  for (const auto& l : lines(read_file((dir / "one").string() + "/units.csv")))
+    if (l[0] != 's') {
+      const auto f = split_csv(l);
+      INFO(l);
+      CHECK((std::stod(f[4]) > 0) == (f[2] == "attn.qkv" || f[2] == "mlp.proj"));
+    }
+  // merged/: the final adapters folded into the base; its logits agree with the adapted model's
+  {
+    const Model merged = load_model((dir / "one").string() + "/merged");
+    CHECK(merged.lora.params.empty());
+    const std::vector<int32_t> toks = {72, 101, 108, 108, 111, 32, 119, 111, 114, 108, 100};
+    const Matrix<double> x = forward<double>(one.model(), toks), y = forward<double>(merged, toks);
+    CHECK((x - y).cwiseAbs().maxCoeff() < 1e-5 * x.cwiseAbs().maxCoeff());
+    CHECK((x - forward<double>(base, toks)).cwiseAbs().maxCoeff() > 1e-4);
+  }
+  // the checkpoint holds the adapters, covered by its manifest; a resume continues bit for bit
+  const std::string ck = (dir / "one").string() + "/checkpoint-00000004";
+  const auto tensors = read_f32_tensors(ck + "/adapters.safetensors");
+  CHECK(tensors.size() == 16);
+  CHECK(read_file(ck + "/manifest.json").find("adapters.safetensors") != std::string::npos);
+  const std::string r = (dir / "resume").string();
+  {
+    Trainer part(config(r));
+    part.run({}, 2);
+  }
+  Trainer rest(config(r));
+  rest.resume(r);
+  CHECK(rest.next_step() == 2);
+  rest.run();
+  for (auto& [name, t] : a.params) CHECK(std::memcmp(t.data.data(), rest.model().lora.params.at(name).data.data(), t.data.size() * 4) == 0);
+  for (size_t i = 0; i < 4; ++i) CHECK(rest.log()[i].loss == one.log()[i].loss);
+  // a run without [lora] refuses the LoRA checkpoint (its configuration differs), and the LoRA run
+  // a corrupted adapters file
+  CHECK_THAT(error_of([&] {
+               std::string plain = cfg.substr(0, cfg.find("[lora]"));
+               TrainConfig c = train_config_from_toml(plain, "plain.toml");
+               c.out = r;
+               Trainer t(c);
+               t.resume(r);
+             }),
+             Catch::Contains("config SHA-256 differs"));
+  {
+    std::string bytes = read_file(r + "/checkpoint-00000004/adapters.safetensors");
+    bytes[bytes.size() - 1] ^= 1;
+    write_file_atomic(r + "/checkpoint-00000004/adapters.safetensors", bytes);
+  }
+  CHECK_THAT(error_of([&] {
+               Trainer t(config(r));
+               t.resume(r);
+             }),
+             Catch::Contains("adapters.safetensors: SHA-256 mismatch"));
+  // configuration errors, one line each
+  auto cfg_err = [&](const std::string& lora) {
+    return error_of([&] { train_config_from_toml(cfg.substr(0, cfg.find("[lora]")) + lora, "bad.toml"); });
+  };
+  CHECK_THAT(cfg_err("[lora]\nrank = 0\n"), Catch::Contains("rank = 0"));
+  CHECK_THAT(cfg_err("[lora]\nrank = 99\n"), Catch::Contains("rank 99 exceeds"));
+  CHECK_THAT(cfg_err("[lora]\nunits = [\"mlp.gate\"]\n"), Catch::Contains("unit 'mlp.gate'"));
+  CHECK_THAT(cfg_err("[lora]\nunits = []\n"), Catch::Contains("non-empty array"));
+  CHECK_THAT(cfg_err("[lora]\nranks = 2\n"), Catch::Contains("unknown key 'ranks' in [lora]"));
+  CHECK_THAT(error_of([&] { tiny("llama", "", "[lora]\nrank = 2\n"); }), Catch::Contains("give [model] init"));
 }

@@ -139,11 +139,11 @@ TrainConfig train_config_from_toml(const std::string& text, const std::string& p
   const toml::table root = parse_toml(text, path);
   const TomlReader r{root, path};
   static const std::set<std::string> top = {"out",       "model",     "data",           "train",
-                                            "optimizer", "precision", "activation_quant", "controller"};
+                                            "optimizer", "precision", "activation_quant", "controller", "lora"};
   for (auto&& [k, v] : root)
     if (!top.count(std::string(k.str())))
       throw InputError(fmt::format("{}: unknown key '{}' (known: out, [model], [data], [train], [optimizer], "
-                                   "[precision], [activation_quant], [controller])", r.line(v), k.str()));
+                                   "[precision], [activation_quant], [controller], [lora])", r.line(v), k.str()));
   TrainConfig c;
   c.text = text, c.path = path;
   if (const toml::node* o = root.get("out")) {
@@ -238,6 +238,34 @@ TrainConfig train_config_from_toml(const std::string& text, const std::string& p
   r.get(prec, "precision", "policy", c.policy);
   c.act_quant = saved_quant(r, r.table("activation_quant", kSavedKeys), "activation_quant");
   if (const toml::node* n = root.get("controller")) c.controller = controller(r, *n);
+  if (const auto* lt = r.table("lora", {"rank", "alpha", "units", "seed"})) {
+    if (c.init.empty())
+      throw InputError(fmt::format("{}: [lora] fine-tunes a trained model: give [model] init = \"CHECKPOINT\"", path));
+    LoraSpec spec;
+    spec.units = {Unit::qkv, Unit::proj, Unit::fc, Unit::down};
+    r.get(lt, "lora", "rank", spec.rank);
+    r.get(lt, "lora", "alpha", spec.alpha);
+    r.get(lt, "lora", "seed", c.lora_seed);
+    if (const toml::node* u = lt->get("units")) {
+      const toml::array* a = u->as_array();
+      if (!a || a->empty()) throw InputError(fmt::format("{}: [lora] units must be a non-empty array of unit names", r.line(*u)));
+      spec.units.clear();
+      for (const toml::node& e : *a) {
+        if (!e.is_string()) throw InputError(fmt::format("{}: [lora] units: each entry is a unit name (a string)", r.line(e)));
+        try {
+          spec.units.push_back(unit_from_name(e.as_string()->get()));
+        } catch (const InputError& err) {
+          throw InputError(fmt::format("{}: [lora] units: {}", r.line(e), err.what()));
+        }
+      }
+    }
+    try {
+      init_lora(m, spec, c.lora_seed);  // rank and alpha checked against the model's shapes
+    } catch (const InputError& e) {
+      throw InputError(fmt::format("{}: [lora]: {}", path, e.what()));
+    }
+    c.lora = spec;
+  }
   return c;
 }
 

@@ -16,13 +16,21 @@
 //   [controller] name (gnmr | random | static | oracle), the GNMR keys (train/gnmr.h), seed; and
 //                [controller.recover]: the recovery path — the [activation_quant] keys, policy
 //                (train/routing.h)
+//   [lora]       rank, alpha (0: = rank), units (default all four: "attn.qkv", "attn.proj", "mlp.fc",
+//                "mlp.proj"), seed (the adapters' init, default 1): fine-tune low-rank adapters
+//                (nn/lora.h) on the [model] init checkpoint, which [lora] requires; its weights stay
+//                frozen and only the adapters are optimised, clipped and checkpointed
+//                (adapters.safetensors). A unit's gradient norm (units.csv, the controllers) is
+//                then its adapters'.
 #pragma once
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "nn/backward.h"
+#include "nn/lora.h"
 #include "nn/model.h"
 #include "optim/optimizer.h"
 #include "optim/schedule.h"
@@ -46,6 +54,8 @@ struct TrainConfig {
   std::string policy = "native";  // policy_from_spec
   SavedQuant act_quant;           // bits 0: none
   ControllerConfig controller;    // [controller] (train/routing.h); name empty: none
+  std::optional<LoraSpec> lora;   // [lora]: adapters on the init model, base frozen
+  uint64_t lora_seed = 1;
   std::string out;                // output directory (the CLI may override)
   std::string init;               // [model] init (empty: init_model(model, init_seed))
   std::string init_sha256;        // model_sha256 of the init model

@@ -24,6 +24,8 @@ namespace {
 // the manifest by its own SHA-256 of the rest of it — so no file can change unnoticed.
 constexpr const char* kManifest = "manifest.json";
 constexpr const char* kCheckpointFiles[] = {"config.json", "model.safetensors", "optimizer.bin", "trainer.json"};
+// A LoRA run's (train/config.h [lora]) checkpoints also hold this, covered by the manifest too.
+constexpr const char* kAdaptersFile = "adapters.safetensors";
 
 // The manifest's hashed content: its compact dump without the "sha256" member.
 std::string manifest_digest(nlohmann::ordered_json m) {
@@ -141,9 +143,12 @@ std::map<std::string, std::string> read_verified(const std::string& ck, uint64_t
   try {
     expect_equal(get_u64(m, "step", mf), step, "step", mf);
     const auto& files = m.at("files");
-    if (!files.is_object() || files.size() != std::size(kCheckpointFiles))
-      throw InputError(fmt::format("{}: \"files\" must list exactly the {} checkpoint files", mf, std::size(kCheckpointFiles)));
-    for (const char* name : kCheckpointFiles) {
+    std::vector<std::string> names(std::begin(kCheckpointFiles), std::end(kCheckpointFiles));
+    if (files.is_object() && files.contains(kAdaptersFile)) names.push_back(kAdaptersFile);
+    if (!files.is_object() || files.size() != names.size())
+      throw InputError(fmt::format("{}: \"files\" must list exactly the {} checkpoint files (and {} of a LoRA run)", mf,
+                                   std::size(kCheckpointFiles), kAdaptersFile));
+    for (const std::string& name : names) {
       const std::string path = ck + "/" + name;
       const auto& f = files.at(name);
       std::string bytes = read_file(path);
@@ -183,7 +188,9 @@ void write_trainer_state(const std::string& dir, const TrainerState& s, const Ru
   manifest["format"] = "mantis checkpoint";
   manifest["step"] = s.step;
   manifest["files"] = nlohmann::ordered_json::object();
-  for (const char* f : kCheckpointFiles) {
+  std::vector<std::string> names(std::begin(kCheckpointFiles), std::end(kCheckpointFiles));
+  if (fs::exists(dir + "/" + kAdaptersFile)) names.push_back(kAdaptersFile);
+  for (const std::string& f : names) {
     const std::string bytes = read_file(dir + "/" + f);  // what is on disk is what is hashed
     manifest["files"][f] = {{"bytes", bytes.size()}, {"sha256", sha256_hex(bytes)}};
   }
@@ -201,6 +208,7 @@ TrainerState read_trainer_state(const std::string& ck, uint64_t at, const RunIde
     throw InputError(fmt::format("{}: malformed: {}", tf, e.what()));
   }
   TrainerState s;
+  s.adapters = files.count(kAdaptersFile) > 0;
   try {
     if (j.at("config_sha256").get<std::string>() != run.config_sha256)
       throw InputError(fmt::format("{}: the checkpoint was written by a different configuration than {} (config "

@@ -44,6 +44,7 @@ struct TrainerState {
   std::vector<StepRecord> log;     // one row per step
   std::vector<std::string> units;  // units.csv rows, units_per_step per step
   nlohmann::json controller;       // the controller's state (train/controller.h); null: none
+  bool adapters = false;           // read: the checkpoint holds adapters.safetensors (verified)
 };
 
 // What the run's configuration fixes of every checkpoint it writes (checked when one is read).
@@ -53,7 +54,8 @@ struct RunIdentity {
 };
 
 // Writes optimizer.bin and trainer.json of `s` into DIR, then DIR/manifest.json over them and
-// the model files save_model wrote there before; each file atomically.
+// the model files save_model wrote there before (and adapters.safetensors when DIR holds one: a
+// LoRA run's adapters); each file atomically.
 void write_trainer_state(const std::string& dir, const TrainerState& s, const RunIdentity& run);
 // Reads checkpoint CK, whose name says step `at`: every file verified against the manifest
 // (a checkpoint without one is refused), every trainer.json field range-checked against `run`;

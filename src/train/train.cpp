@@ -14,6 +14,7 @@
 
 #include "core/error.h"
 #include "io/checkpoint.h"
+#include "io/safetensors.h"
 #include "io/windows.h"
 #include "nn/forward.h"
 #include "core/file.h"
@@ -90,7 +91,15 @@ Trainer::Trainer(TrainConfig c, TrainController* controller)
     controller_ = owned_.get();
   }
   model_ = c_.init_model ? *c_.init_model : init_model(c_.model, c_.init_seed);  // [model] init: as loaded
-  opt_ = make_optimizer(model_, c_.optimizer);
+  if (c_.lora) {  // the base frozen: the optimizer, the clip and the checkpoints' adapters file see the adapters only
+    model_.lora = init_lora(c_.model, *c_.lora, c_.lora_seed);
+    std::vector<std::pair<std::string, std::vector<int64_t>>> shapes;
+    for (auto& [name, t] : model_.lora.params) shapes.emplace_back(name, t.shape), trained_.push_back(name);
+    opt_ = make_optimizer(param_set(shapes), c_.optimizer);
+  } else {
+    for (auto& [name, shape] : parameter_shapes(c_.model)) trained_.push_back(name);
+    opt_ = make_optimizer(model_, c_.optimizer);
+  }
   if (!c_.out.empty()) remove_stale(c_.out);
 }
 
@@ -151,10 +160,10 @@ StepRecord Trainer::step() {
     for (int u = 0; u < kUnitCount; ++u) {
       UnitStep us{l, Unit(u), paths[size_t(l * kUnitCount + u)], 0, {}};
       double ss = 0;
-      for (auto& name : unit_parameters(mc, l, Unit(u))) {
-        const std::vector<float>& v = grads.at(name);
-        ss += sum_squares(v.data(), v.size());
-      }
+      for (auto& name : unit_parameters(mc, l, Unit(u)))
+        for (const std::string& n : c_.lora ? std::vector<std::string>{name + ".lora_A", name + ".lora_B"}
+                                            : std::vector<std::string>{name})
+          if (auto it = grads.find(n); it != grads.end()) ss += sum_squares(it->second.data(), it->second.size());
       us.grad_norm = std::sqrt(ss);
       for (auto& a : acts) {
         const UnitActivation& b = a[size_t(l * kUnitCount + u)];
@@ -166,13 +175,20 @@ StepRecord Trainer::step() {
     }
   controller_->observe(step_, units);
 
-  const double norm = clip_grads(model_, grads, c_.grad_clip);
+  const double norm = clip_grads(trained_, grads, c_.grad_clip);
   if (!std::isfinite(mean_loss) || !std::isfinite(norm))
     throw InputError(fmt::format("step {}: {} is not finite (loss {}, gradient norm {}); {}", step_,
                                  std::isfinite(mean_loss) ? "the gradient norm" : "the loss", mean_loss, norm,
                                  stopped(c_.out)));
   const double lr = c_.schedule.at(step_);
-  opt_->step(model_, grads, lr);
+  if (c_.lora) {  // the optimizer's parameters are the adapters (its set's names)
+    Model adapters;
+    adapters.params.swap(model_.lora.params);
+    opt_->step(adapters, grads, lr);
+    adapters.params.swap(model_.lora.params);
+  } else {
+    opt_->step(model_, grads, lr);
+  }
   try {  // an overflowing update (a huge lr) stops here, not half-way through writing a checkpoint
     validate(model_);
   } catch (const InputError& e) {
@@ -246,6 +262,12 @@ void Trainer::save_checkpoint() {
   try {
     if (!fs::create_directory(tmp, ec)) throw InputError(fmt::format("cannot create {}: {}", tmp, ec.message()));
     save_model(model_, tmp);
+    if (c_.lora) {
+      std::vector<TensorView> views;
+      for (auto& [name, t] : model_.lora.params) views.push_back({name, t.shape, t.data});
+      write_f32_tensors(tmp + "/adapters.safetensors", views,
+                        {{"lora_rank", std::to_string(model_.lora.rank)}, {"lora_alpha", fmt::format("{:.17g}", model_.lora.alpha)}});
+    }
     TrainerState s;
     s.step = step_, s.optimizer = opt_->name(), s.optimizer_steps = opt_->steps(), s.state_bytes = opt_->state_bytes();
     s.optimizer_state = opt_->state(), s.log = log_, s.units = unit_rows_, s.controller = controller_->state();
@@ -279,6 +301,27 @@ void Trainer::resume(const std::string& dir) {
   TrainerState s = read_trainer_state(ck, at, identity(), *opt_);
   Model m = load_model(ck);
   if (!(m.cfg == c_.model)) throw InputError(fmt::format("{}/config.json: the model differs from the configuration", ck));
+  if (s.adapters != c_.lora.has_value())
+    throw InputError(fmt::format("{}: {} adapters.safetensors, but the run {} [lora]", ck, s.adapters ? "holds" : "has no",
+                                 s.adapters ? "has no" : "has"));
+  if (c_.lora) {
+    m.lora = model_.lora;  // rank, alpha and the expected tensors, then the checkpoint's values
+    const std::string af = ck + "/adapters.safetensors";
+    const auto tensors = read_f32_tensors(af);
+    if (tensors.size() != m.lora.params.size())
+      throw InputError(fmt::format("{}: {} tensors, the run's [lora] has {}", af, tensors.size(), m.lora.params.size()));
+    for (const NamedTensor& t : tensors) {
+      auto it = m.lora.params.find(t.name);
+      if (it == m.lora.params.end() || it->second.shape != t.shape)
+        throw InputError(fmt::format("{}: tensor {} does not fit the run's [lora]", af, t.name));
+      it->second.data = t.data;
+    }
+    try {
+      validate(m.lora, m.cfg);
+    } catch (const InputError& e) {
+      throw InputError(fmt::format("{}: {}", af, e.what()));
+    }
+  }
   if (s.controller.is_null() != controller_->state().is_null())
     throw InputError(fmt::format("{}/trainer.json: {} controller state, but the run {} one", ck,
                                  s.controller.is_null() ? "no" : "a", s.controller.is_null() ? "has" : "has no"));
@@ -313,6 +356,7 @@ void Trainer::run(const std::function<void(const StepRecord&)>& progress, uint64
     }
     if (progress) progress(r);
     if (!c_.out.empty() && (last || (c_.checkpoint_every && step_ % c_.checkpoint_every == 0))) save_checkpoint();
+    if (last && c_.lora && !c_.out.empty()) save_model(merge_lora(model_), c_.out + "/merged");  // for eval tools
   }
 }
 

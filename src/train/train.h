@@ -28,12 +28,15 @@
 //                          resumed from a checkpoint that did not record it)
 //   units.csv              step,layer,unit,bits,grad_norm,act_rms,act_absmax,quant_rel_rms (bits: k, 0 when
 //                          exact, or the scheme's name)
-//   checkpoint-<step>/     model.safetensors + config.json (checkpoint.h), optimizer.bin (the
+//   checkpoint-<step>/     model.safetensors + config.json (checkpoint.h), adapters.safetensors ([lora]:
+//                          the adapters, metadata lora_rank, lora_alpha), optimizer.bin (the
 //                          optimizer's state tensors, indexed in trainer.json with each one's dtype
 //                          and shape), trainer.json, manifest.json (each of those files' size and
 //                          SHA-256, and its own SHA-256 of the rest of it)
 //   controller.csv, recovery.csv   with a [controller] (routing.h)
 //   latest                 the name of the newest complete checkpoint directory
+//   merged/                a [lora] run's final model with its adapters merged (lora.h merge_lora),
+//                          written after the last step, for anything that reads a checkpoint
 // Every file is written atomically; a checkpoint directory is built under a temporary name and
 // renamed into place whole before `latest` names it. Temporaries of killed runs (a dead writer's
 // PID in their names) are removed when the Trainer opens OUT.
@@ -115,6 +118,7 @@ class Trainer {
   std::vector<StepRecord> log_;
   std::vector<std::string> unit_rows_;  // units.csv lines
   std::vector<GradMap<float>> seq_grads_;  // [batch·accum] per-sequence gradients (step's scratch)
+  std::vector<std::string> trained_;       // what the optimizer updates: the parameters, or the adapters
 };
 
 }  // namespace mantis
