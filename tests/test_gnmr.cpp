@@ -448,3 +448,40 @@ bits = 8{}
   CHECK_THAT(error_of([&] { run_gnmr_study(o); }), Catch::Contains("arm 'gnmr4to8'"));
   CHECK_THAT(error_of([&] { gnmr_study_from_toml("models = [\"x\"]\n", "s.toml"); }), Catch::Contains("[[arm]]"));
 }
+
+TEST_CASE("gnmr study: also_validate measures the final model on other data, keyed and summarised") {
+  const auto dir = scratch_dir() / "also";
+  std::filesystem::create_directories(dir);
+  const std::string model = (dir / "train-tiny.toml").string(), study = (dir / "study.toml").string();
+  write_file_atomic(model, "[model]\narch = \"llama\"\nlayers = 1\nheads = 2\nkv_heads = 1\ndim = 16\nctx = 24\n"
+                           "[data]\ntokenizer = \"bytes\"\ntrain = \"kjv/test\"\nvalidation = \"kjv/validation\"\n"
+                           "[train]\nsteps = 3\nbatch = 2\nlr = 3e-3\nwarmup = 1\nval_seqs = 2\n");
+  // the run's own validation data among them: its number must be the final validation loss exactly
+  write_file_atomic(study, fmt::format("out = \"{}\"\nmodels = [\"{}\"]\nseeds = [1, 2]\n"
+                                       "also_validate = [\"kjv/validation\", \"jargon/validation\"]\n"
+                                       "[[arm]]\nname = \"fp32\"\n",
+                                       (dir / "res").string(), model));
+  GnmrStudyOptions o;
+  o.config = study, o.log = nullptr, o.progress = ProgressMode::quiet;
+  REQUIRE(run_gnmr_study(o).merged);
+  const auto res = nlohmann::json::parse(read_text_file((dir / "res" / "results.json").string(), "results"));
+  REQUIRE(res["cells"].size() == 2);
+  for (auto& cell : res["cells"]) {
+    CHECK(cell["also_val"]["kjv/validation"].get<double>() == cell["final_val_loss"].get<double>());
+    CHECK(cell["also_val"]["jargon/validation"].get<double>() > 0);
+    CHECK(cell["also_val"]["jargon/validation"].get<double>() != cell["final_val_loss"].get<double>());
+  }
+  const std::string summary = read_text_file((dir / "res" / "summary.csv").string(), "summary");
+  CHECK(summary.find(",interval,val_loss[kjv/validation],t_lo[kjv/validation],t_hi[kjv/validation],"
+                     "val_loss[jargon/validation],") != std::string::npos);
+  const std::string results = read_text_file((dir / "res" / "results.csv").string(), "results");
+  CHECK(results.find("loss_spikes,val_loss[kjv/validation],val_loss[jargon/validation]\n") != std::string::npos);
+  // the stored cells carry the extra data in their keys: a changed list refuses them
+  write_file_atomic(study, fmt::format("out = \"{}\"\nmodels = [\"{}\"]\nseeds = [1, 2]\n"
+                                       "also_validate = [\"kjv/validation\"]\n[[arm]]\nname = \"fp32\"\n",
+                                       (dir / "res").string(), model));
+  CHECK_THAT(error_of([&] { run_gnmr_study(o); }), Catch::Contains("also_validate"));
+  write_file_atomic(study, fmt::format("out = \"{}\"\nmodels = [\"{}\"]\nalso_validate = [\"a b\"]\n[[arm]]\nname = \"x\"\n",
+                                       (dir / "res").string(), model));
+  CHECK_THAT(error_of([&] { run_gnmr_study(o); }), Catch::Contains("'also_validate' holds data specs"));
+}

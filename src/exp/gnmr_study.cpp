@@ -50,7 +50,7 @@ TrainConfig cell_config(const GnmrStudyConfig& c, const GnmrStudyCell& cell) {
   }
   t.schedule.steps = t.steps;
   validate(t.model);
-  t.init_seed = t.seed = cell.seed;
+  t.init_seed = t.seed = t.lora_seed = cell.seed;
   t.checkpoint_every = 0;
   t.out.clear();
   return t;
@@ -106,6 +106,11 @@ ojson compute_cell(const GnmrStudyConfig& c, const GnmrStudyCell& cell, const st
       if (!f[4].empty()) rec.push_back({std::stoull(f[0]), f[4]});
     }
   }
+  if (!c.also_validate.empty()) {
+    ojson also = ojson::object();
+    for (const std::string& spec : c.also_validate) also[spec] = json_number(tr.validation_loss_on(spec));
+    r["also_val"] = also;
+  }
   const uint64_t warm = tc.controller.name == "gnmr" ? tc.controller.gnmr.warmup : tc.steps;
   r["units"] = units;
   r["recovered"] = recovered;
@@ -115,7 +120,7 @@ ojson compute_cell(const GnmrStudyConfig& c, const GnmrStudyCell& cell, const st
   return r;
 }
 
-ojson cell_key(const GnmrStudyConfig& c, const GnmrStudyCell& cell, const ojson& data) {
+ojson cell_key(const GnmrStudyConfig& c, const GnmrStudyCell& cell, const ojson& data, const ojson& also) {
   const TrainConfig t = cell_config(c, cell);
   ojson k;
   k["study"] = "mantis gnmr study";
@@ -128,6 +133,7 @@ ojson cell_key(const GnmrStudyConfig& c, const GnmrStudyCell& cell, const ojson&
   k["overrides"] = ov;
   k["data"] = data;
   k["seed"] = cell.seed;
+  if (!c.also_validate.empty()) k["also_validate"] = also;
   return k;
 }
 
@@ -146,8 +152,15 @@ uint64_t spikes(const ojson& losses) {
 
 void write_merged(const GnmrStudyConfig& c, const std::vector<GnmrStudyCell>& cells, const StudyRun& run,
                   const std::string& out, bool partial, std::FILE* log) {
+  std::string also_head, also_sum_head;  // one column per also_validate spec (summary: mean, t interval)
+  for (const std::string& spec : c.also_validate)
+    also_head += ",val_loss[" + spec + "]", also_sum_head += ",val_loss[" + spec + "],t_lo[" + spec + "],t_hi[" + spec + "]";
+  auto also_of = [&](const ojson& r, const std::string& spec) {
+    return r.contains("also_val") && r["also_val"].contains(spec) ? json_to_double(r["also_val"][spec], "also_val")
+                                                                  : std::nan("");
+  };
   std::string results = "model,arm,seed,steps,final_val_loss,final_val_ppl,median_step_seconds,controller,units,"
-                        "recovered,exceeded,eligible,recovery_rate,exceedance_rate,loss_spikes\n";
+                        "recovered,exceeded,eligible,recovery_rate,exceedance_rate,loss_spikes" + also_head + "\n";
   std::string curves = "model,arm,seed,step,val_loss\n", recs = "model,arm,seed,step,unit\n";
   std::vector<std::pair<std::string, std::string>> groups;
   std::map<std::pair<std::string, std::string>, std::vector<const ojson*>> members;
@@ -169,6 +182,9 @@ void write_merged(const GnmrStudyConfig& c, const std::vector<GnmrStudyCell>& ce
                            r.at("recovered").get<uint64_t>(), r.at("exceeded").get<uint64_t>(),
                            r.at("eligible").get<uint64_t>(), csv_num(rate(r, "recovered", steps * units)),
                            csv_num(rate(r, "exceeded", double(r.at("eligible").get<uint64_t>()))), spikes(r.at("train_loss")));
+    results.pop_back();  // the newline, after the also_validate columns
+    for (const std::string& spec : c.also_validate) results += "," + csv_num(also_of(r, spec));
+    results += "\n";
     for (auto& p : r.at("val_curve"))
       curves += fmt::format("{},{},{}\n", pre, p.at(0).get<uint64_t>(), csv_num(json_to_double(p.at(1), "val_loss")));
     for (auto& p : r.at("recoveries")) {
@@ -181,7 +197,7 @@ void write_merged(const GnmrStudyConfig& c, const std::vector<GnmrStudyCell>& ce
     jcells.push_back(r);
   }
   std::string summary = "model,arm,seeds,mean_final_val_loss,t_lo,t_hi,boot_lo,boot_hi,ppl,ppl_lo,ppl_hi,"
-                        "recovery_rate,exceedance_rate,loss_spikes,median_step_seconds,interval\n";
+                        "recovery_rate,exceedance_rate,loss_spikes,median_step_seconds,interval" + also_sum_head + "\n";
   ojson jsum = ojson::array();
   for (auto& gk : groups) {
     std::vector<double> loss, rec, exc, spk, secs;
@@ -200,6 +216,16 @@ void write_merged(const GnmrStudyConfig& c, const std::vector<GnmrStudyCell>& ce
                            csv_num(s.t_lo), csv_num(s.t_hi), csv_num(s.boot_lo), csv_num(s.boot_hi),
                            csv_num(std::exp(s.mean)), csv_num(std::exp(s.t_lo)), csv_num(std::exp(s.t_hi)),
                            csv_num(mean(rec)), csv_num(mean(exc)), csv_num(mean(spk)), csv_num(median(secs)), kind);
+    summary.pop_back();
+    ojson jalso = ojson::object();
+    for (const std::string& spec : c.also_validate) {
+      std::vector<double> v;
+      for (const ojson* r : members[gk]) v.push_back(also_of(*r, spec));
+      const SeedInterval a = seed_interval(v);
+      summary += fmt::format(",{},{},{}", csv_num(a.mean), csv_num(a.t_lo), csv_num(a.t_hi));
+      jalso[spec] = {{"mean", json_number(a.mean)}, {"t95", {json_number(a.t_lo), json_number(a.t_hi)}}};
+    }
+    summary += "\n";
     jsum.push_back({{"model", gk.first}, {"arm", gk.second}, {"seeds", s.n},
                     {"mean_final_val_loss", json_number(s.mean)},
                     {"t95", {json_number(s.t_lo), json_number(s.t_hi)}},
@@ -207,6 +233,7 @@ void write_merged(const GnmrStudyConfig& c, const std::vector<GnmrStudyCell>& ce
                     {"recovery_rate", json_number(mean(rec))}, {"exceedance_rate", json_number(mean(exc))},
                     {"loss_spikes", json_number(mean(spk))}, {"median_step_seconds", json_number(median(secs))},
                     {"interval", kind}});
+    if (!c.also_validate.empty()) jsum.back()["also_val"] = jalso;
   }
   ojson j;
   j["study"] = "mantis gnmr study";
@@ -246,7 +273,16 @@ GnmrStudyConfig gnmr_study_from_toml(const std::string& text, const std::string&
   GnmrStudyConfig c;
   c.path = path, c.text = text;
   const toml::table t = parse_toml(text, path);
-  check_known_keys(t, path, {"out", "models", "seeds", "train", "arm"});
+  check_known_keys(t, path, {"out", "models", "seeds", "train", "arm", "also_validate"});
+  if (auto* n = t.get("also_validate")) {
+    if (!n->is_array()) throw InputError(fmt::format("{}: 'also_validate' must be an array of data specs", toml_where(path, *n)));
+    for (auto& e : *n->as_array()) {
+      if (!e.is_string() || e.as_string()->get().empty() || e.as_string()->get().find_first_of(", \n\"") != std::string::npos)
+        throw InputError(fmt::format("{}: 'also_validate' holds data specs (\"validation\", \"austen/test\", …)",
+                                     toml_where(path, e)));
+      c.also_validate.push_back(e.as_string()->get());
+    }
+  }
   if (auto* n = t.get("out")) {
     if (!n->is_string()) throw InputError(fmt::format("{}: 'out' must be a string", toml_where(path, *n)));
     c.out = n->as_string()->get();
@@ -336,7 +372,16 @@ GnmrStudyResult run_gnmr_study(const GnmrStudyOptions& o) {
   plan.unit = "steps";
   plan.work_per_cell = cells.empty() ? 1 : cell_config(c, cells[0]).steps;
   plan.name = [&](size_t i) { return cells[i].name(); };
-  plan.key = [&](size_t i) { return cell_key(c, cells[i], data_of(cells[i].model)); };
+  ojson also = ojson::object();  // the extra validation data: their sources' SHA-256s
+  if (!c.also_validate.empty()) {
+    const auto tok = make_tokenizer(cell_config(c, cells[0]).tokenizer);
+    for (const std::string& spec : c.also_validate) {
+      ojson a = data_sources_json(load_tokens(spec, *tok, data_root()));
+      for (auto& src : a) src.erase("file");
+      also[spec] = a;
+    }
+  }
+  plan.key = [&](size_t i) { return cell_key(c, cells[i], data_of(cells[i].model), also); };
   plan.compute = [&](size_t i, const std::function<void()>& tick) -> ojson {
     uint64_t ticks = 0;
     return compute_cell(c, cells[i], [&] { if (ticks++ < plan.work_per_cell) tick(); });

@@ -4,14 +4,17 @@
 // The study's TOML:
 //   out = "DIR"; models = ["experiments/train-llama-bytes.toml", …]; seeds = [1, 2, 3]
 //   [train]   steps, ctx, batch, warmup, val_every, val_seqs (overrides; absent: the model's)
+//   also_validate = ["validation", …]   data specs (io/dataset.h) the final model is also
+//             validated on, as the run's own validation (val_seqs windows, FP32): a fine-tuned
+//             model on the corpora it was first trained on
 //   [[arm]]   name = "static4", config = """[activation_quant]\nbits = 4\n"""  — TOML appended to
 //             the model's training configuration (any of its tables the model's file lacks:
 //             [activation_quant], [controller], [precision]); seeds = [...] replaces `seeds`.
 // Cells (index order): for each model, for each arm, for each of its seeds: one run with
-// init_seed = seed = the cell's seed (the same initial weights and data order in every arm), no
-// checkpoints. A cell is a study.h cell (resume, --cell shards, merge); its key: the semantics
+// init_seed = seed = lora_seed = the cell's seed (the same initial weights, adapters and data
+// order in every arm), no checkpoints. A cell is a study.h cell (resume, --cell shards, merge); its key: the semantics
 // version, the SHA-256 of the combined configuration text, the overrides, the data's SHA-256s and
-// the seed.
+// the seed (and the also_validate data's SHA-256s when given).
 //
 // A cell's numbers: the validation curve [(steps done, FP32 val loss)], the training losses,
 // the final validation loss and perplexity, the median step time (validation excluded); with a
@@ -23,7 +26,9 @@
 // summary.csv (per model and arm: seeds, mean final val loss with the 95 % Student-t and
 // bootstrap intervals over seeds, perplexity, mean recovery rate = recovered / (steps·units),
 // mean exceedance rate = exceeded / eligible, mean loss spikes — steps t ≥ 11 whose training loss
-// exceeds 1.1 × the mean of the 10 before — and the median step time), results.json, manifest.json.
+// exceeds 1.1 × the mean of the 10 before — and the median step time; per also_validate spec
+// the mean loss with its t interval, columns val_loss[SPEC], t_lo[SPEC], t_hi[SPEC]; results.csv:
+// val_loss[SPEC] per cell), results.json, manifest.json.
 #pragma once
 
 #include <cstdint>
@@ -46,6 +51,7 @@ struct GnmrStudyConfig {
   std::vector<uint64_t> seeds{1};
   std::vector<std::pair<std::string, double>> train;  // the overrides given
   std::vector<GnmrStudyArm> arms;
+  std::vector<std::string> also_validate;  // data specs the final model is also validated on
 };
 GnmrStudyConfig gnmr_study_from_toml(const std::string& text, const std::string& path);
 GnmrStudyConfig read_gnmr_study(const std::string& path);

@@ -217,11 +217,22 @@ StepRecord Trainer::step() {
   return rec;
 }
 
-double Trainer::validation_loss() {
+double Trainer::validation_loss() { return mean_loss(val_.tokens, val_starts_); }
+
+double Trainer::validation_loss_on(const std::string& spec) const {
+  const TokenData d = load_tokens(spec, *make_tokenizer(c_.tokenizer), data_root());
+  try {
+    return mean_loss(d.tokens, window_starts(d.tokens.size(), size_t(c_.val_seqs), size_t(c_.model.ctx) + 1));
+  } catch (const InputError& e) {
+    throw InputError(fmt::format("validation data '{}': {}", spec, e.what()));
+  }
+}
+
+double Trainer::mean_loss(const std::vector<uint32_t>& tokens, const std::vector<size_t>& starts) const {
   const size_t T = size_t(c_.model.ctx);
-  std::vector<double> sums(val_starts_.size());
-  for (size_t w = 0; w < val_starts_.size(); ++w) {
-    const Window win = window_at(val_.tokens, val_starts_[w], int(T));  // inputs, targets [T]
+  std::vector<double> sums(starts.size());
+  for (size_t w = 0; w < starts.size(); ++w) {
+    const Window win = window_at(tokens, starts[w], int(T));  // inputs, targets [T]
     const Matrix<float> logits = forward<float>(model_, win.inputs);  // [T,V]
     double s = 0;
     for (size_t t = 0; t < T; ++t)
@@ -230,7 +241,7 @@ double Trainer::validation_loss() {
   }
   double total = 0;
   for (double s : sums) total += s;
-  return total / double(val_starts_.size() * T);
+  return total / double(starts.size() * T);
 }
 
 void Trainer::write_logs() const {

@@ -80,6 +80,9 @@ class Trainer {
 
   StepRecord step();             // one optimisation step (validation not included)
   double validation_loss();      // FP32, the fixed windows
+  // The same measure on other data (a data spec, io/dataset.h: val_seqs windows of ctx + 1
+  // tokens spread over it): a fine-tuned model on the corpora it was first trained on.
+  double validation_loss_on(const std::string& spec) const;
   void save_checkpoint();        // OUT/checkpoint-<step>, then OUT/latest; also the logs
   // Runs to the configured number of steps, validating and checkpointing as configured; calls
   // `progress` after every step.
@@ -103,6 +106,7 @@ class Trainer {
 
  private:
   RunIdentity identity() const;  // what every checkpoint of this run must match
+  double mean_loss(const std::vector<uint32_t>& tokens, const std::vector<size_t>& starts) const;
   void write_logs() const;
   TrainConfig c_;
   TrainController* controller_;
