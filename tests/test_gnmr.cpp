@@ -18,7 +18,9 @@
 #include "exp/gnmr_study.h"
 #include "exp/study.h"
 #include "testutil.h"
+#include "train/config.h"
 #include "train/gnmr.h"
+#include "mantis_config.h"
 
 using namespace mantis;
 using mantis::test::error_of;
@@ -484,4 +486,26 @@ TEST_CASE("gnmr study: also_validate measures the final model on other data, key
   write_file_atomic(study, fmt::format("out = \"{}\"\nmodels = [\"{}\"]\nalso_validate = [\"a b\"]\n[[arm]]\nname = \"x\"\n",
                                        (dir / "res").string(), model));
   CHECK_THAT(error_of([&] { run_gnmr_study(o); }), Catch::Contains("'also_validate' holds data specs"));
+}
+
+TEST_CASE("the shipped GNMR studies parse: every arm's configuration on every model, controllers built") {
+  const auto cwd = std::filesystem::current_path();
+  std::filesystem::current_path(MANTIS_SOURCE_DIR);  // their paths are relative to the repository root
+  for (const char* f : {"experiments/gnmr/stress.toml", "experiments/gnmr/finetune.toml", "tests/data/gnmr-small.toml"}) {
+    INFO(f);
+    const GnmrStudyConfig c = read_gnmr_study(f);
+    CHECK(!gnmr_study_cells(c).empty());
+    for (const std::string& m : c.models)
+      for (const GnmrStudyArm& a : c.arms) {
+        INFO(m << " " << a.name);
+        const TrainConfig t = train_config_from_toml(read_text_file(m, "model") + "\n" + a.config, m);
+        if (!t.controller.name.empty()) CHECK(make_controller(t.controller, t.model) != nullptr);
+        if (std::string(f).find("finetune") != std::string::npos) {
+          CHECK(t.lora.has_value());
+          CHECK(t.init_model != nullptr);
+          CHECK(t.train_data == "jargon/train");
+        }
+      }
+  }
+  std::filesystem::current_path(cwd);
 }
