@@ -11,7 +11,8 @@ calibrates how often the rule fires on the static low path, which is what the pa
 grid point (smallest alpha, then beta, then delta 8) whose exceedance stays at or below the target
 on every stream.
 
-Usage: tools/gnmr_sweep.py [--mantis BIN] [--target 0.002] [--warmup 30] NORMS.csv [NORMS.csv ...]
+Usage: tools/gnmr_sweep.py [--mantis BIN] [--target 0.002] [--warmup 30] [--alphas A,A,..] [--betas B,..]
+                           [--deltas D,..] NORMS.csv [NORMS.csv ...]   (the grid's axes; default below)
 Errors (a missing file, a failing replay) print one line on stderr and exit 2.
 """
 import argparse
@@ -52,7 +53,16 @@ def main():
     ap.add_argument("--mantis", default=os.path.join(os.path.dirname(__file__), "..", "build", "src", "cli", "mantis"))
     ap.add_argument("--target", type=float, default=0.002)
     ap.add_argument("--warmup", type=int, default=30)
+    ap.add_argument("--alphas", default=",".join(map(str, ALPHAS)))
+    ap.add_argument("--betas", default=",".join(map(str, BETAS)))
+    ap.add_argument("--deltas", default=",".join(map(str, DELTAS)))
     a = ap.parse_args()
+    try:
+        alphas = [float(x) for x in a.alphas.split(",")]
+        betas = [float(x) for x in a.betas.split(",")]
+        deltas = [int(x) for x in a.deltas.split(",")]
+    except ValueError as e:
+        fail(f"a grid axis is not a list of numbers: {e}")
     for n in a.norms:
         if not os.path.isfile(n):
             fail(f"{n}: no such file")
@@ -60,7 +70,7 @@ def main():
         fail(f"{a.mantis}: not an executable mantis (give --mantis)")
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
-        for alpha, beta, delta, combine in itertools.product(ALPHAS, BETAS, DELTAS, COMBINES):
+        for alpha, beta, delta, combine in itertools.product(alphas, betas, deltas, COMBINES):
             opts = {"alpha": alpha, "beta": beta, "delta": delta, "combine": combine, "warmup": a.warmup}
             rates = [replay(a.mantis, n, opts, tmp)["exceedance_rate"] for n in a.norms]
             rows.append((opts, rates))
