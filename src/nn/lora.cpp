@@ -5,7 +5,7 @@
 #include <fmt/ranges.h>
 
 #include <cmath>
-#include <set>
+#include <algorithm>
 
 #include "core/error.h"
 #include "core/philox.h"
