@@ -89,6 +89,34 @@ TEST_CASE("every preset == the MPFR reference of its definition (random, outlier
   }
 }
 
+TEST_CASE("binary32 data at and next to the element grid's midpoints (the plain-quotient case) == MPFR") {
+  // quantize_scheme divides binary32 data plainly in binary64 for deterministic modes (the proof
+  // in scheme.cpp); quotients on, and one binary32 ulp either side of, every midpoint and grid
+  // value are where a double rounding would show.
+  const Rounding modes[] = {Rounding::rne, Rounding::rna, Rounding::rz, Rounding::ru, Rounding::rd, Rounding::ro};
+  for (const char* name : {"int8_channel", "mxfp8_e4m3", "mxfp4", "deepseek_act", "int8_tensor"}) {
+    const Scheme s = scheme_lookup(name);
+    const double M = max_finite(s.element);
+    const int64_t cols = 128;
+    std::vector<double> x;
+    for (int64_t r = 0; r < 6; ++r) {
+      // the row's scale as the absmax rule makes it (power-of-two rules: amax = M · 2^r is exact)
+      const float amax = float(std::ldexp(M * (1 + 0.37 * double(r)), int(r) - 3));
+      const double S = s.rule == ScaleRule::absmax ? double(float(double(amax) / M)) : 0;
+      std::vector<double> row{double(amax)};
+      for (int64_t k = 1; int64_t(row.size()) < cols; ++k) {
+        // a grid value or midpoint of the element format, times the scale (or its binade's power of two)
+        const double g = std::ldexp(double(k % 64) * 0.5 * (k % 3 ? 1 : -1), int(k / 64) - 2 * (k % 2));
+        const float v = float(S ? g * S : std::ldexp(g, int(r) - 3));
+        for (float w : {v, std::nextafter(v, INFINITY), std::nextafter(v, -INFINITY)})
+          if (int64_t(row.size()) < cols && std::fabs(w) <= amax) row.push_back(double(w));
+      }
+      x.insert(x.end(), row.begin(), row.end());
+    }
+    for (Rounding m : modes) CHECK(compare(s, x, 6, cols, true, m, 1, "midpoints") == 0);
+  }
+}
+
 TEST_CASE("deepseek_weight's 128×128 blocks on a ragged 150×140 matrix == MPFR") {
   const Scheme s = scheme_lookup("deepseek_weight");
   for (const bool as_float : {true, false}) {

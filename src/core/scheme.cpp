@@ -33,6 +33,15 @@ double div_round_odd(double a, double b) {
 
 namespace {
 
+// Why quantize_scheme may divide plainly (its `plain` case). Write a binary32 value a = A·2^α and
+// a scale S = B·2^β with integers 2^23 ≤ A, B < 2^24 (subnormals shifted up), so q = a/S lies in
+// (2^(α−β−1), 2^(α−β+1)). Every point g where a deterministic rounding to a grid of ≤ 24
+// significant bits changes its result (a grid value or a midpoint: ≤ 25 bits; subnormal grids are
+// coarser) is near q a multiple of 2^(α−β−25): g = G·2^(α−β−26), G an integer. If q ≠ g,
+// |q − g| = 2^(α−26)·|2^26·A − G·B| / (B·2^β) > 2^(α−β−50), while |RN64(q) − q| ≤ 2^(α−β−53).
+// So RN64(q) equals such a g exactly when q does and otherwise lies on q's side of it: every
+// deterministic mode rounds both alike. (Stochastic modes read bits past the 25th: round-to-odd.)
+
 // Round-to-odd of a · b in binary64 (the exact product is p + e, e from one fma).
 double mul_round_odd(double a, double b) {
   const double p = a * b;
@@ -347,15 +356,31 @@ SchemeStats quantize_scheme(const Scheme& s, const T* x, T* y, int64_t rows, int
     const double half = std::ldexp(1.0, s.element.emax - s.element.mu - 1);
     const double lim = (M + half) * S, lim_hi = (M + half - z) * S, lim_lo = (-half - z) * S;
     const bool asym = s.rule == ScaleRule::minmax;
+    // Binary32 data, a scale of ≤ 24 significant bits, a grid of ≤ 24 and a deterministic mode:
+    // the correctly rounded binary64 quotient rounds to the element grid as the exact one does,
+    // so the round-to-odd step is skipped (the proof is at the top of this file; tested bit for bit).
+    const bool plain = std::is_same_v<T, float> && !asym && s.division == Division::exact && !is_stochastic(mode) &&
+                       s.element.mu <= 23 && double(float(S)) == S;
     for (int64_t i = 0; i < nr; ++i) {
       double* qi = q.data() + i * nc;
-      for (int64_t j = 0; j < nc; ++j) {
-        const double v = double(x[(r0 + i) * cols + c0 + j]);
-        bs.clipped += asym ? (v > lim_hi || v < lim_lo) : std::fabs(v) > lim;
-        // minmax: x/S + z rounded once (round-to-odd twice, then the integer rounding: exact for
-        // |x/S + z| < 2^18; beyond, both saturate)
-        qi[j] = asym ? add_round_odd(div_round_odd(v, S), z)
-              : s.division == Division::reciprocal ? double(mul32(v, r)) : div_round_odd(v, S);
+      const T* xi = x + (r0 + i) * cols + c0;
+      if (plain) {
+        uint64_t clipped = 0;
+        for (int64_t j = 0; j < nc; ++j) {
+          const double v = double(xi[j]);
+          clipped += std::fabs(v) > lim;
+          qi[j] = v / S;
+        }
+        bs.clipped += clipped;
+      } else {
+        for (int64_t j = 0; j < nc; ++j) {
+          const double v = double(xi[j]);
+          bs.clipped += asym ? (v > lim_hi || v < lim_lo) : std::fabs(v) > lim;
+          // minmax: x/S + z rounded once (round-to-odd twice, then the integer rounding: exact for
+          // |x/S + z| < 2^18; beyond, both saturate)
+          qi[j] = asym ? add_round_odd(div_round_odd(v, S), z)
+                : s.division == Division::reciprocal ? double(mul32(v, r)) : div_round_odd(v, S);
+        }
       }
       const uint64_t at0 = uint64_t((r0 + i) * cols + c0);
       round_array(elem, qi, qi, size_t(nc), stream, index0 + at0);
