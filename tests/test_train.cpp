@@ -937,6 +937,103 @@ TEST_CASE("random routing: a Fisher-Yates prefix of Philox draws, each draw kept
              Catch::Contains("[controller] hold = 0"));
 }
 
+TEST_CASE("rerun: a re-run step equals that step run with the new paths; the first pass is what is observed") {
+  // Direct: unit layer.1.fc on 8-bit saved activations and BF16 forward GEMM at step 1. Re-run:
+  // step 1 runs the default, then re-runs with that path. Same parameters, same losses.
+  auto routed = [](UnitPath& p) {
+    p.saved = SavedQuant{8, 0, Rounding::rne, 0};
+    p.forward = SitePolicy{};
+    p.forward->input = format_lookup("bf16");
+  };
+  struct Direct : TrainController {
+    std::function<void(UnitPath&)> f;
+    void choose(uint64_t step, std::vector<UnitPath>& paths) override {
+      if (step == 1) f(paths[1 * kUnitCount + int(Unit::fc)]);
+    }
+  } direct;
+  direct.f = routed;
+  struct Rerun : TrainController {
+    std::function<void(UnitPath&)> f;
+    std::vector<std::pair<uint64_t, bool>> seen;  // (step, layer.1.fc's first pass was routed)
+    void observe(uint64_t step, std::span<const UnitStep> units) override {
+      seen.emplace_back(step, units[1 * kUnitCount + int(Unit::fc)].path.saved.bits == 8);
+    }
+    bool rerun(uint64_t step, std::vector<UnitPath>& paths) override {
+      if (step == 1) f(paths[1 * kUnitCount + int(Unit::fc)]);
+      return step == 1 || step == 2;  // step 2: a re-run with the paths unchanged is the same step
+    }
+  } again;
+  again.f = routed;
+  auto run = [](TrainController* ctl) {
+    Trainer t(tiny("llama", ""), ctl);
+    std::vector<double> losses;
+    for (int s = 0; s < 3; ++s) losses.push_back(t.step().loss);
+    return std::pair{losses, t.model()};
+  };
+  const auto [dl, dm] = run(&direct);
+  const auto [rl, rm] = run(&again);
+  const auto [nl, nm] = run(nullptr);
+  CHECK(dl == rl);
+  CHECK(same_params(dm, rm));
+  CHECK_FALSE(same_params(dm, nm));
+  CHECK(again.seen == std::vector<std::pair<uint64_t, bool>>{{0, false}, {1, false}, {2, false}});
+
+  // Routing's rerun = true: exactly the units selected at t that ran the low path at t switch.
+  TrainConfig c = tiny("gpt2", "");
+  const size_t n = size_t(c.model.layers) * kUnitCount;
+  for (bool on : {false, true}) {
+    ControllerConfig cc;
+    cc.name = "random", cc.gnmr.max_recover = 3, cc.seed = 9, cc.rerun = on;
+    cc.recover.bits = 8;
+    auto ctl = make_controller(cc, c.model);
+    std::vector<UnitStep> us(n);
+    for (size_t i = 0; i < n; ++i) us[i].layer = int(i / kUnitCount), us[i].unit = Unit(i % kUnitCount), us[i].grad_norm = 1;
+    std::set<size_t> before;  // recovered entering the step
+    for (uint64_t step = 0; step < 6; ++step) {
+      INFO("rerun " << on << " step " << step);
+      std::vector<UnitPath> paths(n);
+      ctl->choose(step, paths);
+      std::set<size_t> ran;
+      for (size_t i = 0; i < n; ++i)
+        if (paths[i].saved.bits == 8) ran.insert(i);
+      CHECK(ran == before);
+      ctl->observe(step, us);
+      const bool re = ctl->rerun(step, paths);
+      std::vector<UnitPath> next(n);
+      ctl->choose(step + 1, next);  // the selection at this step, as the next step runs it
+      std::set<size_t> sel, fresh;
+      for (size_t i = 0; i < n; ++i)
+        if (next[i].saved.bits == 8) sel.insert(i), fresh.insert(i);
+      for (size_t i : before) fresh.erase(i);
+      CHECK(re == (on && !fresh.empty()));
+      for (size_t i = 0; i < n; ++i) CHECK((paths[i].saved.bits == 8) == (before.count(i) || (on && fresh.count(i))));
+      before = sel;
+    }
+  }
+  // through a configuration: a run re-runs, says so, and differs from the one that does not
+  const std::string ctl = "[activation_quant]\nbits = 2\n[controller]\nname = \"random\"\nmax_recover = 1\nseed = 3\n";
+  const std::string recover = "[controller.recover]\nbits = 8\n";
+  TrainConfig off = tiny("llama", "", ctl + recover), on = tiny("llama", "", ctl + "rerun = true\n" + recover);
+  REQUIRE(on.controller.rerun);
+  Trainer a(off), b(on);
+  for (int s = 0; s < 3; ++s) {
+    CHECK(a.step().loss == Approx(b.step().loss).epsilon(0.05));
+    // step 0 re-runs its selected unit with 8-bit saved activations: other weight gradients
+    if (s == 0) CHECK_FALSE(same_params(a.model(), b.model()));
+  }
+  CHECK_FALSE(same_params(a.model(), b.model()));
+  const auto summary = b.controller().summary();
+  REQUIRE(summary.size() == 2);
+  // a step re-runs when its draw (the reference of the random-routing test) is a new unit
+  const uint64_t u = uint64_t(on.model.layers) * kUnitCount;
+  uint64_t reruns = 0, prev = u;
+  for (uint64_t t = 1; t <= 3; ++t) {
+    const uint64_t d = random_word64(3, 0x6a4d, t * u) % u;
+    reruns += d != prev, prev = d;
+  }
+  CHECK(summary[1] == fmt::format("random: {} steps re-run with their selected units recovered", reruns));
+}
+
 TEST_CASE("[controller.recover] policy: a recovered unit's GEMMs take that policy's entries at its layer") {
   TrainConfig c = tiny("gpt2", "");
   ControllerConfig cc;

@@ -109,7 +109,7 @@ SavedQuant saved_quant(const TomlReader& r, const toml::table* t, const char* na
   return q;
 }
 
-// [controller] (train/routing.h): name, the GNMR keys, seed, and the [controller.recover] table.
+// [controller] (train/routing.h): name, the GNMR keys, seed, hold, rerun, and the [controller.recover] table.
 ControllerConfig controller(const TomlReader& r, const toml::node& n) {
   if (!n.is_table()) throw InputError(fmt::format("{}: 'controller' must be a table ([controller])", r.line(n)));
   const toml::table& t = *n.as_table();
@@ -120,6 +120,7 @@ ControllerConfig controller(const TomlReader& r, const toml::node& n) {
     throw InputError(fmt::format("{}: [controller] name = '{}' (known: {})", r.path, c.name, kControllerNames));
   r.get(&t, "controller", "seed", c.seed);
   r.get(&t, "controller", "hold", c.hold);
+  r.get(&t, "controller", "rerun", c.rerun);
   if (c.hold < 1) throw InputError(fmt::format("{}: [controller] hold = {} (steps each random draw is kept: at least 1)", r.path, c.hold));
   c.gnmr = gnmr_options_from_toml(t, r.path);
   const toml::table* rec = nullptr;

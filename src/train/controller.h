@@ -60,6 +60,10 @@ class TrainController {
   virtual void choose(uint64_t step, std::vector<UnitPath>& paths) { (void)step, (void)paths; }
   // After the backward pass of `step`.
   virtual void observe(uint64_t step, std::span<const UnitStep> units) { (void)step, (void)units; }
+  // After observe: return true to re-run `step` (its forward and backward, same data and random
+  // words) with `paths` (those it ran, changed here); the optimizer then takes the re-run's
+  // gradients and the step's loss is the re-run's. The re-run is not observed.
+  virtual bool rerun(uint64_t step, std::vector<UnitPath>& paths) { return (void)step, (void)paths, false; }
   // What a checkpoint keeps of it (null: nothing) and its restoration (InputError if it does not fit).
   virtual nlohmann::json state() const { return nullptr; }
   virtual void load_state(const nlohmann::json& s) { (void)s; }

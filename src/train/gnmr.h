@@ -27,7 +27,7 @@
 //            ties by unit id ascending (byte order).
 //   locks    start at 0; after selection a selected unit that exceeds gets lock = T_lock, every
 //            other unit with lock > 0 that does not exceed loses one; the rest are unchanged.
-//   A unit selected at t runs the recovery path at t + 1.
+//   A unit selected at t runs the recovery path at t + 1 (routing.h rerun: and a re-run of t).
 // Non-finite or negative norms are InputErrors naming the step and the unit. The state (below)
 // is saved and restored exactly, so a resumed run decides as the uninterrupted one.
 #pragma once
@@ -130,7 +130,7 @@ class Gnmr {
 std::string gnmr_row(uint64_t step, const std::string& id, const GnmrUnitStep& s);
 std::string gnmr_rows(const Gnmr& g);
 // InputError "PATH:LINE: unknown key 'K' in [controller]" unless every key of a [controller]
-// table is name, seed, recover or one of kGnmrKeys.
+// table is name, seed, hold, rerun, recover or one of kGnmrKeys.
 void check_controller_keys(const toml::table& t, const std::string& path);
 inline constexpr const char* kGnmrHeader = "step,unit,gnmr,dgnmr,exceeds,lock,recovered";
 

@@ -36,15 +36,19 @@ class Routing final : public TrainController {
   }
 
   void choose(uint64_t, std::vector<UnitPath>& paths) override {
-    for (size_t i = 0; i < paths.size(); ++i) {
-      if (!selected_[i]) continue;
-      if (c_.name == "oracle") paths[i].low = paths[i].saved;  // its damage stays measured
-      paths[i].saved = c_.recover;
-      if (!recover_gemm_.empty()) {
-        const auto& [f, dx, dw] = recover_gemm_[i];
-        paths[i].forward = f, paths[i].dx = dx, paths[i].dw = dw;
-      }
-    }
+    ran_recovery_ = selected_;
+    for (size_t i = 0; i < paths.size(); ++i)
+      if (selected_[i]) recover(i, paths[i]);
+  }
+
+  // rerun = true: the units selected at this step that ran the low path re-run it on the recovery path.
+  bool rerun(uint64_t, std::vector<UnitPath>& paths) override {
+    if (!c_.rerun) return false;
+    bool any = false;
+    for (size_t i = 0; i < paths.size(); ++i)
+      if (selected_[i] && !ran_recovery_[i]) recover(i, paths[i]), any = true;
+    reruns_ += any;
+    return any;
   }
 
   void observe(uint64_t step, std::span<const UnitStep> units) override {
@@ -91,7 +95,7 @@ class Routing final : public TrainController {
 
   nlohmann::json state() const override {
     return {{"name", c_.name}, {"gnmr", gnmr_ ? gnmr_->state() : nlohmann::json(nullptr)}, {"selected", selected_},
-            {"rows", rows_}, {"norms", norms_}, {"summary", summary_}, {"last_recovered", last_recovered_}};
+            {"rows", rows_}, {"norms", norms_}, {"summary", summary_}, {"last_recovered", last_recovered_}, {"reruns", reruns_}};
   }
 
   void load_state(const nlohmann::json& s) override {
@@ -112,6 +116,7 @@ class Routing final : public TrainController {
       }
       selected_ = sel, rows_ = std::move(rows), norms_ = std::move(norms), summary_ = std::move(summary);
       last_recovered_ = s.at("last_recovered").get<uint64_t>();
+      reruns_ = s.value("reruns", uint64_t(0));  // absent before the option existed: no re-runs
     } catch (const nlohmann::json::exception& e) {
       throw InputError(fmt::format("controller state: {}", e.what()));
     } catch (const InputError& e) {
@@ -134,6 +139,7 @@ class Routing final : public TrainController {
     std::vector<std::string> v{fmt::format("{}: {} unit-steps recovered of {} ({:.3f} %)", c_.name, rec,
                                            summary_.size() * ids_.size(),
                                            summary_.empty() ? 0.0 : 100.0 * double(rec) / double(summary_.size() * ids_.size()))};
+    if (c_.rerun) v.push_back(fmt::format("{}: {} steps re-run with their selected units recovered", c_.name, reruns_));
     if (gnmr_)
       for (auto& h : gnmr_->held())
         v.push_back(fmt::format("{} holds a recovery slot since step {} (to the end)", ids_[h.unit], h.since));
@@ -143,6 +149,15 @@ class Routing final : public TrainController {
   std::string progress() const override { return fmt::format("rec {}/{}", last_recovered_, ids_.size()); }
 
  private:
+  void recover(size_t i, UnitPath& p) const {
+    if (c_.name == "oracle") p.low = p.saved;  // its damage stays measured
+    p.saved = c_.recover;
+    if (!recover_gemm_.empty()) {
+      const auto& [f, dx, dw] = recover_gemm_[i];
+      p.forward = f, p.dx = dx, p.dw = dw;
+    }
+  }
+
   const std::vector<size_t>& order() {
     if (order_.empty()) {
       order_.resize(ids_.size());
@@ -158,6 +173,8 @@ class Routing final : public TrainController {
   std::optional<Gnmr> gnmr_;
   std::vector<std::tuple<SitePolicy, SitePolicy, SitePolicy>> recover_gemm_;  // [unit]: forward, dx, dw
   std::vector<bool> selected_;   // at the last observed step: the recovery path at the next
+  std::vector<bool> ran_recovery_;  // at the current step (set by choose)
+  uint64_t reruns_ = 0;          // steps re-run (rerun = true)
   std::vector<std::string> rows_, norms_, summary_;  // controller.csv, norms.csv, recovery.csv lines
   uint64_t last_recovered_ = 0;
 };

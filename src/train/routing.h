@@ -18,8 +18,14 @@
 //             step — relative RMS error sqrt(Σ(x̃−x)²/Σx²) over the step's sequences, measured for
 //             recovered units too (UnitPath::low) — ties by id, units with no damage never. It
 //             knows step t's damage, not step t+1's where the recovery acts: one step late, as
-//             every controller here is (no step is re-run).
+//             every controller here is unless it re-runs the step (rerun below).
 // A unit selected at step t (1-based, = the trainer's step + 1) runs the recovery path at t + 1.
+// rerun = true (any controller; default false): step t is also re-run at once — its forward and
+// backward again on the same sequences with the same random words — with the units selected at t
+// that ran the low path there switched to the recovery path, and the optimizer takes the re-run's
+// gradients (controller.h rerun). The decisions are those of the first pass (its norms are the
+// ones observed, logged and replayed), so a re-run changes the parameters, never the controller's
+// arithmetic; it costs one more forward and backward on every step that selects a new unit.
 // Logs (written with the trainer's):
 //   controller.csv  step,unit,gnmr,dgnmr,exceeds,lock,recovered — `mantis gnmr replay`'s format,
 //                   so a run's decisions can be replayed from its units.csv norms (scores empty
@@ -47,6 +53,7 @@ struct ControllerConfig {
   GnmrOptions gnmr;        // gnmr: every key; random, oracle: max_recover
   uint64_t seed = 1;       // random
   uint64_t hold = 1;       // random: steps each draw is kept (≥ 1)
+  bool rerun = false;      // re-run step t with the units selected at t recovered
   SavedQuant recover;      // the recovery path's saved activation (default: exact)
   std::string recover_policy;  // the recovery path's GEMM entries (empty: the run's)
 };

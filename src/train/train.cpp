@@ -103,13 +103,10 @@ Trainer::Trainer(TrainConfig c, TrainController* controller)
   if (!c_.out.empty()) remove_stale(c_.out);
 }
 
-StepRecord Trainer::step() {
-  const auto t0 = std::chrono::steady_clock::now();
+double Trainer::gradient_pass(const std::vector<UnitPath>& paths, std::vector<std::vector<UnitActivation>>& acts) {
   const ModelConfig& mc = c_.model;
   const size_t T = size_t(mc.ctx), nseq = size_t(c_.batch) * size_t(c_.accum);
   const uint64_t k0 = step_ * nseq;
-  std::vector<UnitPath> paths(size_t(mc.layers * kUnitCount), UnitPath{c_.act_quant, {}, {}, {}, {}});
-  controller_->choose(step_, paths);
   check_paths(paths, mc, step_);
   // The step's policy: the run's, or with the controller's GEMM overrides as layer entries.
   Policy routed;
@@ -123,7 +120,7 @@ StepRecord Trainer::step() {
   const bool fresh = g.size() != nseq;
   if (fresh) g.assign(nseq, zero_grads<float>(model_));
   std::vector<LossSum> loss(nseq);
-  std::vector<std::vector<UnitActivation>> acts(nseq);
+  acts.assign(nseq, {});
   const double scale = 1.0 / double(nseq * T);
   const size_t span = train_.tokens.size() - T;
   std::vector<std::exception_ptr> errors(nseq);  // an exception must not leave the parallel region
@@ -147,12 +144,22 @@ StepRecord Trainer::step() {
   }
   for (auto& e : errors)
     if (e) std::rethrow_exception(e);
-  GradMap<float>& grads = g[0];
   sum_in_order(g);
   double loss_sum = 0;
   int64_t count = 0;
   for (auto& l : loss) loss_sum += l.sum, count += l.count;
-  const double mean_loss = loss_sum / double(count);
+  return loss_sum / double(count);
+}
+
+StepRecord Trainer::step() {
+  const auto t0 = std::chrono::steady_clock::now();
+  const ModelConfig& mc = c_.model;
+  const size_t T = size_t(mc.ctx), nseq = size_t(c_.batch) * size_t(c_.accum);
+  std::vector<UnitPath> paths(size_t(mc.layers * kUnitCount), UnitPath{c_.act_quant, {}, {}, {}, {}});
+  controller_->choose(step_, paths);
+  std::vector<std::vector<UnitActivation>> acts;
+  double mean_loss = gradient_pass(paths, acts);
+  GradMap<float>& grads = seq_grads_[0];
 
   // per-unit report (before clipping)
   std::vector<UnitStep> units;
@@ -174,6 +181,7 @@ StepRecord Trainer::step() {
       units.push_back(us);
     }
   controller_->observe(step_, units);
+  if (controller_->rerun(step_, paths)) mean_loss = gradient_pass(paths, acts);  // the same step, new paths
 
   const double norm = clip_grads(trained_, grads, c_.grad_clip);
   if (!std::isfinite(mean_loss) || !std::isfinite(norm))

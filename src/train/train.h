@@ -108,6 +108,9 @@ class Trainer {
   RunIdentity identity() const;  // what every checkpoint of this run must match
   double mean_loss(const std::vector<uint32_t>& tokens, const std::vector<size_t>& starts) const;
   void write_logs() const;
+  // One forward and backward pass of this step's sequences under `paths`: the summed gradient in
+  // seq_grads_[0], the per-unit activation statistics in acts ([sequence][unit]); the mean loss.
+  double gradient_pass(const std::vector<UnitPath>& paths, std::vector<std::vector<UnitActivation>>& acts);
   TrainConfig c_;
   TrainController* controller_;
   StepObserver observer_;
