@@ -17,6 +17,7 @@
 #include "exp/gnmr_replay.h"
 #include "exp/gnmr_study.h"
 #include "exp/study.h"
+#include "nn/policy.h"
 #include "testutil.h"
 #include "train/config.h"
 #include "train/gnmr.h"
@@ -491,7 +492,8 @@ TEST_CASE("gnmr study: also_validate measures the final model on other data, key
 TEST_CASE("the shipped GNMR studies parse: every arm's configuration on every model, controllers built") {
   const auto cwd = std::filesystem::current_path();
   std::filesystem::current_path(MANTIS_SOURCE_DIR);  // their paths are relative to the repository root
-  for (const char* f : {"experiments/gnmr/stress.toml", "experiments/gnmr/finetune.toml", "tests/data/gnmr-small.toml"}) {
+  for (const char* f : {"experiments/gnmr/stress.toml", "experiments/gnmr/finetune.toml", "experiments/gnmr/deepseek.toml",
+                        "tests/data/gnmr-small.toml"}) {
     INFO(f);
     const GnmrStudyConfig c = read_gnmr_study(f);
     CHECK(!gnmr_study_cells(c).empty());
@@ -500,6 +502,7 @@ TEST_CASE("the shipped GNMR studies parse: every arm's configuration on every mo
         INFO(m << " " << a.name);
         const TrainConfig t = train_config_from_toml(read_text_file(m, "model") + "\n" + a.config, m);
         if (!t.controller.name.empty()) CHECK(make_controller(t.controller, t.model) != nullptr);
+        policy_from_spec(t.policy).check(t.model);  // the arm's GEMM policy loads and fits the model
         if (std::string(f).find("finetune") != std::string::npos) {
           CHECK(t.lora.has_value());
           CHECK(t.init_model != nullptr);
