@@ -333,6 +333,57 @@ TEST_CASE("saved-activation quantisation: the definition, and its effect on the 
   }
 }
 
+TEST_CASE("column blocks: a recovered block's dW columns are the recovery path's run, every other bit the low path's") {
+  const SavedQuant low{4, 0, Rounding::sr, 3};
+  for (const char* name : {"gpt2_erf", "llama_gqa"})
+    for (const SavedQuant& rec : {SavedQuant{8, 0, Rounding::sr, 3}, SavedQuant{}})
+      for (int w : {8, 12})  // 12: the last block is narrower (32 = 2·12 + 8, hidden 128 = 10·12 + 8, 88 = 7·12 + 4)
+        for (Unit u : {Unit::qkv, Unit::proj, Unit::fc, Unit::down}) {
+          const Ref& r = ref(name);
+          const ModelConfig& c = r.model.cfg;
+          const size_t cols = size_t(saved_cols(c, u));
+          SavedBlocks sb{w, {}, rec};
+          sb.recovered.assign(sb.count(cols), 0);
+          REQUIRE(sb.recovered.size() >= 3);
+          sb.recovered.front() = sb.recovered.back() = 1;  // the first and the (narrower) last
+          auto at = [u](int l, Unit v) { return l == 1 && v == u; };
+          BackwardOptions lo, whole, blocks;
+          std::vector<UnitActivation> al, ab;
+          lo.saved = blocks.saved = [&](int, Unit) { return low; };
+          whole.saved = [&](int l, Unit v) { return at(l, v) ? rec : low; };
+          blocks.blocks = [&](int l, Unit v) { return at(l, v) ? &sb : nullptr; };
+          lo.activations = &al, blocks.activations = &ab;
+          const auto gl = grads_of<float>(r.model, r.tokens, r.targets, {}, lo);
+          const auto gw = grads_of<float>(r.model, r.tokens, r.targets, {}, whole);
+          const auto gb = grads_of<float>(r.model, r.tokens, r.targets, {}, blocks);
+          INFO(name << " " << to_string(u) << " block " << w << " recovery bits " << rec.bits);
+          size_t from_recovery = 0, from_low = 0, mismatches = 0;
+          for (const ParamInfo& p : parameter_infos(c)) {
+            const auto &b = gb.at(p.name), &l = gl.at(p.name), &v = gw.at(p.name);
+            const bool mine = p.layer == 1 && unit_of(p.role) == u && p.shape.size() == 2;
+            for (size_t i = 0; i < b.size(); ++i) {
+              const bool recovered = mine && sb.recovered[(i % size_t(p.shape[1])) / size_t(w)];
+              mismatches += std::memcmp(&b[i], recovered ? &v[i] : &l[i], sizeof(float)) != 0;
+              (recovered ? from_recovery : from_low) += b[i] != l[i];
+            }
+          }
+          CHECK(mismatches == 0);
+          CHECK(from_recovery > 0);  // the recovery path changed those columns
+          CHECK(from_low == 0);
+          // per-block measurements: the low path's, before recovery; sums match the whole unit's
+          const UnitActivation &a = ab[size_t(1 * kUnitCount + int(u))], &ref_a = al[size_t(1 * kUnitCount + int(u))];
+          REQUIRE(a.block_sum_sq.size() == sb.recovered.size());
+          CHECK(a.low_err_sq == ref_a.err_sq);
+          CHECK(a.sum_sq == ref_a.sum_sq);
+          CHECK(a.err_sq < ref_a.err_sq);  // two blocks at 8 bits or exact
+          double ss = 0, se = 0;
+          for (size_t k = 0; k < a.block_sum_sq.size(); ++k) ss += a.block_sum_sq[k], se += a.block_low_err_sq[k];
+          CHECK(ss == Approx(ref_a.sum_sq).epsilon(1e-12));
+          CHECK(se == Approx(ref_a.err_sq).epsilon(1e-12));
+          CHECK(ab[size_t(0 * kUnitCount + int(u))].block_sum_sq.empty());  // other units: no blocks
+        }
+}
+
 namespace {
 
 // r's model with rank-2 adapters on every unit, B filled with small nonzero values (a fresh B = 0

@@ -1034,6 +1034,177 @@ TEST_CASE("rerun: a re-run step equals that step run with the new paths; the fir
   CHECK(summary[1] == fmt::format("random: {} steps re-run with their selected units recovered", reruns));
 }
 
+TEST_CASE("unit_block: a unit per column block of each saved activation; selection, norms, damage, replay, determinism") {
+  TrainConfig c = tiny("gpt2", "");  // C = 32, H = 128: blocks of 12 → qkv, proj, fc 3 each, down 11
+  const std::vector<std::string> ids = unit_ids(c.model, 12);
+  REQUIRE(ids.size() == size_t(c.model.layers) * (3 + 3 + 3 + 11));
+  CHECK(ids.front() == "layer.0.attn.qkv.b0");
+  CHECK(ids[3] == "layer.0.attn.proj.b0");
+  CHECK(ids.back() == "layer.1.mlp.proj.b10");
+  const size_t n = ids.size(), np = size_t(c.model.layers) * kUnitCount;
+  std::vector<std::pair<size_t, size_t>> at;  // unit → (projection, block), the ids' order
+  for (size_t i = 0; i < np; ++i)
+    for (size_t b = 0; b < (i % kUnitCount == size_t(Unit::down) ? 11u : 3u); ++b) at.push_back({i, b});
+  REQUIRE(at.size() == n);
+  // steps with per-block norms and damage: block k has norm k + 1 and damage k + 1 (all distinct)
+  std::vector<UnitStep> us(np);
+  for (size_t i = 0; i < np; ++i) {
+    us[i].layer = int(i / kUnitCount), us[i].unit = Unit(i % kUnitCount), us[i].grad_norm = 1;
+    const size_t nb = i % kUnitCount == size_t(Unit::down) ? 11 : 3;
+    us[i].block_norms.assign(nb, 0), us[i].act.block_sum_sq.assign(nb, 1), us[i].act.block_low_err_sq.assign(nb, 0);
+  }
+  for (size_t k = 0; k < n; ++k) {
+    us[at[k].first].block_norms[at[k].second] = double(k + 1);
+    us[at[k].first].act.block_low_err_sq[at[k].second] = double((k * 7) % n + 1);
+  }
+  auto selected = [&](TrainController& ctl, uint64_t step) {  // the blocks the next step recovers
+    std::vector<UnitPath> paths(np);
+    ctl.choose(step, paths);
+    check_paths(paths, c.model, step);
+    std::set<size_t> s;
+    for (size_t k = 0; k < n; ++k) {
+      const SavedBlocks& b = paths[at[k].first].blocks;
+      REQUIRE(b.block == 12);
+      CHECK(b.recover.bits == 8);
+      if (b.recovered.at(at[k].second)) s.insert(k);
+    }
+    for (auto& p : paths) CHECK(p.saved.bits == 0);  // the projection's own path is untouched
+    return s;
+  };
+  ControllerConfig cc;
+  cc.gnmr.max_recover = 3, cc.seed = 9, cc.unit_block = 12, cc.recover.bits = 8;
+  // random: the Fisher-Yates prefix over the block units (the random-routing test's reference)
+  cc.name = "random";
+  auto rnd = make_controller(cc, c.model);
+  rnd->observe(0, us);
+  std::vector<size_t> idx(n);
+  for (size_t i = 0; i < n; ++i) idx[i] = i;
+  std::set<size_t> want;
+  for (size_t i = 0; i < 3; ++i) {
+    std::swap(idx[i], idx[i + size_t(random_word64(9, 0x6a4d, 1 * n + i) % (n - i))]);
+    want.insert(idx[i]);
+  }
+  CHECK(selected(*rnd, 1) == want);
+  // oracle: the 3 blocks of largest relative damage
+  cc.name = "oracle";
+  auto ora = make_controller(cc, c.model);
+  ora->observe(0, us);
+  std::vector<size_t> by_damage(n);
+  for (size_t k = 0; k < n; ++k) by_damage[k] = k;
+  std::sort(by_damage.begin(), by_damage.end(), [&](size_t a, size_t b) { return (a * 7) % n > (b * 7) % n; });
+  CHECK(selected(*ora, 1) == std::set<size_t>(by_damage.begin(), by_damage.begin() + 3));
+  // gnmr: the blocks' norms are what it sees and logs
+  cc.name = "gnmr";
+  auto gn = make_controller(cc, c.model);
+  gn->observe(0, us);
+  const auto logs = gn->logs();
+  REQUIRE(logs[1].first == "norms.csv");
+  CHECK_THAT(logs[1].second, Catch::Contains("\n1,layer.0.attn.proj.b2,6\n"));
+  CHECK_THAT(logs[1].second, Catch::Contains("\n1,layer.1.mlp.proj.b10,40\n"));
+  // a whole-unit policy cannot recover a block
+  cc.recover_policy = "bf16";
+  CHECK_THROWS_WITH(make_controller(cc, c.model), Catch::Contains("unit_block"));
+  CHECK_THAT(error_of([&] { tiny("gpt2", "", "[controller]\nname = \"random\"\nunit_block = 8\n[controller.recover]\npolicy = \"bf16\"\n"); }),
+             Catch::Contains("unit_block recovers column blocks"));
+
+  // A run: the norms it logs are the blocks' columns of the weight gradients; replay gives its
+  // decisions; a recovered block's units.csv row keeps its projection's own label; 1 and 2 threads
+  // and a resume give the same bits.
+  const std::string ctl = R"(
+[activation_quant]
+bits = 3
+
+[controller]
+name = "gnmr"
+warmup = 1
+max_recover = 5
+lock = 1
+alpha = 1.02
+beta = 1.02
+delta = 1
+unit_block = 12
+
+[controller.recover]
+bits = 8
+)";
+  const std::string one = (scratch() / "blocks-one").string(), two = (scratch() / "blocks-two").string(),
+                    res = (scratch() / "blocks-resume").string();
+  auto cfg = [&](const std::string& out) {
+    TrainConfig t = tiny("gpt2", out, ctl);
+    t.grad_clip = 0;  // the observer sees the gradients the controller saw
+    return t;
+  };
+  REQUIRE(cfg(one).controller.unit_block == 12);
+  const int saved = num_threads();
+  set_num_threads(1);
+  Trainer a(cfg(one));
+  std::vector<std::map<std::string, double>> norms;  // per step: block id → norm from the gradients
+  a.set_observer([&](const StepRecord&, const GradMap<float>& g, const Optimizer&) {
+    std::map<std::string, double> m;
+    for (int l = 0; l < c.model.layers; ++l)
+      for (int u = 0; u < kUnitCount; ++u)
+        for (const ParamInfo& p : parameter_infos(c.model))
+          if (p.layer == l && unit_of(p.role) == Unit(u) && !p.bias) {
+            const auto& v = g.at(p.name);
+            const int64_t in = p.shape[1];
+            for (int64_t col = 0; col < in; ++col)  // column-major: another order than the trainer's
+              for (int64_t row = 0; row < p.shape[0]; ++row)
+                m[fmt::format("layer.{}.{}.b{}", l, to_string(Unit(u)), col / 12)] += double(v[size_t(row * in + col)]) * double(v[size_t(row * in + col)]);
+          }
+    for (auto& [k, v] : m) v = std::sqrt(v);
+    norms.push_back(m);
+  });
+  a.run();
+  set_num_threads(2);
+  Trainer b(cfg(two));
+  b.run();
+  {
+    Trainer part(cfg(res));
+    part.run({}, 4);
+    part.step();  // lost
+  }
+  Trainer r(cfg(res));
+  r.resume(res);
+  r.run();
+  set_num_threads(saved);
+  CHECK(same_params(a.model(), b.model()));
+  CHECK(same_params(a.model(), r.model()));
+  for (const char* f : {"/controller.csv", "/recovery.csv", "/norms.csv", "/units.csv"}) {
+    INFO(f);
+    CHECK(read_file(one + f) == read_file(two + f));
+    CHECK(read_file(one + f) == read_file(res + f));
+  }
+  REQUIRE(norms.size() == 6);
+  const auto rows = lines(read_file(one + "/norms.csv"));
+  REQUIRE(rows.size() == 1 + 6 * n);
+  for (size_t i = 1; i < rows.size(); ++i) {
+    const auto f = split_csv(rows[i]);
+    INFO(rows[i]);
+    CHECK(std::stod(f[2]) == Approx(norms.at(std::stoul(f[0]) - 1).at(f[1])).epsilon(1e-12));
+  }
+  size_t recovered = 0;
+  for (const auto& l : lines(read_file(one + "/recovery.csv")))
+    if (l[0] != 's') {
+      const auto f = split_csv(l);
+      CHECK(std::stoi(f[1]) <= 5);
+      CHECK(f[3] == std::to_string(n));
+      recovered += std::stoul(f[1]);
+    }
+  CHECK(recovered > 0);
+  for (const auto& l : lines(read_file(one + "/units.csv")))
+    if (l[0] != 's') CHECK(split_csv(l)[3] == "3");
+  gnmr_replay(gnmr_replay_config(one + "/config.toml"), one + "/norms.csv", one + "/replayed.csv");
+  CHECK(read_file(one + "/replayed.csv") == read_file(one + "/controller.csv"));
+  // the recovered blocks moved the run: the same configuration with nobody recovered differs
+  std::string none = ctl;
+  none.replace(none.find("\"gnmr\""), 6, "\"static\"");
+  TrainConfig sc = tiny("gpt2", "", none);
+  sc.grad_clip = 0;
+  Trainer st(sc);
+  st.run();
+  CHECK_FALSE(same_params(a.model(), st.model()));
+}
+
 TEST_CASE("[controller.recover] policy: a recovered unit's GEMMs take that policy's entries at its layer") {
   TrainConfig c = tiny("gpt2", "");
   ControllerConfig cc;
@@ -1190,5 +1361,7 @@ units = ["attn.qkv", "mlp.proj"]
   CHECK_THAT(cfg_err("[lora]\nunits = [\"mlp.gate\"]\n"), Catch::Contains("unit 'mlp.gate'"));
   CHECK_THAT(cfg_err("[lora]\nunits = []\n"), Catch::Contains("non-empty array"));
   CHECK_THAT(cfg_err("[lora]\nranks = 2\n"), Catch::Contains("unknown key 'ranks' in [lora]"));
+  CHECK_THAT(cfg_err("[controller]\nname = \"gnmr\"\nunit_block = 8\n[lora]\nrank = 2\n"),
+             Catch::Contains("unit_block does not apply with [lora]"));
   CHECK_THAT(error_of([&] { tiny("llama", "", "[lora]\nrank = 2\n"); }), Catch::Contains("give [model] init"));
 }

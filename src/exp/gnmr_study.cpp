@@ -19,6 +19,7 @@
 #include "io/dataset.h"
 #include "io/tokenizer.h"
 #include "train/config.h"
+#include "train/routing.h"
 #include "train/train.h"
 
 namespace mantis {
@@ -92,7 +93,7 @@ ojson compute_cell(const GnmrStudyConfig& c, const GnmrStudyCell& cell, const st
   r["train_loss"] = train_loss;
   r["median_step_seconds"] = json_number(median(seconds));
   r["controller"] = tc.controller.name;
-  const size_t units = size_t(tc.model.layers) * kUnitCount;
+  const size_t units = unit_ids(tc.model, tc.controller.unit_block).size();  // blocks with unit_block
   uint64_t recovered = 0, exceeded = 0;
   ojson rec = ojson::array();
   for (auto& [file, text] : tr.controller().logs()) {

@@ -48,6 +48,8 @@ std::vector<std::string> unit_parameters(const ModelConfig& c, int l, Unit u) {
   return names;
 }
 
+int64_t saved_cols(const ModelConfig& c, Unit u) { return u == Unit::down ? c.hidden : c.dim; }
+
 std::string SavedQuant::label() const { return scheme ? scheme->name : std::to_string(bits); }
 
 void validate(const SavedQuant& q) {
@@ -148,37 +150,68 @@ class Saved {
   Saved(const BackwardOptions& o, const ModelConfig& c) : opt_(o), layers_(c.layers) {}
   const Matrix<T>& get(int l, Unit u, const Matrix<T>& x) {
     const SavedQuant q = opt_.saved ? opt_.saved(l, u) : SavedQuant{};
+    const SavedBlocks* sb = opt_.blocks ? opt_.blocks(l, u) : nullptr;
+    if (sb && sb->block <= 0) sb = nullptr;
+    const size_t rows = size_t(x.rows()), cols = size_t(x.cols()), n = rows * cols;
+    const uint64_t stream = saved_stream(opt_.step, l, u);
+    UnitActivation* a = opt_.activations ? &(*opt_.activations)[size_t(l * kUnitCount + int(u))] : nullptr;
+    const T* xs = x.data();
+    auto err = [&](const T* qs) {
+      return lane_sum(n, [xs, qs](size_t i) {
+        const double e = double(qs[i]) - double(xs[i]);
+        return e * e;
+      });
+    };
     const Matrix<T>* use = &x;
     if (q.active()) {
       validate(q);
       buf_.resize(x.rows(), x.cols());
-      const uint64_t stream = saved_stream(opt_.step, l, u);
-      quantize_saved<T>(x.data(), buf_.data(), size_t(x.rows()), size_t(x.cols()), q, stream);
+      quantize_saved<T>(xs, buf_.data(), rows, cols, q, stream);
       use = &buf_;
     }
-    if (opt_.activations) {
-      UnitActivation& a = (*opt_.activations)[size_t(l * kUnitCount + int(u))];
-      const T* xs = x.data();
-      const size_t n = size_t(x.size());
-      a.absmax = std::max(a.absmax, double(abs_max(xs, n)));
-      a.sum_sq += lane_sum(n, [xs](size_t i) { return double(xs[i]) * double(xs[i]); });
-      auto err = [&](const T* qs) {
-        return lane_sum(n, [xs, qs](size_t i) {
-          const double e = double(qs[i]) - double(xs[i]);
-          return e * e;
-        });
-      };
-      const double e = use != &x ? err(use->data()) : 0.0;
-      a.err_sq += e;
-      const std::optional<SavedQuant> low = opt_.low ? opt_.low(l, u) : std::nullopt;
-      if (low && low->active()) {
-        probe_.resize(x.rows(), x.cols());
-        quantize_saved<T>(x.data(), probe_.data(), size_t(x.rows()), size_t(x.cols()), *low, saved_stream(opt_.step, l, u));
-        a.low_err_sq += err(probe_.data());
-      } else if (!low) {
-        a.low_err_sq += e;
+    std::optional<double> own_err;  // with blocks: the unit's own path's Σ (x̃ − x)², before recovery
+    if (sb) {
+      const size_t nb = sb->count(cols), w = size_t(sb->block);
+      if (a) {
+        a->block_sum_sq.resize(nb), a->block_low_err_sq.resize(nb);
+        const T* qs = use->data();
+        for (size_t r = 0; r < rows; ++r)
+          for (size_t c = 0; c < cols; ++c) {
+            const double v = double(xs[r * cols + c]), e = double(qs[r * cols + c]) - v;
+            a->block_sum_sq[c / w] += v * v, a->block_low_err_sq[c / w] += e * e;
+          }
+        own_err = use != &x ? err(use->data()) : 0.0;
       }
-      a.count += uint64_t(n);
+      if (std::find(sb->recovered.begin(), sb->recovered.end(), uint8_t(1)) != sb->recovered.end()) {
+        if (use == &x) buf_ = x, use = &buf_;
+        const T* src = xs;
+        if (sb->recover.active()) {
+          probe_.resize(x.rows(), x.cols());
+          quantize_saved<T>(xs, probe_.data(), rows, cols, sb->recover, stream);
+          src = probe_.data();
+        }
+        for (size_t b = 0; b < nb; ++b)
+          if (sb->recovered[b])
+            for (size_t r = 0; r < rows; ++r)
+              std::copy(src + r * cols + b * w, src + r * cols + std::min(cols, (b + 1) * w), buf_.data() + r * cols + b * w);
+      }
+    }
+    if (a) {
+      a->absmax = std::max(a->absmax, double(abs_max(xs, n)));
+      a->sum_sq += lane_sum(n, [xs](size_t i) { return double(xs[i]) * double(xs[i]); });
+      const double e = use != &x ? err(use->data()) : 0.0;
+      a->err_sq += e;
+      const std::optional<SavedQuant> low = opt_.low ? opt_.low(l, u) : std::nullopt;
+      if (own_err) {
+        a->low_err_sq += *own_err;
+      } else if (low && low->active()) {
+        probe_.resize(x.rows(), x.cols());
+        quantize_saved<T>(xs, probe_.data(), rows, cols, *low, stream);
+        a->low_err_sq += err(probe_.data());
+      } else if (!low) {
+        a->low_err_sq += e;
+      }
+      a->count += uint64_t(n);
     }
     return *use;
   }

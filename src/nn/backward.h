@@ -67,6 +67,22 @@ struct SavedQuant {
 // without bits or block.
 void validate(const SavedQuant& q);
 
+// Finer units: column blocks of a saved activation x [T, cols]. Its columns are the projection's
+// input features, so block b of dW's columns reads block b of x and nothing else: recovering a
+// block changes exactly those columns of dW (the bias gradient never reads x). With block > 0 the
+// columns split into ⌈cols / block⌉ blocks of `block` (the last may be shorter); block b's columns
+// take `recover`'s quantisation of x (inactive: x itself; the unit's own random words, so element
+// (t, c) draws the index it would draw quantised whole) when recovered[b], else the unit's
+// SavedQuant — the whole activation quantised first, then the recovered columns replaced.
+struct SavedBlocks {
+  int block = 0;                   // 0: none (whole units)
+  std::vector<uint8_t> recovered;  // [⌈cols / block⌉]
+  SavedQuant recover;
+  size_t count(size_t cols) const { return block > 0 ? (cols + size_t(block) - 1) / size_t(block) : 0; }
+};
+// The width of a unit's saved activation: its weights' input dimension (C; H for mlp.proj).
+int64_t saved_cols(const ModelConfig& c, Unit u);
+
 // Quantise x [rows, cols] row-major into out (may alias x) per SavedQuant (header comment).
 template <class T>
 void quantize_saved(const T* x, T* out, size_t rows, size_t cols, const SavedQuant& q, uint64_t stream);
@@ -78,6 +94,9 @@ struct UnitActivation {
   double err_sq = 0;       // Σ (x̃ − x)² of the quantisation (0 when exact), the same order
   double low_err_sq = 0;   // the same for the low-cost path (BackwardOptions::low), = err_sq on it
   uint64_t count = 0;
+  // With SavedBlocks: per column block, Σ x² and the unit's own SavedQuant's Σ (x̃ − x)² (before
+  // any block is recovered; low_err_sq is that path's whole error then), rows then columns in order.
+  std::vector<double> block_sum_sq, block_low_err_sq;
 };
 
 struct BackwardOptions {
@@ -88,6 +107,8 @@ struct BackwardOptions {
   // With activations: the low-cost path of a unit that runs another one (nullopt: it runs the
   // low-cost path), quantised with the same random stream only to measure low_err_sq.
   std::function<std::optional<SavedQuant>(int layer, Unit u)> low;
+  // The column blocks of a unit (nullptr or block 0: whole units).
+  std::function<const SavedBlocks*(int layer, Unit u)> blocks;
 };
 
 struct LossSum {

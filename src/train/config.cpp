@@ -121,6 +121,7 @@ ControllerConfig controller(const TomlReader& r, const toml::node& n) {
   r.get(&t, "controller", "seed", c.seed);
   r.get(&t, "controller", "hold", c.hold);
   r.get(&t, "controller", "rerun", c.rerun);
+  r.get(&t, "controller", "unit_block", c.unit_block);
   if (c.hold < 1) throw InputError(fmt::format("{}: [controller] hold = {} (steps each random draw is kept: at least 1)", r.path, c.hold));
   c.gnmr = gnmr_options_from_toml(t, r.path);
   const toml::table* rec = nullptr;
@@ -131,6 +132,9 @@ ControllerConfig controller(const TomlReader& r, const toml::node& n) {
     r.get(rec, "controller.recover", "policy", c.recover_policy);
   }
   c.recover = saved_quant(r, rec, "controller.recover");
+  if (c.unit_block > 0 && !c.recover_policy.empty())
+    throw InputError(fmt::format("{}: [controller] unit_block recovers column blocks of saved activations: a [controller.recover] "
+                                 "policy (whole GEMMs) cannot apply to them; drop one of the two", r.path));
   return c;
 }
 
@@ -266,6 +270,9 @@ TrainConfig train_config_from_toml(const std::string& text, const std::string& p
       throw InputError(fmt::format("{}: [lora]: {}", path, e.what()));
     }
     c.lora = spec;
+    if (c.controller.unit_block > 0)
+      throw InputError(fmt::format("{}: [controller] unit_block does not apply with [lora]: an adapter's B gradient reads every "
+                                   "input column, so no column block owns a part of it (use unit_block = 0)", path));
   }
   return c;
 }

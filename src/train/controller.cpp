@@ -14,6 +14,13 @@ void check_paths(const std::vector<UnitPath>& paths, const ModelConfig& m, uint6
     const Unit u = Unit(i % kUnitCount);
     try {
       validate(paths[i].saved);
+      if (const SavedBlocks& b = paths[i].blocks; b.block != 0) {
+        const size_t nb = b.count(size_t(saved_cols(m, u)));
+        if (b.block < 0) throw InputError(fmt::format("column blocks of {} < 0", b.block));
+        if (b.recovered.size() != nb)
+          throw InputError(fmt::format("column blocks of {}: {} flags, expected {}", b.block, b.recovered.size(), nb));
+        validate(b.recover);
+      }
       for (auto [o, pass] : {std::pair{&paths[i].forward, "forward"}, {&paths[i].dx, "dx"}, {&paths[i].dw, "dw"}})
         try {
           if (*o) validate(**o, site_of(u));

@@ -34,10 +34,13 @@ struct UnitPath {
   // Set by a controller that needs it: the saved-activation path this unit left, quantised too
   // (same random stream) only to measure its error (UnitActivation::low_err_sq).
   std::optional<SavedQuant> low;
+  // Set by a controller of finer units (routing.h unit_block): the column blocks of the saved
+  // activation that take another path (nn/backward.h SavedBlocks).
+  SavedBlocks blocks;
 };
 
 // InputError "step S: unit layer.L.SITE: …" unless paths holds one valid path per unit of the
-// model (saved in range, every override a valid entry for its site).
+// model (saved in range, every override a valid entry for its site, blocks that fit the unit).
 void check_paths(const std::vector<UnitPath>& paths, const ModelConfig& m, uint64_t step);
 // True when some path overrides a GEMM entry.
 bool has_overrides(const std::vector<UnitPath>& paths);
@@ -50,6 +53,9 @@ struct UnitStep {
   UnitPath path;
   double grad_norm;
   UnitActivation act;
+  // With path.blocks: per column block, the L2 norm of the block's columns of the unit's weight
+  // gradients (before clipping; biases excluded: they never read the saved activation).
+  std::vector<double> block_norms;
 };
 
 class TrainController {

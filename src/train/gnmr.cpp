@@ -241,7 +241,7 @@ std::string gnmr_rows(const Gnmr& g) {
 
 void check_controller_keys(const toml::table& t, const std::string& path) {
   for (auto&& [k, v] : t) {
-    bool known = k.str() == "name" || k.str() == "seed" || k.str() == "hold" || k.str() == "rerun" ||
+    bool known = k.str() == "name" || k.str() == "seed" || k.str() == "hold" || k.str() == "rerun" || k.str() == "unit_block" ||
                  k.str() == "recover";
     for (const char* key : kGnmrKeys) known |= k.str() == key;
     if (!known) throw InputError(fmt::format("{}: unknown key '{}' in [controller]", toml_where(path, v), k.str()));

@@ -17,8 +17,15 @@ constexpr uint64_t kRandomStream = 0x6a4d;
 
 class Routing final : public TrainController {
  public:
-  Routing(const ControllerConfig& c, const ModelConfig& m) : c_(c), ids_(unit_ids(m)), selected_(ids_.size(), false) {
+  Routing(const ControllerConfig& c, const ModelConfig& m)
+      : c_(c), ids_(unit_ids(m, c.unit_block)), selected_(ids_.size(), false) {
     if (c_.name == "gnmr") gnmr_.emplace(c_.gnmr, ids_);
+    if (c_.unit_block > 0)  // id k ↔ (projection, block), in ids_'s order
+      for (size_t i = 0; i < size_t(m.layers) * kUnitCount; ++i) {
+        blocks_.push_back(SavedBlocks{c_.unit_block, {}, c_.recover});
+        blocks_.back().recovered.assign(blocks_.back().count(size_t(saved_cols(m, Unit(i % kUnitCount)))), 0);
+        for (size_t b = 0; b < blocks_.back().recovered.size(); ++b) at_.push_back({i, b});
+      }
     if (!c_.recover_policy.empty()) {
       Policy rp;
       try {
@@ -37,16 +44,17 @@ class Routing final : public TrainController {
 
   void choose(uint64_t, std::vector<UnitPath>& paths) override {
     ran_recovery_ = selected_;
-    for (size_t i = 0; i < paths.size(); ++i)
-      if (selected_[i]) recover(i, paths[i]);
+    for (size_t i = 0; i < paths.size() && !blocks_.empty(); ++i) paths[i].blocks = blocks_[i];
+    for (size_t i = 0; i < selected_.size(); ++i)
+      if (selected_[i]) recover(i, paths);
   }
 
   // rerun = true: the units selected at this step that ran the low path re-run it on the recovery path.
   bool rerun(uint64_t, std::vector<UnitPath>& paths) override {
     if (!c_.rerun) return false;
     bool any = false;
-    for (size_t i = 0; i < paths.size(); ++i)
-      if (selected_[i] && !ran_recovery_[i]) recover(i, paths[i]), any = true;
+    for (size_t i = 0; i < selected_.size(); ++i)
+      if (selected_[i] && !ran_recovery_[i]) recover(i, paths), any = true;
     reruns_ += any;
     return any;
   }
@@ -57,13 +65,17 @@ class Routing final : public TrainController {
     std::vector<GnmrUnitStep> r(n);
     if (gnmr_) {
       std::vector<double> norms(n);
-      for (size_t i = 0; i < n; ++i) norms[i] = units[i].grad_norm;
+      for (size_t i = 0; i < n; ++i) norms[i] = norm(units, i);
       r = gnmr_->step(norms);
     } else if (c_.name == "oracle") {
       // the largest relative RMS error of the low path's saved activation at this step; ties by id
       std::vector<double> damage(n);
-      for (size_t i = 0; i < n; ++i)
-        damage[i] = units[i].act.sum_sq > 0 ? std::sqrt(units[i].act.low_err_sq / units[i].act.sum_sq) : 0.0;
+      for (size_t i = 0; i < n; ++i) {
+        const auto [ss, err] = blocks_.empty() ? std::pair{units[i].act.sum_sq, units[i].act.low_err_sq}
+                                               : std::pair{units[at_[i].first].act.block_sum_sq.at(at_[i].second),
+                                                           units[at_[i].first].act.block_low_err_sq.at(at_[i].second)};
+        damage[i] = ss > 0 ? std::sqrt(err / ss) : 0.0;
+      }
       std::vector<size_t> idx(order().begin(), order().end());
       std::stable_sort(idx.begin(), idx.end(), [&](size_t a, size_t b) { return damage[a] > damage[b]; });
       for (size_t k = 0; k < std::min(n, size_t(c_.gnmr.max_recover)); ++k)
@@ -84,7 +96,7 @@ class Routing final : public TrainController {
     for (size_t i : order()) {
       const GnmrUnitStep& s = r[i];
       rows_.push_back(gnmr_row(t, ids_[i], s));
-      norms_.push_back(fmt::format("{},{},{:.17g}", t, ids_[i], units[i].grad_norm));
+      norms_.push_back(fmt::format("{},{},{:.17g}", t, ids_[i], norm(units, i)));
       if (s.recovered) rec_ids += (rec_ids.empty() ? "" : " ") + ids_[i], ++recovered;
       exceeded += s.exceeds;
     }
@@ -149,7 +161,18 @@ class Routing final : public TrainController {
   std::string progress() const override { return fmt::format("rec {}/{}", last_recovered_, ids_.size()); }
 
  private:
-  void recover(size_t i, UnitPath& p) const {
+  // Unit i's gradient norm (a block's: its columns of the projection's).
+  double norm(std::span<const UnitStep> units, size_t i) const {
+    return blocks_.empty() ? units[i].grad_norm : units[at_[i].first].block_norms.at(at_[i].second);
+  }
+
+  // Unit i takes the recovery path in paths.
+  void recover(size_t i, std::vector<UnitPath>& paths) const {
+    if (!blocks_.empty()) {
+      paths[at_[i].first].blocks.recovered[at_[i].second] = 1;
+      return;
+    }
+    UnitPath& p = paths[i];
     if (c_.name == "oracle") p.low = p.saved;  // its damage stays measured
     p.saved = c_.recover;
     if (!recover_gemm_.empty()) {
@@ -172,6 +195,8 @@ class Routing final : public TrainController {
   std::vector<size_t> order_;
   std::optional<Gnmr> gnmr_;
   std::vector<std::tuple<SitePolicy, SitePolicy, SitePolicy>> recover_gemm_;  // [unit]: forward, dx, dw
+  std::vector<SavedBlocks> blocks_;               // unit_block > 0: [projection], none recovered
+  std::vector<std::pair<size_t, size_t>> at_;     // unit_block > 0: [unit] → (projection, block)
   std::vector<bool> selected_;   // at the last observed step: the recovery path at the next
   std::vector<bool> ran_recovery_;  // at the current step (set by choose)
   uint64_t reruns_ = 0;          // steps re-run (rerun = true)
@@ -181,10 +206,16 @@ class Routing final : public TrainController {
 
 }  // namespace
 
-std::vector<std::string> unit_ids(const ModelConfig& m) {
+std::vector<std::string> unit_ids(const ModelConfig& m, int unit_block) {
   std::vector<std::string> ids;
   for (int l = 0; l < m.layers; ++l)
-    for (int u = 0; u < kUnitCount; ++u) ids.push_back(fmt::format("layer.{}.{}", l, to_string(Unit(u))));
+    for (int u = 0; u < kUnitCount; ++u)
+      if (unit_block <= 0) {
+        ids.push_back(fmt::format("layer.{}.{}", l, to_string(Unit(u))));
+      } else {
+        const int64_t nb = (saved_cols(m, Unit(u)) + unit_block - 1) / unit_block;
+        for (int64_t b = 0; b < nb; ++b) ids.push_back(fmt::format("layer.{}.{}.b{}", l, to_string(Unit(u)), b));
+      }
   return ids;
 }
 
@@ -192,6 +223,10 @@ std::unique_ptr<TrainController> make_controller(const ControllerConfig& c, cons
   if (c.name != "gnmr" && c.name != "random" && c.name != "static" && c.name != "oracle")
     throw InputError(fmt::format("[controller] name = '{}' (known: {})", c.name, kControllerNames));
   if (c.hold < 1) throw InputError("[controller] hold must be at least 1 (steps each random draw is kept)");
+  if (c.unit_block < 0) throw InputError(fmt::format("[controller] unit_block = {} (0: a unit per projection; > 0: columns per unit)", c.unit_block));
+  if (c.unit_block > 0 && !c.recover_policy.empty())
+    throw InputError("[controller] unit_block recovers column blocks of saved activations: a [controller.recover] policy "
+                     "(whole GEMMs) cannot apply to them; drop one of the two");
   return std::make_unique<Routing>(c, m);
 }
 

@@ -19,6 +19,16 @@
 //             recovered units too (UnitPath::low) — ties by id, units with no damage never. It
 //             knows step t's damage, not step t+1's where the recovery acts: one step late, as
 //             every controller here is unless it re-runs the step (rerun below).
+// Finer units: unit_block = B > 0 (any controller; default 0: a unit per projection) makes every
+// block of B consecutive columns of a projection's saved activation a unit of its own, id
+// "layer.<l>.<site>.b<k>" (k = 0, 1, …; the last block may be narrower): its input features, so its
+// norm is the L2 norm of those columns of the projection's weight gradients (biases excluded) and
+// recovering it gives those columns of dW the recovery path's saved activation and leaves every
+// other column bit for bit as it was (nn/backward.h SavedBlocks). With B = the head size, attn.proj's
+// blocks are its heads (its saved activation is the heads' outputs side by side). The oracle's
+// damage is then the block's own relative RMS error. Block units recover saved activations only:
+// a [controller.recover] policy (whole GEMMs) is an InputError with them, and so is [lora] (an
+// adapter's B gradient reads every input column).
 // A unit selected at step t (1-based, = the trainer's step + 1) runs the recovery path at t + 1.
 // rerun = true (any controller; default false): step t is also re-run at once — its forward and
 // backward again on the same sequences with the same random words — with the units selected at t
@@ -54,6 +64,7 @@ struct ControllerConfig {
   uint64_t seed = 1;       // random
   uint64_t hold = 1;       // random: steps each draw is kept (≥ 1)
   bool rerun = false;      // re-run step t with the units selected at t recovered
+  int unit_block = 0;      // > 0: a unit per block of this many saved-activation columns
   SavedQuant recover;      // the recovery path's saved activation (default: exact)
   std::string recover_policy;  // the recovery path's GEMM entries (empty: the run's)
 };
@@ -63,7 +74,8 @@ inline constexpr const char* kControllerNames = "gnmr, random, static, oracle";
 // The controller of `c` for model `m`; InputError if the recovery policy does not fit the model.
 std::unique_ptr<TrainController> make_controller(const ControllerConfig& c, const ModelConfig& m);
 
-// The unit ids in trainer order (layer-major: l·kUnitCount + unit).
-std::vector<std::string> unit_ids(const ModelConfig& m);
+// The unit ids in trainer order (layer-major: l·kUnitCount + unit; with unit_block > 0 each
+// projection's blocks in column order).
+std::vector<std::string> unit_ids(const ModelConfig& m, int unit_block = 0);
 
 }  // namespace mantis

@@ -136,6 +136,7 @@ double Trainer::gradient_pass(const std::vector<UnitPath>& paths, std::vector<st
     BackwardOptions o;
     o.saved = [&](int l, Unit u) { return paths[size_t(l * kUnitCount + int(u))].saved; };
     o.low = [&](int l, Unit u) { return paths[size_t(l * kUnitCount + int(u))].low; };
+    o.blocks = [&](int l, Unit u) { return &paths[size_t(l * kUnitCount + int(u))].blocks; };
     o.step = k;
     o.activations = &acts[i];
     loss[i] = sequence_backward<float>(model_, in, tgt, salted(policy, k), scale, g[i], o);
@@ -172,11 +173,24 @@ StepRecord Trainer::step() {
                                             : std::vector<std::string>{name})
           if (auto it = grads.find(n); it != grads.end()) ss += sum_squares(it->second.data(), it->second.size());
       us.grad_norm = std::sqrt(ss);
-      for (auto& a : acts) {
+      for (auto& a : acts) {  // sequences in order
         const UnitActivation& b = a[size_t(l * kUnitCount + u)];
         us.act.absmax = std::max(us.act.absmax, b.absmax);
         us.act.sum_sq += b.sum_sq, us.act.err_sq += b.err_sq, us.act.low_err_sq += b.low_err_sq;
         us.act.count += b.count;
+        us.act.block_sum_sq.resize(b.block_sum_sq.size()), us.act.block_low_err_sq.resize(b.block_sum_sq.size());
+        for (size_t k = 0; k < b.block_sum_sq.size(); ++k)
+          us.act.block_sum_sq[k] += b.block_sum_sq[k], us.act.block_low_err_sq[k] += b.block_low_err_sq[k];
+      }
+      if (const int w = us.path.blocks.block; w > 0) {  // column blocks of the weight gradients [out, in]
+        us.block_norms.assign(us.path.blocks.count(size_t(saved_cols(mc, Unit(u)))), 0.0);
+        for (const ParamInfo& p : parameter_infos(mc))
+          if (p.layer == l && unit_of(p.role) == Unit(u) && p.shape.size() == 2) {
+            const std::vector<float>& gw = grads.at(p.name);
+            const size_t in = size_t(p.shape[1]);
+            for (size_t i = 0; i < gw.size(); ++i) us.block_norms[(i % in) / size_t(w)] += double(gw[i]) * double(gw[i]);
+          }
+        for (double& v : us.block_norms) v = std::sqrt(v);
       }
       units.push_back(us);
     }
