@@ -486,6 +486,40 @@ TEST_CASE("LoRA: gradients bit-identical for 1 and 2 threads; a unit's saved pat
   }
 }
 
+TEST_CASE("LoRA: a frozen base's GEMM weight gradients are skipped; every other gradient bit for bit") {
+  for (const char* name : {"gpt2_erf", "llama_gqa"}) {
+    const Ref& r = ref(name);
+    const Model m = with_adapters(r);
+    for (const Policy& p : {Policy{}, policy_from_spec(std::string(MANTIS_SOURCE_DIR) + "/experiments/policies/bf16-gemms.toml")}) {
+      BackwardOptions all, frozen;
+      frozen.base_weight_grads = false;
+      all.saved = frozen.saved = [](int, Unit) { return SavedQuant{4, 0, Rounding::sr, 5}; };
+      LossSum la, lf;
+      const auto a = grads_of<float>(m, r.tokens, r.targets, p, all, &la);
+      const auto f = grads_of<float>(m, r.tokens, r.targets, p, frozen, &lf);
+      CHECK(la.sum == lf.sum);
+      std::set<std::string> gemm;  // projection and output weights and biases
+      for (const ParamInfo& pi : parameter_infos(m.cfg))
+        if (unit_of(pi.role) || pi.role == Role::lm_head) gemm.insert(pi.name);
+      size_t skipped = 0;
+      for (auto& [n, v] : a) {
+        INFO(name << " " << n);
+        const auto& w = f.at(n);
+        if (gemm.count(n)) {
+          CHECK(std::all_of(w.begin(), w.end(), [](float x) { return x == 0; }));
+          CHECK(std::any_of(v.begin(), v.end(), [](float x) { return x != 0; }));
+          ++skipped;
+        } else if (m.cfg.tied && n == "wte") {
+          CHECK(std::memcmp(v.data(), w.data(), v.size() * sizeof(float)) != 0);  // the tied output's dW is skipped
+        } else {
+          CHECK(std::memcmp(v.data(), w.data(), v.size() * sizeof(float)) == 0);  // adapters, norms, embeddings
+        }
+      }
+      CHECK(skipped > 0);
+    }
+  }
+}
+
 TEST_CASE("LoRA: malformed adapters and LAMP's recomputations are one-line errors") {
   const Ref& r = ref("llama_gqa");
   Model m = with_adapters(r);

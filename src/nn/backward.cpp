@@ -234,7 +234,7 @@ void embed_backward(const Matrix<T>& dx, std::span<const int32_t> tokens, Eigen:
 
 template <class T>
 void gpt2_backward(const Model& m, std::span<const int32_t> tokens, const Tape<T>& tape, const Matrix<T>& dlogits,
-                   const PolicyPlan& pol, GradMap<T>& grads, Saved<T>& saved) {
+                   const PolicyPlan& pol, GradMap<T>& grads, Saved<T>& saved, bool base) {
   const ModelConfig& c = m.cfg;
   const Index T_ = Index(tokens.size()), C = c.dim, NH = c.heads, HS = c.head_size(), H = c.hidden;
   const T eps = T(c.norm_eps);
@@ -242,7 +242,7 @@ void gpt2_backward(const Model& m, std::span<const int32_t> tokens, const Tape<T
   Grads<T> G(c, grads);
   Matrix<T> dxn(T_, C);                   // [T,C] gradient of a norm's output
   Matrix<T> dx = Matrix<T>::Zero(T_, C);  // [T,C] gradient of the residual stream
-  linear_backward<T>(pol, Site::lm_head, -1, 0, dlogits, tape.xnf, W(Role::tok_emb), &dxn, G(Role::tok_emb), nullptr);
+  linear_backward<T>(pol, Site::lm_head, -1, 0, dlogits, tape.xnf, W(Role::tok_emb), &dxn, G(Role::tok_emb), nullptr, base);
   norm_backward<T>(tape.x_final, W(Role::norm_f).data(), eps, true, dxn, dx, G(Role::norm_f).data(),
                    G.bias(Role::norm_f));
   Matrix<T> dh(T_, H);    // [T,H]
@@ -251,7 +251,7 @@ void gpt2_backward(const Model& m, std::span<const int32_t> tokens, const Tape<T
   // Linear `role` of layer l at `site` (weight and bias), backward; dy → din.
   const LoraViews<T> lora(m, &grads);
   auto linear = [&](Site site, Role role, int l, const Matrix<T>& dy, const Matrix<T>& x, Matrix<T>& din) {
-    linear_backward<T>(pol, site, l, 0, dy, x, W(role, l), &din, G(role, l), G.bias(role, l));
+    linear_backward<T>(pol, site, l, 0, dy, x, W(role, l), &din, G(role, l), G.bias(role, l), base);
     lora.backward(role, l, dy, x, din);
   };
   auto norm = [&](Role role, int l, const Matrix<T>& x) {
@@ -277,7 +277,7 @@ void gpt2_backward(const Model& m, std::span<const int32_t> tokens, const Tape<T
 
 template <class T>
 void llama_backward(const Model& m, std::span<const int32_t> tokens, const Tape<T>& tape, const Matrix<T>& dlogits,
-                    const PolicyPlan& pol, GradMap<T>& grads, Saved<T>& saved) {
+                    const PolicyPlan& pol, GradMap<T>& grads, Saved<T>& saved, bool base) {
   const ModelConfig& c = m.cfg;
   const Index T_ = Index(tokens.size()), C = c.dim, NH = c.heads, NKV = c.kv_heads, HS = c.head_size(), H = c.hidden;
   const T eps = T(c.norm_eps);
@@ -286,7 +286,7 @@ void llama_backward(const Model& m, std::span<const int32_t> tokens, const Tape<
   Matrix<T> dxn(T_, C), tmp(T_, C);       // [T,C]
   Matrix<T> dx = Matrix<T>::Zero(T_, C);  // [T,C] gradient of the residual stream
   const Role out = c.tied ? Role::tok_emb : Role::lm_head;
-  linear_backward<T>(pol, Site::lm_head, -1, 0, dlogits, tape.xnf, W(out), &dxn, G(out), nullptr);
+  linear_backward<T>(pol, Site::lm_head, -1, 0, dlogits, tape.xnf, W(out), &dxn, G(out), nullptr, base);
   norm_backward<T>(tape.x_final, W(Role::norm_f).data(), eps, false, dxn, dx, G(Role::norm_f).data(), nullptr);
   Matrix<T> dh(T_, H), dup(T_, H);  // [T,H]
   Matrix<T> datt(T_, C);            // [T,C]
@@ -294,7 +294,7 @@ void llama_backward(const Model& m, std::span<const int32_t> tokens, const Tape<
   // Linear `role` of layer l at `site` (no bias), backward; slot: its key among the site's GEMMs.
   const LoraViews<T> lora(m, &grads);
   auto linear = [&](Site site, Role role, int l, Index slot, const Matrix<T>& dy, const Matrix<T>& x, Matrix<T>& din) {
-    linear_backward<T>(pol, site, l, slot, dy, x, W(role, l), &din, G(role, l), nullptr);
+    linear_backward<T>(pol, site, l, slot, dy, x, W(role, l), &din, G(role, l), nullptr, base);
     lora.backward(role, l, dy, x, din);
   };
   auto norm = [&](Role role, int l, const Matrix<T>& x) {
@@ -348,8 +348,8 @@ LossSum sequence_backward(const Model& m, std::span<const int32_t> tokens, std::
   Matrix<T> dlogits;                                                         // [T,V]
   const LossSum loss = cross_entropy_backward<T>(logits, targets, scale, dlogits);
   Saved<T> saved(opt, m.cfg);
-  if (m.cfg.arch == Arch::gpt2) gpt2_backward<T>(m, tokens, tape, dlogits, plan, grads, saved);
-  else llama_backward<T>(m, tokens, tape, dlogits, plan, grads, saved);
+  if (m.cfg.arch == Arch::gpt2) gpt2_backward<T>(m, tokens, tape, dlogits, plan, grads, saved, opt.base_weight_grads);
+  else llama_backward<T>(m, tokens, tape, dlogits, plan, grads, saved, opt.base_weight_grads);
   return loss;
 }
 

@@ -109,6 +109,10 @@ struct BackwardOptions {
   std::function<std::optional<SavedQuant>(int layer, Unit u)> low;
   // The column blocks of a unit (nullptr or block 0: whole units).
   std::function<const SavedBlocks*(int layer, Unit u)> blocks;
+  // false (LoRA fine-tuning, the base frozen): the base's GEMM weight gradients — dW and db of
+  // every projection and of the output — are not computed and stay as given; dx, the adapters'
+  // gradients and the element-wise ones (norms, embeddings: cheap) are unchanged.
+  bool base_weight_grads = true;
 };
 
 struct LossSum {

@@ -59,14 +59,14 @@ void eigen_single_threaded() {
 
 template <class T>
 void linear_backward(const PolicyPlan& pol, Site site, int l, Index slot, const Matrix<T>& dy, const Matrix<T>& x,
-                     Eigen::Ref<const Matrix<T>> w, Matrix<T>* dx, Eigen::Ref<Matrix<T>> dW, T* db) {
+                     Eigen::Ref<const Matrix<T>> w, Matrix<T>* dx, Eigen::Ref<Matrix<T>> dW, T* db, bool weight_grads) {
   const Index N = dy.rows(), out = dy.cols(), in = x.cols();
-  {
+  if (weight_grads) {
     Matrix<T> d(out, in);  // [out,in] = dyᵀ·x
     site_gemm_at<T>(pol.at(site, l, Pass::dw), dy, x, false, d, grad_stream(site, l, slot, Pass::dw));
     dW += d;
   }
-  if (db) {
+  if (db && weight_grads) {
     Eigen::Map<Eigen::Matrix<T, 1, Eigen::Dynamic>> b(db, out);
     for (Index r = 0; r < N; ++r) b += dy.row(r);  // rows in order
   }
@@ -78,10 +78,10 @@ void linear_backward(const PolicyPlan& pol, Site site, int l, Index slot, const 
 
 template void linear_backward<float>(const PolicyPlan&, Site, int, Index, const Matrix<float>&, const Matrix<float>&,
                                      Eigen::Ref<const Matrix<float>>, Matrix<float>*, Eigen::Ref<Matrix<float>>,
-                                     float*);
+                                     float*, bool);
 template void linear_backward<double>(const PolicyPlan&, Site, int, Index, const Matrix<double>&, const Matrix<double>&,
                                       Eigen::Ref<const Matrix<double>>, Matrix<double>*, Eigen::Ref<Matrix<double>>,
-                                      double*);
+                                      double*, bool);
 
 }  // namespace detail
 

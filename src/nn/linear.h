@@ -65,9 +65,11 @@ void eigen_single_threaded();
 // Linear y = x·Wᵀ (+ b) at `site`, backward: dW += dyᵀ·x (Pass::dw), db += Σ_rows dy (rows in
 // order; db null: no bias), and dx = dy·W (Pass::dx) when dx is given. dy [N,out], x [N,in],
 // W [out,in], dW [out,in]. The GEMMs draw from grad_stream(site, layer, slot, pass).
+// weight_grads false (a frozen weight): dW and db are left as they are, only dx is computed.
 template <class T>
 void linear_backward(const PolicyPlan& pol, Site site, int layer, Eigen::Index slot, const Matrix<T>& dy,
-                     const Matrix<T>& x, Eigen::Ref<const Matrix<T>> w, Matrix<T>* dx, Eigen::Ref<Matrix<T>> dW, T* db);
+                     const Matrix<T>& x, Eigen::Ref<const Matrix<T>> w, Matrix<T>* dx, Eigen::Ref<Matrix<T>> dW, T* db,
+                     bool weight_grads = true);
 
 }  // namespace detail
 }  // namespace mantis

@@ -8,8 +8,9 @@
 //   backward  with x̃ the unit's saved activation (backward.h: exact, or quantised as the unit's
 //             path says — the adapter's weight gradients see what the base dW would), in T:
 //             us = s·(x̃·Aᵀ); dB += dyᵀ·us; gs = s·(dy·B) [N,r]; dA += gsᵀ·x̃; dx += gs·A.
-//             The base weights' own gradients are still computed (their buffers exist), and a
-//             LoRA run's optimizer does not update them.
+//             The trainer skips the frozen base's GEMM weight gradients (backward.h
+//             base_weight_grads = false: a third of the backward GEMMs); a LoRA run's optimizer
+//             never sees the base.
 // Targets are units (nn/site.h): every weight of the unit at every layer gets an adapter (llama's
 // qkv: wq, wk, wv; fc: w1 and w3); biases, norms, embeddings and lm_head never.
 // Initialisation (PEFT's default): A ~ U(−1/√in, 1/√in) from Philox words (seed, stream = the

@@ -139,6 +139,7 @@ double Trainer::gradient_pass(const std::vector<UnitPath>& paths, std::vector<st
     o.blocks = [&](int l, Unit u) { return &paths[size_t(l * kUnitCount + int(u))].blocks; };
     o.step = k;
     o.activations = &acts[i];
+    o.base_weight_grads = !c_.lora;  // frozen: only the adapters' gradients are used
     loss[i] = sequence_backward<float>(model_, in, tgt, salted(policy, k), scale, g[i], o);
   } catch (...) {
     errors[i] = std::current_exception();
