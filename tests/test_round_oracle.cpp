@@ -207,3 +207,40 @@ TEST_CASE("hand-checked values from the format definitions") {
   CHECK(r("int4", Rounding::rd, -6.5) == -7);
   CHECK(r("int4", Rounding::rd, -7.5) == -7);
 }
+
+TEST_CASE("integer grids: chunks inside the grid's ends (round_array's rne shortcut) and chunks with one value outside") {
+  // Every value of a 1024-element chunk inside [lo, hi] takes round_array.cpp's int_chunk under rne;
+  // a chunk with one value outside takes round_value. Inputs: random reals, every integer and
+  // half-integer of the range, and their neighbours one ulp either side (ties and near-ties).
+  for (int B : {2, 3, 4, 8, 16, 25, 32})
+    for (const char* k : {"int{}", "int{}tc", "uint{}"}) {
+      const Format f = format_lookup(fmt::format(fmt::runtime(k), B));
+      const RoundPlan p = plan_round(f, Rounding::rne);
+      REQUIRE(p.int_grid);
+      const double hi = std::ldexp(1.0, f.is_signed ? B - 1 : B) - 1, lo = !f.is_signed ? 0 : f.twos_complement ? -hi - 1 : -hi;
+      CHECK(p.int_max == std::max(hi, -lo));
+      std::vector<double> xd;
+      std::vector<float> xf;
+      auto add = [&](double v) {
+        for (double w : {v, std::nextafter(v, -INFINITY), std::nextafter(v, INFINITY)})
+          if (w >= lo && w <= hi) xd.push_back(w);
+        for (float w : {float(v), std::nextafter(float(v), -INFINITY), std::nextafter(float(v), INFINITY)})
+          if (w >= lo && w <= hi) xf.push_back(w);
+      };
+      const double span = hi - lo;
+      const size_t n = std::min<size_t>(scaled(4096), size_t(span) + 1);
+      for (size_t i = 0; i < n; ++i) {  // integers and half-integers spread over the range, ends included
+        const double v = std::round(lo + span * double(i) / double(std::max<size_t>(n - 1, 1)));
+        add(v), add(v + 0.5), add(v - 0.5);
+      }
+      for (uint64_t i = 0; i < scaled(8192); ++i) add(lo + span * (double(random_word(7, uint64_t(B), i)) / 4294967296.0));
+      for (bool with_outside : {false, true}) {
+        INFO(f.name << (with_outside ? " with an outside value per chunk" : " all inside"));
+        std::vector<double> d = xd;
+        std::vector<float> fl = xf;
+        if (with_outside)
+          for (size_t i = 0; i < d.size(); i += 1024) d[i] = hi + 1, fl[std::min(i, fl.size() - 1)] = float(lo - 1);
+        check_all(f, Rounding::rne, d, fl, 0);
+      }
+    }
+}

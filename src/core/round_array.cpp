@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include "mantis_config.h"
@@ -34,16 +35,41 @@ void fill_random(uint32_t* buf, uint64_t seed, uint64_t stream, uint64_t g0, siz
     for (int k = 0; k < 4; ++k) buf[j * 4 + k] = w[k][j];
 }
 
-template <Rounding M, class T, class Tout>
+// Integer grids under rne (RoundPlan::int_grid): a chunk whose values all lie in [lo, hi], the
+// grid's ends, rounds each by (x + 1.5·2^P) − 1.5·2^P, P the container's mantissa width: for
+// |x| ≤ 2^(P−1) the sum lies in [2^P, 2^(P+1)), where the spacing is 1, so it is x rounded to an
+// integer, ties to even, and the difference is exact (+0 for a zero result: the grids have no −0).
+// That is round_value's result there (the value is in range, so nothing saturates); any other
+// chunk (NaN, ±inf, beyond an end) takes round_value. Tested against MPFR with every format.
+template <class T>
+bool int_chunk(const T* x, T* y, size_t len, T lo, T hi) {
+  using U = typename Target<T>::U;
+  U outside = 0;
+  for (size_t i = 0; i < len; ++i) outside |= (x[i] >= lo) & (x[i] <= hi) ? U(0) : U(1);  // NaN: outside
+  if (outside) return false;
+  constexpr T kMagic = sizeof(T) == 4 ? T(0x1.8p23) : T(0x1.8p52);
+  for (size_t i = 0; i < len; ++i) y[i] = (x[i] + kMagic) - kMagic;
+  return true;
+}
+
+template <Rounding M, bool Int, class T, class Tout>
 void kernel(const T* in, Tout* out, size_t begin, size_t end, const Target<T>& target, uint64_t seed,
             uint64_t stream, uint64_t index0) {
   const Target<T> t = target;  // a local copy: its fields stay in registers across stores to out
   constexpr bool kRandom = is_stochastic(M);
   alignas(64) uint32_t rnd[kChunk + 8];
+  [[maybe_unused]] alignas(64) T ibuf[Int ? kChunk : 1];
+  [[maybe_unused]] const T lo = t.unsigned_fmt ? T(0) : -from_bits<T>(t.neg_max_bits), hi = from_bits<T>(t.max_bits);
   for (size_t c = begin; c < end; c += kChunk) {
     const size_t len = std::min(kChunk, end - c);
     const T* x = in + c;
     Tout* y = out + c;
+    if constexpr (Int) {
+      if (int_chunk(x, ibuf, len, lo, hi)) {
+        for (size_t i = 0; i < len; ++i) y[i] = Tout(ibuf[i]);
+        continue;
+      }
+    }
     // Chunks made only of zeros and normal-range values take the shortcut (round.h).
     typename Target<T>::U outside = 0;
     for (size_t i = 0; i < len; ++i) outside |= outside_normal_range(x[i], t);
@@ -65,7 +91,7 @@ void kernel(const T* in, Tout* out, size_t begin, size_t end, const Target<T>& t
   }
 }
 
-template <Rounding M, class T, class Tout>
+template <Rounding M, bool Int, class T, class Tout>
 void run(const T* in, Tout* out, size_t n, const Target<T>& t, uint64_t seed, uint64_t stream, uint64_t index0) {
 #if MANTIS_HAVE_OPENMP
   if (n >= kParallelThreshold && omp_get_max_threads() > 1) {
@@ -75,18 +101,21 @@ void run(const T* in, Tout* out, size_t n, const Target<T>& t, uint64_t seed, ui
       const size_t nt = size_t(omp_get_num_threads()), id = size_t(omp_get_thread_num());
       const size_t per = ((n + nt - 1) / nt + 3) & ~size_t(3);
       const size_t b = std::min(n, id * per), e = std::min(n, b + per);
-      kernel<M>(in, out, b, e, t, seed, stream, index0);
+      kernel<M, Int>(in, out, b, e, t, seed, stream, index0);
     }
     return;
   }
 #endif
-  kernel<M>(in, out, 0, n, t, seed, stream, index0);
+  kernel<M, Int>(in, out, 0, n, t, seed, stream, index0);
 }
 
 template <class T, class Tout>
 void dispatch(const T* in, Tout* out, size_t n, const Target<T>& t, const RoundPlan& p, uint64_t stream,
               uint64_t index0) {
-  with_rounding(p.mode, [&](auto mode) { run<decltype(mode)::value>(in, out, n, t, p.seed, stream, index0); });
+  constexpr int kP = sizeof(T) == 4 ? 23 : 52;  // int_chunk's magic sum needs |x| ≤ 2^(P−1)
+  if (p.int_grid && p.mode == Rounding::rne && p.int_max <= std::ldexp(1.0, kP - 1))
+    return run<Rounding::rne, true>(in, out, n, t, p.seed, stream, index0);
+  with_rounding(p.mode, [&](auto mode) { run<decltype(mode)::value, false>(in, out, n, t, p.seed, stream, index0); });
 }
 
 }  // namespace
@@ -112,6 +141,9 @@ RoundPlan plan_round(const Format& f, Rounding mode, int sr_bits, uint64_t seed)
   p.fits_float = fits_float(f);
   if (p.fits_float) p.tf = make_target<float>(f, sr_bits);
   p.td = make_target<double>(f, sr_bits);  // every validated format fits binary64
+  p.int_grid = f.mu == f.emin && f.emin == f.emax && f.subnormals && f.specials == Specials::none &&
+               f.overflow == Overflow::saturate && !f.negative_zero && f.has_zero;
+  p.int_max = p.int_grid ? std::max(from_bits<double>(p.td.max_bits), from_bits<double>(p.td.neg_max_bits)) : 0;
   return p;
 }
 

@@ -33,6 +33,11 @@ struct RoundPlan {
   bool fits_float = false;   // the format fits binary32: float output allowed, `tf` set
   Target<float> tf{};        // the float-container target (when fits_float)
   Target<double> td{};       // the double-container target (every validated format)
+  // An integer grid (μ = emin = emax with subnormals: spacing 1 throughout; no specials,
+  // saturating, +0 only — format.cpp's int<B>, int<B>tc, uint<B>): rne takes a shortcut
+  // (round_array.cpp int_chunk) where int_max, the largest magnitude, allows it.
+  bool int_grid = false;
+  double int_max = 0;
 };
 
 // Throws InputError (the messages of validate(f) and validate_sr_bits) unless f and sr_bits are valid.
