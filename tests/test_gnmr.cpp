@@ -21,6 +21,7 @@
 #include "testutil.h"
 #include "train/config.h"
 #include "train/gnmr.h"
+#include "train/routing.h"
 #include "mantis_config.h"
 
 using namespace mantis;
@@ -493,7 +494,7 @@ TEST_CASE("the shipped GNMR studies parse: every arm's configuration on every mo
   const auto cwd = std::filesystem::current_path();
   std::filesystem::current_path(MANTIS_SOURCE_DIR);  // their paths are relative to the repository root
   for (const char* f : {"experiments/gnmr/stress.toml", "experiments/gnmr/finetune.toml", "experiments/gnmr/deepseek.toml",
-                        "tests/data/gnmr-small.toml"}) {
+                        "experiments/gnmr/blocks.toml", "experiments/gnmr/knobs.toml", "tests/data/gnmr-small.toml"}) {
     INFO(f);
     const GnmrStudyConfig c = read_gnmr_study(f);
     CHECK(!gnmr_study_cells(c).empty());
@@ -502,6 +503,11 @@ TEST_CASE("the shipped GNMR studies parse: every arm's configuration on every mo
         INFO(m << " " << a.name);
         const TrainConfig t = train_config_from_toml(read_text_file(m, "model") + "\n" + a.config, m);
         if (!t.controller.name.empty()) CHECK(make_controller(t.controller, t.model) != nullptr);
+        if (std::string(f).find("blocks") != std::string::npos && a.name != "static2-tensor") {
+          CHECK(t.controller.unit_block == 32);  // 8 + 8 + 8 + 22 blocks a layer; 23 = 12.5 % of them
+          CHECK(unit_ids(t.model, 32).size() == 184);
+          CHECK(t.controller.gnmr.max_recover == 23);
+        }
         policy_from_spec(t.policy).check(t.model);  // the arm's GEMM policy loads and fits the model
         if (std::string(f).find("finetune") != std::string::npos) {
           CHECK(t.lora.has_value());
