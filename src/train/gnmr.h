@@ -46,14 +46,17 @@ namespace mantis {
 // Defaults (the paper's values could not be recovered: papers.md §2.3): alpha, beta, delta and
 // combine from the exceedance sweep of experiments/gnmr/README.md ("Defaults": the least strict
 // point whose exceedance stays ≤ 0.2 % of eligible unit-steps on llama-bytes' static int2-per-tensor
-// and 4-bit-per-token low paths, tools/gnmr_sweep.py); max_recover, lock and warmup are still
-// placeholders until a quality sweep sets them.
+// and 4-bit-per-token low paths, tools/gnmr_sweep.py); max_recover, lock and warmup from the
+// quality sweep there ("Knobs", experiments/gnmr/knobs.toml: training runs, one knob at a time
+// around max_recover 2, lock 16, warm-up 30; a value replaces the centre only where its paired
+// 95 % interval excludes 0 in its favour — lock 64 did; max_recover 1 / 4 and warm-up 10 / 100 did
+// not). max_recover counts units: 2 is 12.5 % of llama-bytes' 16, so scale it with the model.
 struct GnmrOptions {
   double alpha = 2.0, beta = 4.0;
   int delta = 8;
-  int max_recover = 1;  // maxO: units per step
-  int lock = 16;        // T_lock
-  uint64_t warmup = 100;
+  int max_recover = 2;  // maxO: units per step
+  int lock = 64;        // T_lock
+  uint64_t warmup = 30;
   bool combine_and = false;        // combine = "or" | "and"
   bool history_low_path = false;   // history = "all" | "low_path"
   bool mean_ema = false;           // mean = "cumulative" | "ema"
