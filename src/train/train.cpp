@@ -153,6 +153,12 @@ double Trainer::gradient_pass(const std::vector<UnitPath>& paths, std::vector<st
   return loss_sum / double(count);
 }
 
+namespace {
+bool controller_blocks(const std::vector<UnitPath>& paths) {
+  return std::any_of(paths.begin(), paths.end(), [](const UnitPath& p) { return p.blocks.block > 0; });
+}
+}  // namespace
+
 StepRecord Trainer::step() {
   const auto t0 = std::chrono::steady_clock::now();
   const ModelConfig& mc = c_.model;
@@ -165,6 +171,7 @@ StepRecord Trainer::step() {
 
   // per-unit report (before clipping)
   std::vector<UnitStep> units;
+  const std::vector<ParamInfo> infos = controller_blocks(paths) ? parameter_infos(mc) : std::vector<ParamInfo>{};
   for (int l = 0; l < mc.layers; ++l)
     for (int u = 0; u < kUnitCount; ++u) {
       UnitStep us{l, Unit(u), paths[size_t(l * kUnitCount + u)], 0, {}};
@@ -185,7 +192,7 @@ StepRecord Trainer::step() {
       }
       if (const int w = us.path.blocks.block; w > 0) {  // column blocks of the weight gradients [out, in]
         us.block_norms.assign(us.path.blocks.count(size_t(saved_cols(mc, Unit(u)))), 0.0);
-        for (const ParamInfo& p : parameter_infos(mc))
+        for (const ParamInfo& p : infos)
           if (p.layer == l && unit_of(p.role) == Unit(u) && p.shape.size() == 2) {
             const std::vector<float>& gw = grads.at(p.name);
             const size_t in = size_t(p.shape[1]);
