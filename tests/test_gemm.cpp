@@ -234,3 +234,55 @@ TEST_CASE("plan_gemm rejects what validate rejects, with the same message") {
     }
   }
 }
+
+namespace {
+
+// The GPU's tiled kernel (src/cuda/gemm.cu) on the CPU: each output's OutputAccumulator fed its
+// products slice by slice (16 k per slice, as the kernel's shared-memory tiles), each slice's
+// outputs visited in the kernel's order; the result must be gemm()'s, bit for bit.
+template <Rounding M, Accumulation kAcc>
+std::vector<double> tiled_like_gpu(const GemmPlan& p, const std::vector<float>& A, const std::vector<float>& B,
+                                   size_t Mr, size_t N, size_t K, uint64_t stream) {
+  constexpr size_t kBK = 16;
+  std::vector<OutputAccumulator<M, kAcc>> acc(Mr * N, OutputAccumulator<M, kAcc>(p.seed, stream));
+  const uint64_t nchunks = chunk_count(K, p.block);
+  for (size_t k0 = 0; k0 < K; k0 += kBK)
+    for (size_t o = 0; o < Mr * N; ++o)
+      for (size_t k = k0; k < std::min(K, k0 + kBK); ++k)
+        acc[o].step(A[(o / N) * K + k], B[k * N + o % N], p.acc, o, K, k, p.block, nchunks);
+  std::vector<double> C(Mr * N);
+  for (size_t o = 0; o < C.size(); ++o) C[o] = acc[o].value();
+  return C;
+}
+
+}  // namespace
+
+TEST_CASE("the GPU kernel's per-tile accumulation (OutputAccumulator) == gemm, every mode and accumulation") {
+  const size_t shapes[][3] = {{1, 1, 1}, {3, 5, 17}, {9, 7, 100}, {2, 3, 0}};
+  uint64_t seed = 40;
+  for (const char* fn : {"ps4", "bf16", "fp16", "ps23"})
+    for (Rounding m : {Rounding::rne, Rounding::rna, Rounding::rz, Rounding::ru, Rounding::rd, Rounding::ro,
+                       Rounding::sr, Rounding::sre})
+      for (Accumulation a : {Accumulation::strict, Accumulation::unfused, Accumulation::blocked, Accumulation::promoted})
+        for (const auto& sh : shapes) {
+          GemmSpec s;
+          s.acc = format_lookup(fn), s.acc_mode = m, s.accumulation = a, s.block = 7, s.sr_bits = 16, s.seed = ++seed;
+          const GemmPlan p = plan_gemm(s);
+          const auto A = random_matrix(sh[0] * sh[2], seed, true), B = random_matrix(sh[2] * sh[1], seed + 1, true);
+          std::vector<double> want(sh[0] * sh[1]);
+          gemm(p, A.data(), B.data(), want.data(), sh[0], sh[1], sh[2], 6);
+          const std::vector<double> got = with_rounding(m, [&](auto mode) {
+            constexpr Rounding R = decltype(mode)::value;
+            switch (a) {
+              case Accumulation::strict: return tiled_like_gpu<R, Accumulation::strict>(p, A, B, sh[0], sh[1], sh[2], 6);
+              case Accumulation::unfused: return tiled_like_gpu<R, Accumulation::unfused>(p, A, B, sh[0], sh[1], sh[2], 6);
+              case Accumulation::blocked: return tiled_like_gpu<R, Accumulation::blocked>(p, A, B, sh[0], sh[1], sh[2], 6);
+              default: return tiled_like_gpu<R, Accumulation::promoted>(p, A, B, sh[0], sh[1], sh[2], 6);
+            }
+          });
+          size_t bad = 0;
+          for (size_t i = 0; i < want.size(); ++i) bad += !test::same(want[i], got[i]);
+          INFO(fmt::format("{} {} {} {}x{}x{}", fn, to_string(m), to_string(a), sh[0], sh[1], sh[2]));
+          CHECK(bad == 0);
+        }
+}

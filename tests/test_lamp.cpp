@@ -8,6 +8,9 @@
 #include <vector>
 
 #include "io/checkpoint.h"
+#include "nn/activation.h"
+#include "nn/attention.h"
+#include "nn/attention_row.h"
 #include "nn/forward.h"
 #include "nn/lamp.h"
 #include "mantis_config.h"
@@ -341,4 +344,260 @@ TEST_CASE("LAMP at the activation and at the norm inputs: τ = 0 recomputes, τ 
   CHECK(p.lamp_layernorm->recompute->name == "bf16");
   CHECK_THROWS_WITH(policy_from_toml("[lamp_activation]\nrule = \"strict\"\n", "x.toml"),
                     Catch::Contains("unknown key 'rule' in [lamp_activation]"));
+}
+
+// ---------------------------------------------------------------- attention_row.h: the GPU's row steps
+// (src/cuda/attention.cu runs these MANTIS_HD functions; here they are driven as its kernels do).
+
+TEST_CASE("the relaxed rule tile by tile with a running max (flash) equals lamp_select_row", "[attention_row]") {
+  size_t rows = 0, selected = 0, dropped = 0;
+  for (int r = 0; r < 300; ++r)
+    for (size_t n : {size_t(1), size_t(2), size_t(5), size_t(64), size_t(200)})
+      for (double tau : {1e-9, 1e-3, 0.03, 0.5, 0.999999})
+        for (bool scaled : {false, true}) {
+          std::vector<float> y = test_row(r, n);
+          if (r % 3 == 0) std::sort(y.begin(), y.end());  // rising: the max moves every tile
+          LampSpec s;
+          s.rule = LampRule::relaxed, s.tau = tau, s.length_scaled = scaled;
+          const int64_t row = int64_t(n) - 1;
+          std::vector<uint8_t> want(n);
+          const size_t count = lamp_select_row(s, y, row, want, 0);
+          const double t = lamp_tau(s, row);
+          INFO("row " << r << " n " << n << " tau " << t);
+          std::vector<uint8_t> seen(n, 0), got(n, 0);
+          size_t c = 0;
+          if (lamp_relaxed_trivial(t) != 2) {
+            c = lamp_relaxed_trivial(t) == 1 ? n : 0;
+            std::fill(got.begin(), got.end(), uint8_t(c == n));
+            std::fill(seen.begin(), seen.end(), uint8_t(1));
+          } else {
+            for (size_t tile : {size_t(1), size_t(7), size_t(64)}) {
+              std::vector<uint32_t> cj(n);
+              std::vector<float> cy(n);
+              RelaxedScan scan;
+              std::fill(seen.begin(), seen.end(), uint8_t(0));
+              for (size_t t0 = 0; t0 < n; t0 += tile) {
+                for (size_t j = t0; j < std::min(n, t0 + tile); ++j)
+                  relaxed_scan_add(scan, cj.data(), cy.data(), uint32_t(j), y[j]);
+                relaxed_scan_prune(scan, cj.data(), cy.data(), t, [&](uint32_t j, float v) {
+                  CHECK(v == y[j]);
+                  ++seen[j], ++dropped;
+                });
+              }
+              std::fill(got.begin(), got.end(), uint8_t(0));
+              c = relaxed_scan_finish(scan, cj.data(), cy.data(), t, [&](uint32_t j, float, bool sel) {
+                ++seen[j];
+                got[j] = sel;
+              });
+              CHECK(c == count);
+              CHECK(got == want);
+            }
+          }
+          CHECK(c == count);
+          CHECK(got == want);
+          CHECK(std::count(seen.begin(), seen.end(), uint8_t(1)) == std::ptrdiff_t(n));  // each key once
+          ++rows, selected += count;
+        }
+  CHECK(selected > 0);
+  CHECK(dropped > rows);  // the running bound prunes before the end
+}
+
+TEST_CASE("lamp_row_select is lamp_select_row; the random control's draws", "[attention_row]") {
+  for (int r = 0; r < 100; ++r)
+    for (LampRule rule : {LampRule::strict, LampRule::relaxed}) {
+      const size_t n = size_t(1 + r % 70);
+      const std::vector<float> y = test_row(r, n);
+      LampSpec s;
+      s.rule = rule, s.tau = 0.01, s.random_control = r % 2 == 0, s.seed = 5;
+      std::vector<uint8_t> a(n), b(n);
+      std::vector<uint32_t> idx(n);
+      const size_t ca = lamp_select_row(s, y, int64_t(n) - 1, a, 77);
+      const size_t cb = lamp_row_select(rule == LampRule::strict, lamp_tau(s, int64_t(n) - 1), s.random_control, s.seed,
+                                        y.data(), n, b.data(), idx.data(), 77);
+      CHECK(ca == cb);
+      CHECK(a == b);
+      CHECK(size_t(std::count(b.begin(), b.end(), uint8_t(1))) == cb);
+    }
+}
+
+TEST_CASE("softmax_row equals the CPU attention's softmax (vectorised numerators), bit for bit", "[attention_row]") {
+  for (int r = 0; r < 200; ++r) {
+    const size_t n = size_t(1 + (r * 37) % 300);
+    std::vector<float> x(n);
+    for (size_t j = 0; j < n; ++j) x[j] = float((double(random_word(3, uint64_t(r), j)) / 4294967296.0 - 0.5) * (r % 40));
+    if (r % 9 == 4 && n > 2) x[1] = -0.0f, x[0] = 0.0f;  // zeros of both signs
+    std::vector<float> cpu = x, hd = x;
+    float mx;
+    softmax_divide(cpu.data(), int64_t(n), detail::softmax_numerators(cpu.data(), cpu.data(), int64_t(n), mx));
+    softmax_row(hd.data(), int64_t(n));
+    CHECK(std::memcmp(cpu.data(), hd.data(), n * 4) == 0);
+  }
+}
+
+TEST_CASE("the online softmax (flash) equals softmax·V up to the summation order", "[attention_row]") {
+  const int64_t d = 8;
+  for (int r = 0; r < 100; ++r) {
+    const size_t n = size_t(1 + (r * 13) % 150);
+    std::vector<float> x(n), v(n * size_t(d));
+    for (size_t j = 0; j < n; ++j) x[j] = float((double(random_word(4, uint64_t(r), j)) / 4294967296.0 - 0.5) * 20);
+    for (size_t i = 0; i < v.size(); ++i) v[i] = 0.5f + float(double(random_word(6, uint64_t(r), i)) / 4294967296.0);
+    std::vector<float> p = x;
+    softmax_row(p.data(), int64_t(n));
+    OnlineSoftmax<float> s;
+    std::vector<float> acc(static_cast<size_t>(d), 0.0f), out(static_cast<size_t>(d));
+    for (size_t j = 0; j < n; ++j) online_softmax_add(s, acc.data(), x[j], v.data() + j * size_t(d), d);
+    online_softmax_finish(s, acc.data(), out.data(), d);
+    for (int64_t c = 0; c < d; ++c) {
+      double want = 0;
+      for (size_t j = 0; j < n; ++j) want += double(p[j]) * double(v[j * size_t(d) + size_t(c)]);
+      CHECK(std::abs(double(out[size_t(c)]) - want) <= 1e-5 * want);
+    }
+  }
+}
+
+namespace {
+
+// The attention sites of the GPU contracts (src/cuda/attention_contracts.cpp): attn.qk strict ps<μ>
+// with ps<μ> scores in `mode`, attn.pv strict fp32 (or native), the softmax's output bf16 (or not).
+Policy kernel_policy(int mu, Rounding mode, bool pv_emulated, bool sm_round, uint64_t seed) {
+  Policy p = lamp_policy(mu);
+  p.all[int(Site::attn_qk)].rounding = mode, p.all[int(Site::attn_qk)].seed = seed;
+  if (pv_emulated) {
+    SitePolicy& pv = p.all[int(Site::attn_pv)];
+    pv.accumulation = Accumulation::strict, pv.accumulator = format_lookup("fp32"), pv.rounding = mode;
+    pv.seed = seed, pv.sr_bits = 24;
+  }
+  if (sm_round) {
+    SitePolicy& sm = p.all[int(Site::softmax)];
+    sm.output = format_lookup("bf16"), sm.rounding = mode, sm.seed = seed + 1;
+  }
+  return p;
+}
+
+Matrix<float> kernel_input(Eigen::Index rows, Eigen::Index cols, float lo, float hi, uint64_t stream) {
+  Matrix<float> m(rows, cols);
+  for (Eigen::Index i = 0; i < m.size(); ++i)
+    m.data()[i] = lo + (hi - lo) * float(double(random_word(9, stream, uint64_t(i))) / 4294967296.0);
+  return m;
+}
+
+}  // namespace
+
+TEST_CASE("the GPU kernels' steps run serially equal the CPU attention (materialised: bit for bit)",
+          "[attention_row]") {
+  struct Shape { Eigen::Index T, NH, NKV, HS; };
+  for (const Shape sh : {Shape{1, 1, 1, 8}, Shape{17, 2, 2, 8}, Shape{70, 4, 1, 8}, Shape{130, 1, 1, 16}})
+    for (int mu : {4, 10})
+      for (Rounding mode : {Rounding::rne, Rounding::sr})
+        for (int variant = 0; variant < 4; ++variant) {
+          Policy p = kernel_policy(mu, mode, true, variant % 2 == 1, 3);
+          if (variant >= 1) {
+            p.lamp = LampSpec{};
+            p.lamp->rule = variant == 2 ? LampRule::relaxed : LampRule::strict;
+            p.lamp->tau = variant == 2 ? 0.03 : 0.01;
+            p.lamp->length_scaled = variant == 3, p.lamp->random_control = variant == 3, p.lamp->seed = 4;
+            p.lamp->recompute = format_lookup("fp32");
+          }
+          INFO("T " << sh.T << " NH " << sh.NH << " NKV " << sh.NKV << " mu " << mu << " mode " << int(mode)
+                    << " variant " << variant);
+          ModelConfig c;
+          c.arch = Arch::llama, c.layers = 1, c.heads = int(sh.NH), c.kv_heads = int(sh.NKV), c.dim = int(sh.NH * sh.HS);
+          const PolicyPlan pol(p, c);
+          const Matrix<float> q = kernel_input(sh.T, sh.NH * sh.HS, -2, 2, 1), k = kernel_input(sh.T, sh.NKV * sh.HS, -2, 2, 2);
+          const Matrix<float> v = kernel_input(sh.T, sh.NKV * sh.HS, 0.5f, 1.5f, 3);
+          Matrix<float> out(sh.T, sh.NH * sh.HS);
+          std::vector<Matrix<float>> probs;
+          const uint64_t want = detail::attention_forward<float>(pol, 0, q, k, v, sh.NH, sh.NKV, sh.HS, out, &probs, {});
+          // the materialised kernel, one (head, row) block at a time
+          const AttentionArgs A = attention_args(pol, 0, q.data(), k.data(), v.data(), sh.T, sh.NH, sh.NKV, sh.HS);
+          Matrix<float> got(sh.T, sh.NH * sh.HS);
+          uint64_t count = 0;
+          bool probs_equal = true;
+          for (int64_t h = 0; h < sh.NH; ++h)
+            for (int64_t i = 0; i < sh.T; ++i) {
+              const int64_t n = i + 1;
+              std::vector<float> S(size_t(sh.T), 0.0f);
+              for (int64_t j = 0; j < n; ++j) S[size_t(j)] = attention_score(A, h, i, j);
+              if (A.lamp) {
+                std::vector<uint8_t> mark(static_cast<size_t>(n));
+                std::vector<uint32_t> idx(static_cast<size_t>(n));
+                count += lamp_row_select(A.strict_rule, lamp_row_tau(A.tau, A.length_scaled, i), A.random_control,
+                                         A.lamp_seed, S.data(), size_t(n), mark.data(), idx.data(), lamp_stream(0, h, i));
+                for (int64_t j = 0; j < n; ++j)
+                  if (mark[size_t(j)]) S[size_t(j)] = attention_recomputed(A, h, i, j);
+              }
+              const uint64_t sms = softmax_stream(0, h, i);
+              if (A.sm_in.on)
+                for (int64_t j = 0; j < n; ++j) S[size_t(j)] = round_element(A.sm_in, S[size_t(j)], sms + kStreamA, uint64_t(j));
+              softmax_row(S.data(), n);
+              if (A.sm_out.on)
+                for (int64_t j = 0; j < n; ++j)
+                  S[size_t(j)] = round_element(A.sm_out, S[size_t(j)], sms + kStreamOutput, uint64_t(j));
+              probs_equal &= std::memcmp(S.data(), probs[size_t(h)].row(i).data(), size_t(sh.T) * 4) == 0;
+              for (int64_t cc = 0; cc < sh.HS; ++cc) got(i, h * sh.HS + cc) = attention_pv(A, S.data(), h, i, cc);
+            }
+          CHECK(probs_equal);
+          CHECK(count == want);
+          CHECK(std::memcmp(got.data(), out.data(), size_t(out.size()) * 4) == 0);
+        }
+}
+
+TEST_CASE("the flash kernel's steps run serially: the CPU's LAMP counts, its output to rounding", "[attention_row]") {
+  struct Shape { Eigen::Index T, NH, NKV, HS; };
+  const int64_t tile = 16;
+  for (const Shape sh : {Shape{1, 1, 1, 8}, Shape{17, 2, 2, 8}, Shape{70, 4, 1, 8}, Shape{130, 1, 1, 16}})
+    for (int mu : {4, 10})
+      for (Rounding mode : {Rounding::rne, Rounding::sr})
+        for (double tau : {-1.0, 0.0, 1e-4, 0.03, 0.5, 2.0}) {
+          Policy p = kernel_policy(mu, mode, false, false, 3);
+          if (tau >= 0) {
+            p.lamp = LampSpec{};
+            p.lamp->rule = LampRule::relaxed, p.lamp->tau = tau, p.lamp->length_scaled = tau == 1e-4;
+            p.lamp->recompute = format_lookup("fp32");
+          }
+          INFO("T " << sh.T << " NH " << sh.NH << " mu " << mu << " mode " << int(mode) << " tau " << tau);
+          ModelConfig c;
+          c.arch = Arch::llama, c.layers = 1, c.heads = int(sh.NH), c.kv_heads = int(sh.NKV), c.dim = int(sh.NH * sh.HS);
+          const PolicyPlan pol(p, c);
+          const Matrix<float> q = kernel_input(sh.T, sh.NH * sh.HS, -2, 2, 1), k = kernel_input(sh.T, sh.NKV * sh.HS, -2, 2, 2);
+          const Matrix<float> v = kernel_input(sh.T, sh.NKV * sh.HS, 0.5f, 1.5f, 3);
+          Matrix<float> out(sh.T, sh.NH * sh.HS);
+          const uint64_t want = detail::attention_forward<float>(pol, 0, q, k, v, sh.NH, sh.NKV, sh.HS, out, nullptr, {});
+          const AttentionArgs A = attention_args(pol, 0, q.data(), k.data(), v.data(), sh.T, sh.NH, sh.NKV, sh.HS);
+          uint64_t count = 0;
+          double worst = 0;
+          for (int64_t h = 0; h < sh.NH; ++h)
+            for (int64_t i = 0; i < sh.T; ++i) {
+              const int64_t n = i + 1, g = h / (sh.NH / sh.NKV);
+              const double t = A.lamp ? lamp_row_tau(A.tau, A.length_scaled, i) : 0.0;
+              const int rule = A.lamp ? lamp_relaxed_trivial(t) : 0;
+              OnlineSoftmax<float> sm;
+              std::vector<float> acc(size_t(sh.HS), 0.0f), o(static_cast<size_t>(sh.HS)), cy(static_cast<size_t>(n));
+              std::vector<uint32_t> cj(static_cast<size_t>(n));
+              auto feed = [&](uint32_t j, float x) {
+                if (A.sm_in.on) x = round_element(A.sm_in, x, softmax_stream(0, h, i) + kStreamA, j);
+                online_softmax_add(sm, acc.data(), x, v.data() + int64_t(j) * sh.NKV * sh.HS + g * sh.HS, sh.HS);
+              };
+              RelaxedScan scan;
+              for (int64_t t0 = 0; t0 < n; t0 += tile) {
+                for (int64_t j = t0; j < std::min(n, t0 + tile); ++j) {
+                  if (rule == 2) relaxed_scan_add(scan, cj.data(), cy.data(), uint32_t(j), attention_score(A, h, i, j));
+                  else feed(uint32_t(j), rule == 1 ? attention_recomputed(A, h, i, j) : attention_score(A, h, i, j));
+                }
+                if (rule == 2) relaxed_scan_prune(scan, cj.data(), cy.data(), t, feed);
+              }
+              if (rule == 1) count += uint64_t(n);
+              if (rule == 2)
+                count += relaxed_scan_finish(scan, cj.data(), cy.data(), t, [&](uint32_t j, float y, bool sel) {
+                  feed(j, sel ? attention_recomputed(A, h, i, j) : y);
+                });
+              online_softmax_finish(sm, acc.data(), o.data(), sh.HS);
+              for (int64_t cc = 0; cc < sh.HS; ++cc) {
+                const double w = out(i, h * sh.HS + cc);
+                worst = std::max(worst, std::abs(double(o[size_t(cc)]) - w) / std::abs(w));
+              }
+            }
+          CHECK(count == want);
+          CHECK(worst <= 1e-5);
+        }
 }

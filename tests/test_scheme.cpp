@@ -314,3 +314,89 @@ TEST_CASE("round-to-odd division and the stochastic rounding of quotients") {
   CHECK(div_round_odd(1.0, 4.0) == 0.25);
   CHECK(std::signbit(div_round_odd(-0.0, 3.0)));
 }
+
+#include "core/scheme_block.h"
+
+// The device-facing entry points of scheme_block.h (what src/cuda/scheme.cu runs per block and per
+// element) driven by hand, one element at a time, against the array path, bit for bit: the plan,
+// the tensor scale (amax gathered in reverse order), the block extremes (two halves joined by
+// amax_merge, as a GPU group does), the scale, the kind and scheme_element with each word.
+template <class T>
+static size_t by_element(const Scheme& s, const std::vector<T>& x, int64_t rows, int64_t cols, Rounding m) {
+  const int sr_bits = 20;
+  const uint64_t seed = 6, stream = 4, index0 = 5;
+  std::vector<T> want(x.size());
+  std::vector<double> want_scales, want_z;
+  const SchemeStats ws = quantize_scheme<T>(s, x.data(), want.data(), rows, cols, m, sr_bits, seed, stream, index0,
+                                            &want_scales, &want_z);
+  const SchemeBlockPlan p = plan_scheme_blocks(s, rows, cols, m, sr_bits, seed);
+  BlockAmax all;
+  for (int64_t i = rows * cols - 1; i >= 0; --i) amax_add(all, double(x[size_t(i)]));
+  const TensorScale ts = tensor_scale(p, all.amax, all.bad);
+  std::vector<T> got(x.size());
+  SchemeStats gs;
+  gs.global_scale = s.two_level ? ts.G : 1.0;
+  size_t bad = 0;
+  for (int64_t bi = 0; bi < p.nbr; ++bi)
+    for (int64_t bj = 0; bj < p.nbc; ++bj) {
+      const int64_t r0 = bi * p.br, c0 = bj * p.bc;
+      const int64_t nr = std::min(p.br, rows - r0), nc = std::min(p.bc, cols - c0), n = nr * nc;
+      auto at = [&](int64_t e) { return (r0 + e / nc) * cols + c0 + e % nc; };
+      BlockAmax a, tail;
+      for (int64_t e = 0; e < n; ++e) amax_add(e < n / 2 ? a : tail, double(x[size_t(at(e))]));
+      amax_merge(a, tail);
+      const BlockScale b = block_scale(p, ts, a);
+      const BlockKind kind = block_kind(a, b);
+      ++gs.blocks;
+      gs.nan_blocks += kind == BlockKind::nan, gs.zero_blocks += kind == BlockKind::zero;
+      const size_t k = size_t(bi * p.nbc + bj);
+      if (!same(b.reported, want_scales[k]) || b.z != want_z[k]) ++bad;
+      const bool plain = plain_quotient<T>(p, b);
+      for (int64_t e = 0; e < n; ++e) {
+        const int64_t i = at(e);
+        const T v = x[size_t(i)];
+        if (kind == BlockKind::values) gs.clipped += element_clipped(p, b, double(v));
+        const uint32_t word = random_word(seed, stream, index0 + uint64_t(i));
+        got[size_t(i)] = with_rounding(m, [&](auto mode) {
+          return scheme_element<decltype(mode)::value>(p, b, kind, plain, v, word);
+        });
+      }
+    }
+  for (size_t i = 0; i < x.size(); ++i)
+    if (std::memcmp(&got[i], &want[i], sizeof(T)) != 0 && bad++ < 3)
+      FAIL_CHECK(fmt::format("{} {} [{}] x={} hd={} array={}", s.name, to_string(m), i, test::hex(double(x[i])),
+                             test::hex(double(got[i])), test::hex(double(want[i]))));
+  if (gs.blocks != ws.blocks || gs.nan_blocks != ws.nan_blocks || gs.zero_blocks != ws.zero_blocks ||
+      gs.clipped != ws.clipped || !same(gs.global_scale, ws.global_scale))
+    ++bad;
+  return bad;
+}
+
+TEST_CASE("scheme_block.h one element at a time == quantize_scheme: presets, modes, containers, NaN and zero blocks") {
+  const Rounding modes[] = {Rounding::rne, Rounding::rna, Rounding::rz, Rounding::ru, Rounding::rd, Rounding::ro,
+                            Rounding::sr, Rounding::sre};
+  std::vector<Scheme> schemes;
+  for (const std::string& name : scheme_presets()) schemes.push_back(scheme_lookup(name));
+  schemes.back().block_rows = 3;  // uint8_tensor_zp as 3-row blocks: several ragged zero-point blocks
+  schemes.push_back(scheme_from_toml("element='fp4_e2m1'\nrule='ceil'", "ceil.toml"));
+  schemes.push_back(scheme_from_toml("element='fp6_e3m2'\nrule='nearest'\nblock=[2,8]", "nearest.toml"));
+  schemes.push_back(scheme_from_toml(
+      "element='fp4_e2m1'\nrule='absmax'\nscale='e4m3'\nblock=[1,16]\ntwo_level=true\ndivision='reciprocal'",
+      "reciprocal.toml"));
+  const int64_t rows = 9, cols = 150;  // partial blocks of every shape; deepseek_weight: one ragged 9×128 + 9×22
+  for (const Scheme& s : schemes)
+    for (const bool special : {false, true})
+      for (Rounding m : modes) {
+        INFO(s.name << " " << to_string(m) << (special ? " with NaN / inf" : ""));
+        std::vector<double> x = values(rows * cols, 17, 40, true);
+        for (int64_t j = 0; j < 64; ++j) x[size_t(4 * cols + j)] = 0.0;  // whole zero blocks of 16 and 32
+        x[size_t(4 * cols + 3)] = -0.0;
+        x[size_t(cols + 2)] = 3.0e37;
+        if (special) x[size_t(2 * cols + 40)] = kNaN, x[size_t(6 * cols + 7)] = INFINITY;
+        CHECK(by_element(s, std::vector<float>(x.begin(), x.end()), rows, cols, m) == 0);
+        std::vector<double> xd = values(rows * cols, 18, 250, false);
+        for (int64_t j = 0; j < 64; ++j) xd[size_t(4 * cols + j)] = 0.0;
+        if (special) xd[size_t(3 * cols + 1)] = -INFINITY;
+        CHECK(by_element(s, xd, rows, cols, m) == 0);
+      }
+}

@@ -19,6 +19,7 @@
 
 #include "core/error.h"
 #include "core/format.h"
+#include "core/sample.h"
 
 namespace mantis::test {
 
@@ -96,19 +97,11 @@ size_t scaled(size_t n);
 bool same(double a, double b);
 std::string hex(double x);
 
-// n values covering the whole exponent range of `f` and beyond (and some raw random bit
-// patterns of the container), reproducible from `seed`. Float values are exact binary32.
-std::vector<double> stratified_doubles(const Format& f, size_t n, uint64_t seed);
-std::vector<float> stratified_floats(const Format& f, size_t n, uint64_t seed);
-
-// Every boundary of f: ±0, ±inf, NaN, largest finite and its neighbours, the overflow threshold,
-// the normal/subnormal boundary, the smallest subnormal and half of it, exact midpoints across
-// the range — each also one container ulp above and below. Filtered to those exact in T.
-std::vector<double> boundary_doubles(const Format& f);
-std::vector<float> boundary_floats(const Format& f);
-
-// Formats used by the differential tests: the named ones plus custom variants (fnuz,
-// saturating, no subnormals, tiny and wide exponent ranges).
-std::vector<Format> test_formats();
+// The test-value generators live in core/sample.h (the GPU contracts use them too).
+using mantis::boundary_doubles;
+using mantis::boundary_floats;
+using mantis::stratified_doubles;
+using mantis::stratified_floats;
+using mantis::test_formats;
 
 }  // namespace mantis::test

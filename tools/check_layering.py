@@ -13,7 +13,7 @@ ALLOWED = {
     "optim": {"core", "nn"},
     "train": {"core", "nn", "io", "optim"},
     "exp": {"core", "nn", "io", "optim", "train"},
-    "cuda": {"core", "nn"},
+    "cuda": {"core", "nn", "optim"},
     "cli": {"core", "nn", "io", "optim", "train", "exp", "cuda"},
 }
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)

@@ -11,6 +11,7 @@ struct LampArgs {
   std::string action;
   LampSweepOptions sweep;
   bool list = false;
+  DeviceArgs device;
 };
 }  // namespace
 
@@ -29,6 +30,7 @@ Runner setup_lamp(CLI::App& sub) {
   sub.add_flag("--overwrite", o.overwrite, "recompute cells stored under another configuration (or malformed)");
   sub.add_flag("--allow-partial", o.allow_partial, "merge even with cells missing (the manifest says partial)");
   add_out(sub, o.out, "output directory (overrides the config's out)");
+  add_device(sub, a->device);
   add_threads(sub);
   add_progress(sub);
   return [a] {
@@ -39,6 +41,8 @@ Runner setup_lamp(CLI::App& sub) {
     }
     LampSweepOptions o = a->sweep;
     o.progress = shared().progress_mode();
+    o.device = a->device.device == "cuda" ? "cuda/" + a->device.attention : "cpu";
+    o.forward = device_forward(a->device);
     run_lamp_sweep(o);
     return 0;
   };

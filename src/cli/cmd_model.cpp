@@ -60,11 +60,15 @@ Runner setup_eval(CLI::App& sub) {
   sub.add_option("--ctx,-T", o->ctx, "tokens per window (default: the model's context)")->check(CLI::Range(1, 1 << 24));
   sub.add_option("--tokenizer,-t", o->tokenizer, "tokenizer of the data (default: bytes for V = 256, gpt2 for V = 50257)");
   add_out(sub, o->out, "write DIR/results.csv, DIR/results.json, DIR/manifest.json (atomically)");
+  auto dev = std::make_shared<DeviceArgs>();
+  add_device(sub, *dev);
   add_threads(sub);
   add_progress(sub);
-  return [o] {
+  return [o, dev] {
     EvalOptions e = *o;
     e.progress = shared().progress_mode();
+    e.device = dev->device == "cuda" ? "cuda/" + dev->attention : "cpu";
+    e.forward = device_forward(*dev);
     const EvalResult r = run_eval(e);
     std::string text = r.report;
     if (!e.out.empty()) text += fmt::format("wrote {0}/results.csv, {0}/results.json, {0}/manifest.json\n", e.out);

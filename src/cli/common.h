@@ -15,6 +15,7 @@
 #include "core/progress.h"
 #include "core/sample.h"
 #include "mantis_config.h"
+#include "nn/forward.h"  // ForwardFn
 
 namespace mantis::cli {
 
@@ -46,6 +47,17 @@ Runner setup_lamp(CLI::App& sub);
 Runner setup_optim(CLI::App& sub);
 Runner setup_gnmr(CLI::App& sub);
 Runner setup_optim_study(CLI::App& sub);
+Runner setup_validate_gpu(CLI::App& sub);
+// --device cpu|cuda (and --attention materialised|flash for cuda) on a command that runs forward
+// passes; device_forward turns them into the ForwardFn (nn/forward.h) to run them with: empty for
+// the CPU; InputError for cuda in a build without CUDA or on a machine without a device (cmd_gpu.cpp).
+struct DeviceArgs {
+  std::string device = "cpu";
+  std::string attention = "materialised";
+};
+void add_device(CLI::App& sub, DeviceArgs& d);
+ForwardFn device_forward(const DeviceArgs& d);
+Runner setup_bench_gpu(CLI::App& sub);
 
 // ---------------------------------------------------------------- shared option groups
 // Only one subcommand runs, so the options every command means the same way by live once here;

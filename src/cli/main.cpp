@@ -1,5 +1,5 @@
 // mantis — command-line front end: a registry of commands (formats, round, dot, bench, verify,
-// sweep, tokenize, detokenize, shards, logits, eval, train, lamp, optim, optim-study, gnmr; `mantis help` lists them), each
+// sweep, tokenize, detokenize, shards, logits, eval, train, lamp, optim, optim-study, gnmr, validate-gpu, bench-gpu; `mantis help` lists them), each
 // declared in its own cmd_*.cpp.
 //
 // Exit status: 0 success; 1 a check failed (verify found mismatches); 2 a usage or input error
@@ -44,6 +44,8 @@ const std::vector<Command>& commands() {
       {"optim", "optimizers on recorded gradients: replay, synth, list", setup_optim},
       {"optim-study", "the optimizer study: every optimizer on the shipped models, resumable cells", setup_optim_study},
       {"gnmr", "the GNMR controller on a recorded norm stream: replay", setup_gnmr},
+      {"validate-gpu", "the GPU contracts: every CUDA operation against the CPU reference", setup_validate_gpu},
+      {"bench-gpu", "GPU throughput: rounding vs device memcpy, strict ps4 GEMM vs cuBLAS", setup_bench_gpu},
   };
   return list;
 }

@@ -28,6 +28,8 @@
 
 namespace mantis {
 
+enum class Accumulation : uint8_t { strict, unfused, blocked, promoted, tensor_core };
+
 // Random streams of the operand rounding (input format): A[i,k] uses index i·K + k of
 // (seed, stream + kStreamA), B[k,j] index k·N + j of (seed, stream + kStreamB).
 constexpr uint64_t kStreamA = 1, kStreamB = 2;
@@ -108,5 +110,68 @@ MANTIS_HD uint64_t strict_index(uint64_t o, uint64_t K, uint64_t k) { return o *
 MANTIS_HD uint64_t unfused_product_index(uint64_t o, uint64_t K, uint64_t k) { return 2 * (o * K + k); }
 MANTIS_HD uint64_t unfused_sum_index(uint64_t o, uint64_t K, uint64_t k) { return 2 * (o * K + k) + 1; }
 MANTIS_HD uint64_t blocked_index(uint64_t o, uint64_t nchunks, uint64_t chunk) { return o * nchunks + chunk; }
+
+// The random words of (seed, stream) read at increasing indices, one Philox block per four
+// (an output's indices are consecutive, so each block is generated once). kOn = false: zeros, and
+// no state (the GPU kernels keep many of these in registers).
+template <bool kOn>
+struct WordCache {
+  WordCache() = default;
+  MANTIS_HD WordCache(uint64_t, uint64_t) {}
+  MANTIS_HD uint32_t at(uint64_t) { return 0u; }
+};
+template <>
+struct WordCache<true> {
+  uint64_t seed = 0, stream = 0;
+  uint64_t block = ~uint64_t(0);  // the block held in blk; ~0: none yet (idx >> 2 < 2^62)
+  Philox4 blk{};
+  WordCache() = default;
+  MANTIS_HD WordCache(uint64_t seed_, uint64_t stream_) : seed(seed_), stream(stream_) {}
+  MANTIS_HD uint32_t at(uint64_t idx) {
+    if ((idx >> 2) != block) blk = random_block(seed, stream, block = idx >> 2);
+    return blk.v[idx & 3];
+  }
+};
+
+// One output's accumulation, fed its products in k order, one at a time, so that a tiled kernel
+// can stop at any tile edge and resume (the GPU's shared-memory tiles; tests drive it on the CPU
+// tile by tile against gemm()). Every accumulation but tensor_core (which needs a whole block of
+// products at once: tc_block_sum). value() is the output after k = K − 1.
+template <Rounding M, Accumulation kAcc>
+struct OutputAccumulator {
+  double acc = 0.0;  // the accumulator (promoted: the binary32 accumulator f)
+  double p = 0.0;    // promoted: the chunk's sum in the accumulator format
+  float c = 0.0f;    // blocked: the chunk's binary32 sum
+  WordCache<is_stochastic(M)> words;
+
+  OutputAccumulator() = default;
+  MANTIS_HD OutputAccumulator(uint64_t seed, uint64_t stream) : words(seed, stream) {}
+
+  // Step k of output o (depth K, chunk size kb, nchunks = chunk_count(K, kb)).
+  MANTIS_HD void step(float a, float b, const Target<double>& t, uint64_t o, uint64_t K, uint64_t k, uint64_t kb,
+                      uint64_t nchunks) {
+    if constexpr (kAcc == Accumulation::strict) {
+      acc = round_value<M>(strict_value(acc, a, b), t, words.at(strict_index(o, K, k)));
+    } else if constexpr (kAcc == Accumulation::unfused) {
+      const double q = round_value<M>(exact_product(a, b), t, words.at(unfused_product_index(o, K, k)));
+      acc = round_value<M>(sum_value(acc, q), t, words.at(unfused_sum_index(o, K, k)));
+    } else if constexpr (kAcc == Accumulation::blocked) {
+      c = chunk_step(c, a, b);
+      if ((k + 1) % kb == 0 || k + 1 == K) {
+        acc = round_value<M>(sum_value(acc, double(c)), t, words.at(blocked_index(o, nchunks, k / kb)));
+        c = 0.0f;
+      }
+    } else if constexpr (kAcc == Accumulation::promoted) {
+      p = round_value<M>(strict_value(p, a, b), t, words.at(strict_index(o, K, k)));
+      if ((k + 1) % kb == 0 || k + 1 == K) {
+        acc = promote_step(acc, p);
+        p = 0.0;
+      }
+    } else {
+      static_assert(kAcc != Accumulation::tensor_core, "tensor_core takes whole blocks: tc_block_sum");
+    }
+  }
+  MANTIS_HD double value() const { return acc; }
+};
 
 }  // namespace mantis

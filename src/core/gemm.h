@@ -34,13 +34,13 @@
 #include <string>
 #include <vector>
 
+#include "core/accumulate.h"  // Accumulation
 #include "core/format.h"
 #include "core/round.h"
 #include "core/round_array.h"
 
 namespace mantis {
 
-enum class Accumulation : uint8_t { strict, unfused, blocked, promoted, tensor_core };
 
 struct GemmSpec {
   Format acc;                        // accumulator format (μ ≤ 50)

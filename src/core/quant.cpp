@@ -1,9 +1,9 @@
 #include "core/quant.h"
 
 #include <algorithm>
-#include <cmath>
 
 #include "core/philox.h"
+#include "core/quant_block.h"
 
 namespace mantis {
 
@@ -11,26 +11,18 @@ template <class T>
 void quantize_absmax(const T* x, T* out, size_t rows, size_t cols, const AbsmaxQuant& q,
                      uint64_t stream) noexcept {
   const size_t group = q.block == 0 ? cols : q.block;
-  const double Q = double((1 << (q.bits - 1)) - 1);
+  const double Q = absmax_levels(q.bits);
+  const bool sr = q.rounding == Rounding::sr;
 #pragma omp parallel for schedule(static)
   for (size_t r = 0; r < rows; ++r)
     for (size_t g0 = 0; g0 < cols; g0 += group) {
       const size_t g1 = std::min(cols, g0 + group);
       T amax = 0;
-      for (size_t i = g0; i < g1; ++i) amax = std::max(amax, std::abs(x[r * cols + i]));
-      const T s = T(double(amax) / Q);  // the stored scale
+      for (size_t i = g0; i < g1; ++i) amax = absmax_step(amax, x[r * cols + i]);
+      const T s = absmax_scale(amax, Q);  // the stored scale
       for (size_t i = g0; i < g1; ++i) {
         const size_t idx = r * cols + i;
-        if (s == T(0)) {
-          out[idx] = T(0);
-          continue;
-        }
-        const double v = double(x[idx]) / double(s);
-        double k = q.rounding == Rounding::sr
-                       ? std::floor(v + double(random_word(q.seed, stream, idx)) * 0x1p-32)
-                       : std::nearbyint(v);
-        k = std::clamp(k, -Q, Q);
-        out[idx] = T(k) * s;
+        out[idx] = absmax_element(x[idx], s, Q, sr, sr ? random_word(q.seed, stream, idx) : 0u);
       }
     }
 }

@@ -6,34 +6,21 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <filesystem>
-#include <limits>
 
 #include "core/file.h"
 #include "core/round.h"
 #include "core/round_array.h"
+#include "core/scheme_block.h"
 #include "core/toml.h"
 
 namespace mantis {
 
-double div_round_odd(double a, double b) {
-  const double d = a / b;
-  if (d == 0 || std::fabs(d) < 0x1p-1000) return a == 0 ? d : std::copysign(0x1p-1060, d);
-  if (!std::isfinite(d)) return d;
-  const double r = std::fma(-d, b, a);  // exact: the remainder of a correctly rounded quotient
-  if (r == 0) return d;
-  uint64_t bits;
-  std::memcpy(&bits, &d, 8);
-  if (bits & 1) return d;  // already odd
-  // the exact quotient is d + r/b: step one ulp toward it
-  const bool above = (r > 0) == (b > 0);
-  return std::nextafter(d, above ? INFINITY : -INFINITY);
-}
+double div_round_odd(double a, double b) { return div_odd(a, b); }
 
 namespace {
 
-// Why quantize_scheme may divide plainly (its `plain` case). Write a binary32 value a = A·2^α and
+// Why plain_quotient (scheme_block.h) may divide plainly. Write a binary32 value a = A·2^α and
 // a scale S = B·2^β with integers 2^23 ≤ A, B < 2^24 (subnormals shifted up), so q = a/S lies in
 // (2^(α−β−1), 2^(α−β+1)). Every point g where a deterministic rounding to a grid of ≤ 24
 // significant bits changes its result (a grid value or a midpoint: ≤ 25 bits; subnormal grids are
@@ -41,17 +28,6 @@ namespace {
 // |q − g| = 2^(α−26)·|2^26·A − G·B| / (B·2^β) > 2^(α−β−50), while |RN64(q) − q| ≤ 2^(α−β−53).
 // So RN64(q) equals such a g exactly when q does and otherwise lies on q's side of it: every
 // deterministic mode rounds both alike. (Stochastic modes read bits past the 25th: round-to-odd.)
-
-// Round-to-odd of a · b in binary64 (the exact product is p + e, e from one fma).
-double mul_round_odd(double a, double b) {
-  const double p = a * b;
-  if (!std::isfinite(p) || p == 0) return p;
-  const double e = std::fma(a, b, -p);
-  uint64_t bits;
-  std::memcpy(&bits, &p, 8);
-  if (e == 0 || (bits & 1)) return p;
-  return std::nextafter(p, e > 0 ? INFINITY : -INFINITY);
-}
 
 // A copy of a named format that saturates (the schemes' element formats and NVFP4's scale).
 Format saturating(const std::string& name) {
@@ -227,36 +203,25 @@ Scheme scheme_lookup(const std::string& given) {
   throw InputError(fmt::format("unknown scheme '{}' (known: {}; or a path to a .toml file)", given, names));
 }
 
-namespace {
-
-// ⌊log2 |a|⌋ of a finite nonzero binary64, exactly (subnormals included).
-int floor_log2(double a) { return std::ilogb(a); }
-
-// Power-of-two scale exponent k (S = 2^k) of a block with amax > 0, or nullopt for a NaN block.
-std::optional<int> pow2_scale(const Scheme& s, double amax, double M) {
-  int k;
-  if (amax == 0) return -127;
-  if (s.rule == ScaleRule::floor) {
-    k = floor_log2(amax) - s.element.emax;
-  } else if (s.rule == ScaleRule::ceil) {
-    k = floor_log2(amax) - floor_log2(M);
-    while (std::ldexp(M, k) < amax) ++k;          // exact comparisons (M has few bits)
-    while (std::ldexp(M, k - 1) >= amax) --k;
-  } else {  // nearest: E8M0's rounding of the exact quotient
-    const double q = round_scalar(div_round_odd(amax, M), s.scale, RoundOptions{.mode = Rounding::rne});
-    if (!std::isfinite(q)) return std::nullopt;
-    return floor_log2(q);
-  }
-  if (k > 127) return std::nullopt;
-  return std::max(k, -127);
+SchemeBlockPlan plan_scheme_blocks(const Scheme& s, int64_t rows, int64_t cols, Rounding mode, int sr_bits,
+                                   uint64_t seed) {
+  SchemeBlockPlan p;
+  p.rule = s.rule;
+  p.two_level = s.two_level;
+  p.reciprocal = s.division == Division::reciprocal;
+  p.elem_emax = s.element.emax, p.elem_mu = s.element.mu;
+  p.negative_zero = s.element.negative_zero;
+  p.rows = rows, p.cols = cols;
+  p.br = s.block_rows ? std::min(s.block_rows, rows) : rows;
+  p.bc = s.block_cols ? std::min(s.block_cols, cols) : cols;
+  p.nbr = (rows + p.br - 1) / p.br, p.nbc = (cols + p.bc - 1) / p.bc;
+  p.M = max_finite(s.element), p.Ms = max_finite(s.scale);
+  p.half = std::ldexp(1.0, s.element.emax - s.element.mu - 1);
+  p.elem = plan_round(s.element, mode, sr_bits, seed);
+  // e8m0 of the floor and ceil rules is never rounded to
+  if (s.rule != ScaleRule::floor && s.rule != ScaleRule::ceil) p.scale = plan_round(s.scale, Rounding::rne).td;
+  return p;
 }
-
-// The binary32 operations of the reciprocal order, each rounded once to nearest from its exact
-// value (through round-to-odd in binary64, so that a binary64 operand loses nothing).
-float mul32(double a, double b) { return float(mul_round_odd(a, b)); }
-float div32(double a, double b) { return float(div_round_odd(a, b)); }
-
-}  // namespace
 
 template <class T>
 SchemeStats quantize_scheme(const Scheme& s, const T* x, T* y, int64_t rows, int64_t cols, Rounding mode, int sr_bits,
@@ -265,31 +230,16 @@ SchemeStats quantize_scheme(const Scheme& s, const T* x, T* y, int64_t rows, int
   SchemeStats st;
   st.elements = uint64_t(rows * cols);
   if (rows == 0 || cols == 0) return st;
-  const int64_t br = s.block_rows ? std::min(s.block_rows, rows) : rows;
-  const int64_t bc = s.block_cols ? std::min(s.block_cols, cols) : cols;
-  const int64_t nbr = (rows + br - 1) / br, nbc = (cols + bc - 1) / bc;
-  const double M = max_finite(s.element), Ms = max_finite(s.scale);
-  const RoundPlan elem = plan_round(s.element, mode, sr_bits, seed);
-  const double nan = std::numeric_limits<double>::quiet_NaN();
+  const SchemeBlockPlan p = plan_scheme_blocks(s, rows, cols, mode, sr_bits, seed);
+  const int64_t br = p.br, bc = p.bc, nbr = p.nbr, nbc = p.nbc;
 
   // two-level: the per-tensor scale first
-  double G = 1, g_enc = 0, g_dec = 0;
-  bool tensor_nan = false;
+  TensorScale ts;
   if (s.two_level) {
-    double amax = 0;
-    for (int64_t i = 0; i < rows * cols; ++i) {
-      const double v = std::fabs(double(x[i]));
-      if (!std::isfinite(v)) tensor_nan = true;
-      amax = std::max(amax, v);
-    }
-    if (s.division == Division::exact) {
-      G = amax == 0 ? 0.0 : double(div32(amax, M * Ms));
-    } else {
-      g_enc = amax == 0 ? 0.0 : double(div32(M * Ms, amax));
-      g_dec = g_enc == 0 ? 0.0 : double(div32(1.0, g_enc));
-      G = g_dec;
-    }
-    st.global_scale = G;
+    BlockAmax t;
+    for (int64_t i = 0; i < rows * cols; ++i) amax_add(t, double(x[i]));
+    ts = tensor_scale(p, t.amax, t.bad);
+    st.global_scale = ts.G;
   }
   if (scales) scales->assign(size_t(nbr * nbc), 0.0);
   if (zero_points) zero_points->assign(size_t(nbr * nbc), 0.0);
@@ -298,93 +248,46 @@ SchemeStats quantize_scheme(const Scheme& s, const T* x, T* y, int64_t rows, int
   auto block = [&](int64_t bi, int64_t bj, SchemeStats& bs, std::vector<double>& q) {
     const int64_t r0 = bi * br, c0 = bj * bc, nr = std::min(br, rows - r0), nc = std::min(bc, cols - c0);
     ++bs.blocks;
-    double amax = 0, lo = 0, hi = 0;
-    bool bad = tensor_nan;
+    BlockAmax a;
     for (int64_t i = 0; i < nr; ++i)
-      for (int64_t j = 0; j < nc; ++j) {
-        const double v = double(x[(r0 + i) * cols + c0 + j]);
-        if (!std::isfinite(v)) bad = true;
-        amax = std::max(amax, std::fabs(v));
-        lo = std::min(lo, v), hi = std::max(hi, v);
-      }
-    // the block's scale S (effective, exact in binary64; NaN: a NaN block) and the one reported
-    // (two-level: S_b)
-    double S = nan, reported = nan, r = 0, z = 0;  // r: the reciprocal order's multiplier; z: minmax's zero point
-    if (!bad) {
-      if (s.rule == ScaleRule::minmax) {
-        S = reported = round_scalar(div_round_odd(hi - lo, M), s.scale, RoundOptions{.mode = Rounding::rne});
-        if (S != 0 && std::isfinite(S)) z = std::min(M, std::max(0.0, std::nearbyint(div_round_odd(-lo, S))));
-        if (zero_points) (*zero_points)[size_t(bi * nbc + bj)] = z;
-      } else if (s.rule != ScaleRule::absmax) {
-        if (const auto k = pow2_scale(s, amax, M)) S = std::ldexp(1.0, *k);
-        reported = S;
-      } else if (!s.two_level) {
-        S = reported = round_scalar(div_round_odd(amax, M), s.scale, RoundOptions{.mode = Rounding::rne});
-      } else if (s.division == Division::exact) {
-        reported = G == 0 ? 0.0 : round_scalar(div_round_odd(amax, M * G), s.scale, RoundOptions{.mode = Rounding::rne});
-        S = reported * G;  // exact: ≤ 4 + 24 significant bits
-      } else {
-        const double inv_m = div32(1.0, M);
-        reported = g_enc == 0 ? 0.0
-                              : round_scalar(double(mul32(g_enc, double(mul32(amax, inv_m)))), s.scale,
-                                             RoundOptions{.mode = Rounding::rne});
-        r = reported == 0 ? 0.0 : double(div32(1.0, double(mul32(reported, g_dec))));
-        S = reported * g_dec;  // exact
-      }
-    }
-    if (scales) (*scales)[size_t(bi * nbc + bj)] = reported;
-    if (!std::isfinite(S)) {
-      ++bs.nan_blocks;
-      for (int64_t i = 0; i < nr; ++i)
-        for (int64_t j = 0; j < nc; ++j) y[(r0 + i) * cols + c0 + j] = T(nan);
-      return;
-    }
-    if (amax == 0 || S == 0) {
-      ++bs.zero_blocks;
+      for (int64_t j = 0; j < nc; ++j) amax_add(a, double(x[(r0 + i) * cols + c0 + j]));
+    const BlockScale b = block_scale(p, ts, a);
+    if (scales) (*scales)[size_t(bi * nbc + bj)] = b.reported;
+    if (zero_points) (*zero_points)[size_t(bi * nbc + bj)] = b.z;
+    const BlockKind kind = block_kind(a, b);
+    if (kind != BlockKind::values) {
+      ++(kind == BlockKind::nan ? bs.nan_blocks : bs.zero_blocks);
       for (int64_t i = 0; i < nr; ++i)
         for (int64_t j = 0; j < nc; ++j) {
           const int64_t at = (r0 + i) * cols + c0 + j;
-          const double z = std::signbit(double(x[at])) && s.element.negative_zero ? -0.0 : 0.0;
-          y[at] = T(z);
+          y[at] = kind == BlockKind::nan ? nan_output<T>() : zero_output(p, x[at]);
         }
       return;
     }
-    // quotients, then the element rounding row by row (random words by global index)
-    // past the midpoint between the largest value and the next grid step: where saturation, not
-    // rounding, decides the element (exact: ≤ p + 1 bits times ≤ 28 bits); minmax: outside
-    // [−1/2, Q + 1/2] after the shift by z
-    const double half = std::ldexp(1.0, s.element.emax - s.element.mu - 1);
-    const double lim = (M + half) * S, lim_hi = (M + half - z) * S, lim_lo = (-half - z) * S;
-    const bool asym = s.rule == ScaleRule::minmax;
-    // Binary32 data, a scale of ≤ 24 significant bits, a grid of ≤ 24 and a deterministic mode:
-    // the correctly rounded binary64 quotient rounds to the element grid as the exact one does,
-    // so the round-to-odd step is skipped (the proof is at the top of this file; tested bit for bit).
-    const bool plain = std::is_same_v<T, float> && !asym && s.division == Division::exact && !is_stochastic(mode) &&
-                       s.element.mu <= 23 && double(float(S)) == S;
+    // quotients, then the element rounding row by row (random words by global index): the
+    // vectorised round_array, which rounds as round_value (scheme_element's rounding) does
+    const bool plain = plain_quotient<T>(p, b);
     for (int64_t i = 0; i < nr; ++i) {
       double* qi = q.data() + i * nc;
       const T* xi = x + (r0 + i) * cols + c0;
+      uint64_t clipped = 0;
       if (plain) {
-        uint64_t clipped = 0;
         for (int64_t j = 0; j < nc; ++j) {
           const double v = double(xi[j]);
-          clipped += std::fabs(v) > lim;
-          qi[j] = v / S;
+          clipped += element_clipped(p, b, v);
+          qi[j] = element_quotient<true>(p, b, v);
         }
-        bs.clipped += clipped;
       } else {
         for (int64_t j = 0; j < nc; ++j) {
           const double v = double(xi[j]);
-          bs.clipped += asym ? (v > lim_hi || v < lim_lo) : std::fabs(v) > lim;
-          // minmax: x/S + z rounded once (round-to-odd twice, then the integer rounding: exact for
-          // |x/S + z| < 2^18; beyond, both saturate)
-          qi[j] = asym ? add_round_odd(div_round_odd(v, S), z)
-                : s.division == Division::reciprocal ? double(mul32(v, r)) : div_round_odd(v, S);
+          clipped += element_clipped(p, b, v);
+          qi[j] = element_quotient<false>(p, b, v);
         }
       }
+      bs.clipped += clipped;
       const uint64_t at0 = uint64_t((r0 + i) * cols + c0);
-      round_array(elem, qi, qi, size_t(nc), stream, index0 + at0);
-      for (int64_t j = 0; j < nc; ++j) y[at0 + uint64_t(j)] = T((qi[j] - z) * S);  // exact, one rounding to T
+      round_array(p.elem, qi, qi, size_t(nc), stream, index0 + at0);
+      for (int64_t j = 0; j < nc; ++j) y[at0 + uint64_t(j)] = element_output<T>(b, qi[j]);
     }
   };
   // Blocks are independent (random words by element index): rows of blocks over threads give
@@ -401,8 +304,9 @@ SchemeStats quantize_scheme(const Scheme& s, const T* x, T* y, int64_t rows, int
 #pragma omp critical
     parts.push_back(local);
   }
-  for (const SchemeStats& p : parts)
-    st.blocks += p.blocks, st.nan_blocks += p.nan_blocks, st.zero_blocks += p.zero_blocks, st.clipped += p.clipped;
+  for (const SchemeStats& part : parts)
+    st.blocks += part.blocks, st.nan_blocks += part.nan_blocks, st.zero_blocks += part.zero_blocks,
+        st.clipped += part.clipped;
   return st;
 }
 

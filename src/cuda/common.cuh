@@ -9,6 +9,7 @@
 #include <string>
 
 #include "core/round.h"
+#include "cuda/device.h"
 
 namespace mantis::cuda_detail {
 
@@ -24,28 +25,10 @@ inline void check(cudaError_t e, const char* what, const char* file, int line) {
 #define MANTIS_CUDA_CHECK_LAUNCH() \
   ::mantis::cuda_detail::check(cudaGetLastError(), "kernel launch", __FILE__, __LINE__)
 
-// Owning device allocation (cudaMalloc; never managed memory).
-template <class T> class DeviceBuffer {
- public:
-  explicit DeviceBuffer(size_t n) : n_(n) {
-    if (n) MANTIS_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&p_), n * sizeof(T)));
-  }
-  ~DeviceBuffer() { if (p_) cudaFree(p_); }
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-  T* get() const { return p_; }
-  size_t size() const { return n_; }
-  void upload(const T* host, size_t n, size_t offset = 0) {
-    if (n) MANTIS_CUDA_CHECK(cudaMemcpy(p_ + offset, host, n * sizeof(T), cudaMemcpyHostToDevice));
-  }
-  void download(T* host, size_t n, size_t offset = 0) const {
-    if (n) MANTIS_CUDA_CHECK(cudaMemcpy(host, p_ + offset, n * sizeof(T), cudaMemcpyDeviceToHost));
-  }
+// Owning device allocation: the backend's array (device.h).
+template <class T> using DeviceBuffer = gpu::Array<T>;
 
- private:
-  T* p_ = nullptr;
-  size_t n_ = 0;
-};
+inline cudaStream_t native(const gpu::Stream& s) { return static_cast<cudaStream_t>(s.handle()); }
 
 constexpr unsigned kThreads = 256;
 constexpr size_t kMaxBlocks = size_t(1) << 20;  // grid-stride loops above this
@@ -58,8 +41,52 @@ inline unsigned blocks_for(size_t work) {
 // Rounds the device array d[0..n) in place to target t; element i uses
 // random_word(seed, stream, index0 + i). Defined in round_array.cu.
 void round_device(float* d, size_t n, const Target<float>& t, Rounding m, uint64_t seed,
-                  uint64_t stream, uint64_t index0);
+                  uint64_t stream, uint64_t index0, cudaStream_t cs = 0);
 void round_device(double* d, size_t n, const Target<double>& t, Rounding m, uint64_t seed,
-                  uint64_t stream, uint64_t index0);
+                  uint64_t stream, uint64_t index0, cudaStream_t cs = 0);
+
+}  // namespace mantis::cuda_detail
+
+// ---------------------------------------------------------------- scaled formats, block absmax (scheme.cu)
+#include "core/quant.h"
+#include "core/scheme_block.h"
+
+namespace mantis::cuda_detail {
+
+// One quantize_scheme_device call's scratch and counts (device memory; the call zeroes it).
+struct SchemeWork {
+  unsigned long long amax_bits;  // two-level: the tensor's amax, as the bits of a binary64 ≥ +0
+  unsigned int tensor_nan;       // two-level: a NaN or ±inf in the tensor
+  unsigned long long nan_blocks, zero_blocks, clipped;  // SchemeStats' counts
+};
+
+// quantize_scheme on device arrays x, y [p.rows × p.cols] (may alias) with the plan of
+// plan_scheme_blocks; scales / zero_points (device, p.nbr·p.nbc, or null) receive each block's.
+// Element (i, j) uses random_word(p.elem.seed, stream, index0 + i·cols + j). Queued on cs.
+void quantize_scheme_device(const SchemeBlockPlan& p, const float* x, float* y, uint64_t stream, uint64_t index0,
+                            double* scales, double* zero_points, SchemeWork* w, cudaStream_t cs);
+void quantize_scheme_device(const SchemeBlockPlan& p, const double* x, double* y, uint64_t stream, uint64_t index0,
+                            double* scales, double* zero_points, SchemeWork* w, cudaStream_t cs);
+
+// quantize_absmax on device arrays (out may alias x), queued on cs.
+void quantize_absmax_device(const float* x, float* out, size_t rows, size_t cols, const AbsmaxQuant& q,
+                            uint64_t stream, cudaStream_t cs);
+void quantize_absmax_device(const double* x, double* out, size_t rows, size_t cols, const AbsmaxQuant& q,
+                            uint64_t stream, cudaStream_t cs);
+
+}  // namespace mantis::cuda_detail
+
+// ---------------------------------------------------------------- attention (attention.cu)
+#include "cuda/cuda.h"  // defines: AttentionKernel, PolicyPlan
+
+namespace mantis::cuda_detail {
+
+// Attention (cuda.h cuda_attention_forward) on device arrays q, k, v, out; counts
+// [NH, T] (device, zeroed by the caller), probs [NH, T, T] (device) or null. Synchronises cs
+// before returning (its workspace is freed). attention_validate: the host checks, once.
+void attention_validate(const PolicyPlan& pol, int layer, size_t NH, size_t NKV, size_t HS, AttentionKernel kernel);
+void attention_device(const PolicyPlan& pol, int layer, const float* q, const float* k, const float* v, size_t T,
+                      size_t NH, size_t NKV, size_t HS, float* out, uint64_t* counts, float* probs,
+                      AttentionKernel kernel, cudaStream_t cs);
 
 }  // namespace mantis::cuda_detail

@@ -1,5 +1,7 @@
 // cuda — the GPU kernels behind a plain C++ host API (no CUDA headers here, so CPU code may
 // include it). Built only when meson finds nvcc (MANTIS_HAVE_CUDA); link `cuda_deps`.
+// device.h: the same operations on device-resident arrays and streams (no host copy per call);
+// contracts.h: the table that validates all of it against the CPU (`mantis validate-gpu`).
 //
 // Same semantics, validation and random-word indexing as the CPU paths (round_array.h, gemm.h):
 // results are bit-identical to round_array / gemm for every format, mode, seed and shape. The
@@ -10,10 +12,14 @@
 #pragma once
 
 #include <cstddef>
+#include <string>
 
 #include "core/format.h"
 #include "core/gemm.h"
+#include "core/quant.h"
 #include "core/round_array.h"
+#include "core/scheme.h"
+#include "nn/policy.h"  // defines: PolicyPlan (attention)
 
 namespace mantis {
 
@@ -25,9 +31,42 @@ bool cuda_device_available();
 void cuda_round_array(const float* in, float* out, size_t n, const Format& f, const RoundOptions& o);
 void cuda_round_array(const double* in, double* out, size_t n, const Format& f, const RoundOptions& o);
 
-// C (M×N, row-major, host) = A (M×K) · B (K×N) with the accumulation of gemm.h: strict, unfused
-// and blocked, optional input-format rounding of A and B. One GPU thread per output element.
+// The device's name and compute capability ("NVIDIA H200, sm_90"); "" without a device.
+std::string cuda_device_name();
+
+// C (M×N, row-major, host) = A (M×K) · B (K×N) with the accumulation of gemm.h (every
+// Accumulation), optional input-format rounding of A and B. Tiled (gpu::gemm, device.h).
 void cuda_gemm(const float* A, const float* B, double* C, size_t M, size_t N, size_t K,
                const GemmSpec& s);
+
+// ---------------------------------------------------------------- scaled formats, block absmax
+// quantize_scheme (scheme.h) on the GPU: the same arguments, validation (InputError from the same
+// place), random words, outputs, scales, zero points and SchemeStats (every count, and G).
+SchemeStats cuda_quantize_scheme(const Scheme& s, const float* x, float* y, int64_t rows, int64_t cols, Rounding mode,
+                                 int sr_bits = 32, uint64_t seed = 0, uint64_t stream = 0, uint64_t index0 = 0,
+                                 std::vector<double>* scales = nullptr, std::vector<double>* zero_points = nullptr);
+SchemeStats cuda_quantize_scheme(const Scheme& s, const double* x, double* y, int64_t rows, int64_t cols,
+                                 Rounding mode, int sr_bits = 32, uint64_t seed = 0, uint64_t stream = 0,
+                                 uint64_t index0 = 0, std::vector<double>* scales = nullptr,
+                                 std::vector<double>* zero_points = nullptr);
+
+// quantize_absmax (quant.h) on the GPU (out may alias x).
+void cuda_quantize_absmax(const float* x, float* out, size_t rows, size_t cols, const AbsmaxQuant& q, uint64_t stream);
+void cuda_quantize_absmax(const double* x, double* out, size_t rows, size_t cols, const AbsmaxQuant& q,
+                          uint64_t stream);
+
+// ---------------------------------------------------------------- attention (attention.cu)
+// One layer's causal attention, as detail::attention_forward (nn/attention.h) at layer l's
+// attn.qk, softmax and attn.pv sites and [lamp]: q [T, NH·HS], k, v [T, NKV·HS] (NKV divides NH)
+// → out [T, NH·HS], row-major binary32 on the host. row_counts, when given: [NH, T] LAMP
+// selections per (head, query row); probs (materialised only): [NH, T, T], the CPU's probs.
+// Returns the total count. Exactness (attention.cu): emulated scores and probabilities
+// bit-identical; native scores, native attn.pv and the flash kernel's output within a tolerance.
+// InputError: shapes, operand rounding at these sites, a flash kernel with the strict rule, random
+// control, a non-native attn.pv or softmax output rounding.
+enum class AttentionKernel : uint8_t { materialised, flash };
+uint64_t cuda_attention_forward(const PolicyPlan& pol, int layer, const float* q, const float* k, const float* v,
+                                size_t T, size_t NH, size_t NKV, size_t HS, float* out, AttentionKernel kernel,
+                                uint64_t* row_counts = nullptr, float* probs = nullptr);
 
 }  // namespace mantis

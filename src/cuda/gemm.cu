@@ -1,13 +1,18 @@
-// cuda_gemm — gemm (gemm.h) on the GPU, bit-identical to the CPU path and the MPFR oracle.
+// gemm — gemm.h on the GPU, bit-identical to the CPU path and the MPFR oracle.
 //
-// One thread per output element (i, j), flattened as o = i·N + j so that a warp reads a
-// contiguous row segment of B and one broadcast element of A. Each thread runs its k-loop in
-// order with the steps and random-word indices of accumulate.h (the module is built with
-// --fmad=false, so nothing is contracted) and one round_value per step.
+// Tiled: a block of 16×16 threads owns a (16·TM)×(16·TN) tile of C; thread (ty, tx) owns outputs
+// (ty + 16r, tx + 16c). K is walked in slices of kBK: the block stages A's [rows × kBK] and B's
+// [kBK × cols] slices in shared memory, then every thread advances each of its outputs over the
+// slice's k in order (accumulate.h OutputAccumulator: the same steps and random-word indices as
+// the CPU, one rounding per step). Each output's k order is kept, so tiling changes no bit. The
+// module is built with --fmad=false, so nothing is contracted.
+// tensor_core accumulation needs each block of k_b products at once (tc_block_sum): one thread
+// per output reads them from global memory.
 #include <string>
 
 #include "common.cuh"
 #include "cuda/cuda.h"  // not "cuda.h": that name is also the CUDA driver API header
+#include "cuda/device.h"
 #include "core/accumulate.h"
 #include "core/gemm.h"
 #include "core/philox.h"
@@ -17,111 +22,131 @@ namespace mantis {
 namespace cuda_detail {
 namespace {
 
-// The random words of (seed, stream) at the indices of accumulate.h: one Philox block per four
-// indices (a thread's indices are consecutive, so each block is generated once).
-template <bool kOn>
-struct Words {
-  uint64_t seed, stream;
-  uint64_t block = ~uint64_t(0);  // the block held in blk; ~0: none yet (idx >> 2 < 2^62)
-  Philox4 blk;
-  __device__ uint32_t at(uint64_t idx) {
-    if constexpr (!kOn) {
-      return 0u;
-    } else {
-      if ((idx >> 2) != block) blk = random_block(seed, stream, block = idx >> 2);
-      return blk.v[idx & 3];
-    }
-  }
-};
+constexpr int kTX = 16, kTY = 16, kBK = 16;
 
-// The steps of accumulate.h for output o = i·N + j; b points at column j of B (stride N); kb is
-// the block of blocked, promoted and tensor_core accumulation, align_bits the tensor-core model's F.
-template <Rounding M, Accumulation kAcc>
-__global__ void gemm_kernel(const float* __restrict__ A, const float* __restrict__ B,
-                            double* __restrict__ C, size_t Mr, size_t N, size_t K, size_t kb, int align_bits,
-                            Target<double> t, uint64_t seed, uint64_t stream) {
+template <Rounding M, Accumulation kAcc, int TM, int TN>
+__global__ void __launch_bounds__(kTX * kTY)
+gemm_tiled_kernel(const float* __restrict__ A, const float* __restrict__ B, double* __restrict__ C, size_t Mr,
+                  size_t N, size_t K, size_t kb, Target<double> t, uint64_t seed, uint64_t stream) {
+  constexpr int BM = kTY * TM, BN = kTX * TN;
+  __shared__ float As[BM][kBK + 1];  // [rows, k] (+1: no bank conflicts on the column writes)
+  __shared__ float Bs[kBK][BN];      // [k, cols]
+  const int tx = threadIdx.x, ty = threadIdx.y, tid = ty * kTX + tx;
+  const size_t i0 = size_t(blockIdx.y) * BM, j0 = size_t(blockIdx.x) * BN;
+  const uint64_t nchunks = chunk_count(K, kb);
+
+  OutputAccumulator<M, kAcc> acc[TM][TN];
+#pragma unroll
+  for (int r = 0; r < TM; ++r)
+#pragma unroll
+    for (int c = 0; c < TN; ++c) acc[r][c] = OutputAccumulator<M, kAcc>(seed, stream);
+
+  for (size_t k0 = 0; k0 < K; k0 += kBK) {
+    for (int e = tid; e < BM * kBK; e += kTX * kTY) {  // A slice: 16 consecutive k per row
+      const int r = e / kBK, kk = e % kBK;
+      const size_t i = i0 + r, k = k0 + kk;
+      As[r][kk] = (i < Mr && k < K) ? A[i * K + k] : 0.0f;
+    }
+    for (int e = tid; e < kBK * BN; e += kTX * kTY) {  // B slice: BN consecutive columns per k
+      const int kk = e / BN, c = e % BN;
+      const size_t k = k0 + kk, j = j0 + c;
+      Bs[kk][c] = (k < K && j < N) ? B[k * N + j] : 0.0f;
+    }
+    __syncthreads();
+    const int kend = K - k0 < size_t(kBK) ? int(K - k0) : kBK;
+    for (int kk = 0; kk < kend; ++kk) {
+#pragma unroll
+      for (int r = 0; r < TM; ++r) {
+        const float a = As[ty + kTY * r][kk];
+#pragma unroll
+        for (int c = 0; c < TN; ++c) {
+          const uint64_t o = (i0 + ty + kTY * r) * N + (j0 + tx + kTX * c);  // unused past the edge
+          acc[r][c].step(a, Bs[kk][tx + kTX * c], t, o, K, k0 + kk, kb, nchunks);
+        }
+      }
+    }
+    __syncthreads();
+  }
+#pragma unroll
+  for (int r = 0; r < TM; ++r)
+#pragma unroll
+    for (int c = 0; c < TN; ++c) {
+      const size_t i = i0 + ty + kTY * r, j = j0 + tx + kTX * c;
+      if (i < Mr && j < N) C[i * N + j] = acc[r][c].value();
+    }
+}
+
+// tensor_core: output o = i·N + j per thread, blocks of kb products straight from global memory.
+template <Rounding M>
+__global__ void gemm_tc_kernel(const float* __restrict__ A, const float* __restrict__ B, double* __restrict__ C,
+                               size_t Mr, size_t N, size_t K, size_t kb, int align_bits, Target<double> t,
+                               uint64_t seed, uint64_t stream) {
   const size_t total = Mr * N;
   const size_t stride = size_t(gridDim.x) * blockDim.x;
   for (size_t o = size_t(blockIdx.x) * blockDim.x + threadIdx.x; o < total; o += stride) {
     const size_t i = o / N, j = o - i * N;
     const float* a = A + i * K;
     const float* b = B + j;
-    Words<is_stochastic(M)> rs{seed, stream};
+    WordCache<is_stochastic(M)> rs(seed, stream);
     double acc = 0.0;
-    if constexpr (kAcc == Accumulation::strict) {
-      for (size_t k = 0; k < K; ++k)
-        acc = round_value<M>(strict_value(acc, a[k], b[k * N]), t, rs.at(strict_index(o, K, k)));
-    } else if constexpr (kAcc == Accumulation::unfused) {
-      for (size_t k = 0; k < K; ++k) {
-        const double q = round_value<M>(exact_product(a[k], b[k * N]), t, rs.at(unfused_product_index(o, K, k)));
-        acc = round_value<M>(sum_value(acc, q), t, rs.at(unfused_sum_index(o, K, k)));
-      }
-    } else if constexpr (kAcc == Accumulation::blocked) {
-      const size_t nchunks = chunk_count(K, kb);
-      for (size_t c = 0; c < nchunks; ++c) {
-        const size_t k1 = (c + 1) * kb < K ? (c + 1) * kb : K;
-        float cs = 0.0f;
-        for (size_t k = c * kb; k < k1; ++k) cs = chunk_step(cs, a[k], b[k * N]);
-        acc = round_value<M>(sum_value(acc, double(cs)), t, rs.at(blocked_index(o, nchunks, c)));
-      }
-    } else if constexpr (kAcc == Accumulation::promoted) {
-      const size_t nchunks = chunk_count(K, kb);
-      double f = 0.0;
-      for (size_t c = 0; c < nchunks; ++c) {
-        const size_t k1 = (c + 1) * kb < K ? (c + 1) * kb : K;
-        double p = 0.0;
-        for (size_t k = c * kb; k < k1; ++k)
-          p = round_value<M>(strict_value(p, a[k], b[k * N]), t, rs.at(strict_index(o, K, k)));
-        f = promote_step(f, p);
-      }
-      acc = f;
-    } else {  // tensor_core
-      const size_t nchunks = chunk_count(K, kb);
-      for (size_t c = 0; c < nchunks; ++c) {
-        const size_t k0 = c * kb, k1 = k0 + kb < K ? k0 + kb : K;
-        acc = round_value<M>(tc_block_sum(acc, a + k0, b + k0 * N, N, k1 - k0, align_bits), t,
-                             rs.at(blocked_index(o, nchunks, c)));
-      }
+    const size_t nchunks = chunk_count(K, kb);
+    for (size_t c = 0; c < nchunks; ++c) {
+      const size_t k0 = c * kb, k1 = k0 + kb < K ? k0 + kb : K;
+      acc = round_value<M>(tc_block_sum(acc, a + k0, b + k0 * N, N, k1 - k0, align_bits), t,
+                           rs.at(blocked_index(o, nchunks, c)));
     }
     C[o] = acc;
   }
 }
 
+template <Rounding R, Accumulation kAcc>
+void launch_tiled(const GemmPlan& p, const float* A, const float* B, double* C, size_t M, size_t N, size_t K,
+                  uint64_t stream, cudaStream_t cs) {
+  // Stochastic modes keep a Philox block per output in registers: fewer outputs per thread.
+  constexpr int TM = is_stochastic(R) ? 2 : 4, TN = TM;
+  const size_t gy = (M + kTY * TM - 1) / (kTY * TM);
+  if (gy > 65535) throw std::runtime_error("cuda gemm: M = " + std::to_string(M) + " rows exceed the grid (at most " +
+                                           std::to_string(65535 * kTY * TM) + ")");
+  const dim3 block(kTX, kTY), grid(unsigned((N + kTX * TN - 1) / (kTX * TN)), unsigned(gy));
+  gemm_tiled_kernel<R, kAcc, TM, TN><<<grid, block, 0, cs>>>(A, B, C, M, N, K, p.block, p.acc, p.seed, stream);
+}
+
 }  // namespace
 }  // namespace cuda_detail
 
-void cuda_gemm(const float* A, const float* B, double* C, size_t M, size_t N, size_t K,
-               const GemmSpec& s) {
+void gpu::gemm(const GemmPlan& p, float* A, float* B, double* C, size_t M, size_t N, size_t K, uint64_t stream,
+               const Stream& s) {
   using namespace cuda_detail;
-  const GemmPlan p = plan_gemm(s);  // validate(s): also block ≥ 1 and the input format fits binary32
   if (M == 0 || N == 0) return;
-  const Target<double>& t = p.acc;
-
-  DeviceBuffer<float> dA(M * K), dB(K * N);
-  DeviceBuffer<double> dC(M * N);
-  dA.upload(A, M * K);
-  dB.upload(B, K * N);
-
+  const cudaStream_t cs = native(s);
   if (p.input) {  // A[i,k]: index i·K + k of stream + kStreamA; B[k,j]: index k·N + j of + kStreamB
-    round_device(dA.get(), M * K, p.input->tf, p.input->mode, p.seed, s.stream + kStreamA, 0);
-    round_device(dB.get(), K * N, p.input->tf, p.input->mode, p.seed, s.stream + kStreamB, 0);
+    round_device(A, M * K, p.input->tf, p.input->mode, p.seed, stream + kStreamA, 0, cs);
+    round_device(B, K * N, p.input->tf, p.input->mode, p.seed, stream + kStreamB, 0, cs);
   }
-
-  const unsigned grid = blocks_for(M * N);
   with_rounding(p.acc_mode, [&](auto mode) {
     constexpr Rounding R = decltype(mode)::value;
-    auto launch = [&](auto kernel) {
-      kernel<<<grid, kThreads>>>(dA.get(), dB.get(), dC.get(), M, N, K, p.block, p.align_bits, t, p.seed, s.stream);
-    };
     switch (p.accumulation) {
-      case Accumulation::strict: launch(gemm_kernel<R, Accumulation::strict>); break;
-      case Accumulation::unfused: launch(gemm_kernel<R, Accumulation::unfused>); break;
-      case Accumulation::blocked: launch(gemm_kernel<R, Accumulation::blocked>); break;
-      case Accumulation::promoted: launch(gemm_kernel<R, Accumulation::promoted>); break;
-      case Accumulation::tensor_core: launch(gemm_kernel<R, Accumulation::tensor_core>); break;
+      case Accumulation::strict: launch_tiled<R, Accumulation::strict>(p, A, B, C, M, N, K, stream, cs); break;
+      case Accumulation::unfused: launch_tiled<R, Accumulation::unfused>(p, A, B, C, M, N, K, stream, cs); break;
+      case Accumulation::blocked: launch_tiled<R, Accumulation::blocked>(p, A, B, C, M, N, K, stream, cs); break;
+      case Accumulation::promoted: launch_tiled<R, Accumulation::promoted>(p, A, B, C, M, N, K, stream, cs); break;
+      case Accumulation::tensor_core:
+        gemm_tc_kernel<R><<<blocks_for(M * N), kThreads, 0, cs>>>(A, B, C, M, N, K, p.block, p.align_bits, p.acc,
+                                                                  p.seed, stream);
+        break;
     }
     MANTIS_CUDA_CHECK_LAUNCH();
   });
+}
+
+void cuda_gemm(const float* A, const float* B, double* C, size_t M, size_t N, size_t K, const GemmSpec& s) {
+  const GemmPlan p = plan_gemm(s);  // validate(s): also block ≥ 1 and the input format fits binary32
+  if (M == 0 || N == 0) return;
+  gpu::Array<float> dA(M * K), dB(K * N);
+  gpu::Array<double> dC(M * N);
+  dA.upload(A, M * K);
+  dB.upload(B, K * N);
+  gpu::gemm(p, dA.get(), dB.get(), dC.get(), M, N, K, s.stream, gpu::Stream());
   dC.download(C, M * N);  // synchronous: also reports kernel execution errors
 }
 

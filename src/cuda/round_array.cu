@@ -46,15 +46,15 @@ __global__ void round_stochastic_kernel(T* d, size_t n, Target<T> t, uint64_t se
 
 template <class T>
 void round_device_impl(T* d, size_t n, const Target<T>& t, Rounding m, uint64_t seed,
-                       uint64_t stream, uint64_t index0) {
+                       uint64_t stream, uint64_t index0, cudaStream_t cs) {
   if (n == 0) return;
   with_rounding(m, [&](auto mode) {
     constexpr Rounding M = decltype(mode)::value;
     if constexpr (is_stochastic(M)) {
       const size_t groups = ((index0 & 3) + n + 3) >> 2;
-      round_stochastic_kernel<M, T><<<blocks_for(groups), kThreads>>>(d, n, t, seed, stream, index0);
+      round_stochastic_kernel<M, T><<<blocks_for(groups), kThreads, 0, cs>>>(d, n, t, seed, stream, index0);
     } else {
-      round_kernel<M, T><<<blocks_for(n), kThreads>>>(d, n, t);
+      round_kernel<M, T><<<blocks_for(n), kThreads, 0, cs>>>(d, n, t);
     }
     MANTIS_CUDA_CHECK_LAUNCH();
   });
@@ -71,7 +71,7 @@ void round_host(const T* in, T* out, size_t n, const Target<T>& t, const RoundOp
   for (size_t off = 0; off < n; off += chunk) {
     const size_t len = std::min(chunk, n - off);
     buf.upload(in + off, len);
-    round_device_impl(buf.get(), len, t, o.mode, o.seed, o.stream, o.index0 + off);
+    round_device_impl(buf.get(), len, t, o.mode, o.seed, o.stream, o.index0 + off, cudaStream_t(0));
     buf.download(out + off, len);  // synchronous: also reports kernel execution errors
   }
 }
@@ -79,12 +79,12 @@ void round_host(const T* in, T* out, size_t n, const Target<T>& t, const RoundOp
 }  // namespace
 
 void round_device(float* d, size_t n, const Target<float>& t, Rounding m, uint64_t seed,
-                  uint64_t stream, uint64_t index0) {
-  round_device_impl(d, n, t, m, seed, stream, index0);
+                  uint64_t stream, uint64_t index0, cudaStream_t cs) {
+  round_device_impl(d, n, t, m, seed, stream, index0, cs);
 }
 void round_device(double* d, size_t n, const Target<double>& t, Rounding m, uint64_t seed,
-                  uint64_t stream, uint64_t index0) {
-  round_device_impl(d, n, t, m, seed, stream, index0);
+                  uint64_t stream, uint64_t index0, cudaStream_t cs) {
+  round_device_impl(d, n, t, m, seed, stream, index0, cs);
 }
 
 }  // namespace cuda_detail
@@ -97,6 +97,15 @@ bool cuda_device_available() {
     return false;
   }
   return count > 0;
+}
+
+std::string cuda_device_name() {
+  if (!cuda_device_available()) return "";
+  int dev = 0;
+  cudaDeviceProp prop{};
+  MANTIS_CUDA_CHECK(cudaGetDevice(&dev));
+  MANTIS_CUDA_CHECK(cudaGetDeviceProperties(&prop, dev));
+  return std::string(prop.name) + ", sm_" + std::to_string(prop.major) + std::to_string(prop.minor);
 }
 
 void cuda_round_array(const float* in, float* out, size_t n, const Format& f,

@@ -91,10 +91,10 @@ EvalResult run_eval(const EvalOptions& o) {
       const Window win = window_at(data.tokens, starts[w], ctx);
       Stopwatch sw;
       ForwardStats st_ref, st;
-      const Matrix<float> ref = forward<float>(model, win.inputs, Policy{}, &st_ref);  // [T, V] FP32 ground truth
+      const Matrix<float> ref = forward_on(o.forward, model, win.inputs, Policy{}, &st_ref);  // [T, V] FP32 ground truth
       ref_s += sw.seconds();
       sw = Stopwatch{};
-      const Matrix<float> test = forward<float>(model, win.inputs, policy, &st);  // [T, V]
+      const Matrix<float> test = forward_on(o.forward, model, win.inputs, policy, &st);  // [T, V]
       test_s += sw.seconds();
       health.add(st, model.cfg.layers), health_ref.add(st_ref, model.cfg.layers);
       MetricsAccumulator one;
@@ -114,6 +114,7 @@ EvalResult run_eval(const EvalOptions& o) {
                    model.cfg.arch == Arch::gpt2 ? "gpt2" : "llama", model.cfg.layers, model.cfg.dim, model.cfg.heads,
                    model.cfg.vocab, model.cfg.ctx);
   t += fmt::format("policy       {}\n", o.policy);
+  if (o.device != "cpu") t += fmt::format("device       {}\n", o.device);
   std::string indented = pol;
   for (size_t p = 0; (p = indented.find('\n', p)) != std::string::npos; p += 14) indented.replace(p, 1, "\n             ");
   t += fmt::format("             {}\n", indented);
@@ -130,14 +131,15 @@ EvalResult run_eval(const EvalOptions& o) {
     t += fmt::format("NON-FINITE LOGITS at {} of {} positions: KL, perplexity and max error are reported as inf "
                      "(the site health below shows where values left the format's range)\n",
                      all.nonfinite_positions(), all.positions());
+  if (o.forward) t += fmt::format("site health: not counted on {} (the CPU counts it: --device cpu)\n", o.device);
   if (!health_ref.at.empty()) t += fmt::format("site health, FP32 reference (overflows, NaNs, infinities):\n{}", health_ref.table());
   if (!health.at.empty()) t += fmt::format("site health, policy (overflows, NaNs, infinities):\n{}", health.table());
 
   r.results["summary"] = metrics_json(all);
   r.results["summary"]["sequences"] = all.sequences();
   r.results["sequences"] = seqs;
-  r.results["health"] = health.json();
-  r.results["health_reference"] = health_ref.json();
+  r.results["health"] = o.forward ? ojson(nullptr) : health.json();  // null: not counted on this device
+  r.results["health_reference"] = o.forward ? ojson(nullptr) : health_ref.json();
 
   ojson& man = r.manifest;
   man = manifest_header("mantis eval");
@@ -153,6 +155,7 @@ EvalResult run_eval(const EvalOptions& o) {
                    {"window_rule", "window i starts at i*floor((n - (ctx+1)) / (seqs - 1)) tokens; inputs "
                                    "tokens[start, start+ctx), targets shifted by one"},
                    {"window_starts", starts}};
+  if (o.device != "cpu") man["config"]["device"] = o.device;  // (absent: the CPU, as before the GPU existed)
   std::error_code ec;
   if (fs::is_regular_file(o.policy, ec)) man["config"]["policy_sha256"] = sha256_file(o.policy);
   man["seed"] = policy_seeds(policy);

@@ -5,6 +5,8 @@
 
 #include <string>
 
+#include "nn/forward.h"  // ForwardFn
+
 #include "core/progress.h"
 #include "exp/study.h"
 
@@ -17,6 +19,8 @@ struct EvalOptions {
   int seqs = 16, ctx = 0;            // windows; tokens per window (0: the model's context)
   std::string tokenizer;             // empty: the one the model's vocabulary implies (windows.h)
   std::string out;                   // non-empty: write OUT/results.csv, results.json, manifest.json
+  std::string device = "cpu";        // where both passes run: recorded; `forward` runs them
+  ForwardFn forward;                 // empty: the CPU (nn/forward.h); the GPU's: cuda/forward.h
   ProgressMode progress = ProgressMode::automatic;
 };
 struct EvalResult {

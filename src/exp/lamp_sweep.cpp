@@ -100,6 +100,7 @@ struct CellData {
   std::vector<double> kl_w, pos_w;  // per window: mean KL, positions
   std::vector<uint64_t> rec_l, ent_l;
   uint64_t overflow = 0, nan = 0, inf = 0;
+  bool health_counted = true;  // false: "health": null (a device that does not count it)
 };
 
 CellData check_cell(const std::string& f, ojson r, size_t windows, int layers, bool lamp) {
@@ -148,8 +149,9 @@ CellData check_cell(const std::string& f, ojson r, size_t windows, int layers, b
   }
   for (size_t l = 0; lamp && l < d.rec_l.size(); ++l)
     if (d.rec_l[l] > d.ent_l[l]) throw bad(fmt::format("layer {} recomputed more scores than it has", l));
-  if (!r.contains("health") || !r["health"].is_array()) throw bad("no 'health' array");
-  for (const ojson& h : r["health"]) {
+  if (r.contains("health") && r["health"].is_null()) d.health_counted = false;
+  else if (!r.contains("health") || !r["health"].is_array()) throw bad("no 'health' array");
+  for (const ojson& h : d.health_counted ? r["health"] : ojson::array()) {
     if (!h.is_object()) throw bad("a health entry is not an object");
     d.overflow += count(h.value("overflow", ojson()), "health.overflow");
     d.nan += count(h.value("nan", ojson()), "health.nan");
@@ -264,7 +266,8 @@ LampSweepResult run_lamp_sweep(const LampSweepOptions& o) {
   auto reference = [&](size_t w) -> const Matrix<float>& {
     auto it = ref_cache.find(w);
     if (it != ref_cache.end()) return it->second;
-    return ref_cache.emplace(w, forward<float>(model, window_at(data.tokens, starts[w], ctx).inputs)).first->second;
+    return ref_cache.emplace(w, forward_on(o.forward, model, window_at(data.tokens, starts[w], ctx).inputs, Policy{}))
+        .first->second;
   };
 
   StudyPlan plan;
@@ -273,7 +276,13 @@ LampSweepResult run_lamp_sweep(const LampSweepOptions& o) {
   plan.work_per_cell = starts.size();
   plan.unit = "windows";
   plan.name = [&](size_t i) { return cells[i].name(); };
-  plan.key = [&](size_t i) { return cell_key(c, cells[i], model_key, data_key); };
+  // A cell computed on another device is another result (native sites: cuBLAS's summation order):
+  // the device is part of the key (absent for the CPU, so the committed keys stay valid).
+  plan.key = [&](size_t i) {
+    ojson k = cell_key(c, cells[i], model_key, data_key);
+    if (o.device != "cpu") k["device"] = o.device;
+    return k;
+  };
   plan.compute = [&](size_t ci, const std::function<void()>& tick) {
     const Cell& cell = cells[ci];
     const Policy pol = policy_of(c, cell);
@@ -286,7 +295,7 @@ LampSweepResult run_lamp_sweep(const LampSweepOptions& o) {
     for (size_t w = 0; w < starts.size(); ++w) {
       const Window win = window_at(data.tokens, starts[w], ctx);
       ForwardStats st;
-      const Matrix<float> test = forward<float>(model, win.inputs, pol, &st);  // [T,V]
+      const Matrix<float> test = forward_on(o.forward, model, win.inputs, pol, &st);  // [T,V]
       MetricsAccumulator one;
       one.add(reference(w), test, win.targets);
       acc.add(reference(w), test, win.targets);
@@ -322,7 +331,8 @@ LampSweepResult run_lamp_sweep(const LampSweepOptions& o) {
     r["per_layer"] = {{"recomputed", rec_l}, {"causal_scores", ent_l}};
     r["windows"] = {{"start", starts}, {"kl", wkl},        {"positions", wpos},
                     {"flips", wflips}, {"recomputed", wrec}, {"nonfinite_positions", wnonfinite}};
-    r["health"] = health.json();
+    r["health"] = o.forward ? ojson(nullptr) : health.json();  // null: not counted on this device
+    if (o.device != "cpu") r["device"] = o.device;
     return r;
   };
   plan.done = [&](size_t ci, const ojson& r, const Progress& progress) {
@@ -384,12 +394,14 @@ LampSweepResult run_lamp_sweep(const LampSweepOptions& o) {
       r["kl_ratio"] = json_number(ratio);
       r["kl_ratio_interval"] = {json_number(rlo), json_number(rhi)};
     }
-    r["overflow"] = d.overflow, r["nan"] = d.nan, r["inf"] = d.inf;
+    if (d.health_counted) r["overflow"] = d.overflow, r["nan"] = d.nan, r["inf"] = d.inf;
+    else r["overflow"] = r["nan"] = r["inf"] = nullptr;  // not counted on its device: empty in the CSV
     csv += fmt::format("{},\"{}\",{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}", i, cells[i].name(),
                        s(r["kind"]), s(r["mu"]), s(r["rule"]), s(r["tau"]), r["random_control"].get<bool>() ? 1 : 0,
                        s(r["kl"]), csv_num(kl.lo), csv_num(kl.hi), csv_num(ratio), csv_num(rlo), csv_num(rhi),
                        s(r["flip_rate"]), s(r["ppl_ref"]), s(r["ppl"]), s(r["max_abs_logit_error"]),
-                       s(r["recompute_rate"]), s(r["nonfinite_positions"]), d.overflow, d.nan, d.inf, s(r["seconds"]));
+                       s(r["recompute_rate"]), s(r["nonfinite_positions"]), s(r["overflow"]), s(r["nan"]), s(r["inf"]),
+                       s(r["seconds"]));
     for (int l = 0; l < layers; ++l)
       csv += "," + (cells[i].kind == "lamp" ? csv_num(double(d.rec_l[size_t(l)]) / double(d.ent_l[size_t(l)])) : "0");
     csv += "\n";

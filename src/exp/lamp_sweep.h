@@ -23,6 +23,8 @@
 #include <string>
 #include <vector>
 
+#include "nn/forward.h"  // ForwardFn
+
 #include "core/progress.h"
 
 namespace mantis {
@@ -50,6 +52,8 @@ struct LampSweepOptions {
   bool merge_only = false, overwrite = false, allow_partial = false;
   ProgressMode progress = ProgressMode::automatic;
   std::FILE* log = stdout;  // a line per cell (where no bar is shown) and the merge's summary
+  std::string device = "cpu";  // where the forward passes run: part of every cell's key when not the CPU
+  ForwardFn forward;           // empty: the CPU; the GPU's: cuda/forward.h gpu::forward_fn
 };
 struct LampSweepResult {
   std::string out;

@@ -89,6 +89,7 @@ std::string diff_at(const ojson& a, const ojson& b, const std::string& path) {
 }  // namespace
 
 void HealthTable::add(const ForwardStats& st, int layers) {
+  if (st.health.empty()) return;  // a backend that does not count it (the GPU)
   for (int s = 0; s < kSiteCount; ++s)
     for (int l = -1; l < layers; ++l) {
       const SiteHealth& h = st.health_at(Site(s), l);

@@ -7,6 +7,7 @@
 #include <type_traits>
 
 #include "nn/activation.h"  // defines: softmax_numerators
+#include "nn/attention_row.h"  // defines: softmax_divide
 #include "nn/lamp.h"
 #include "nn/linear.h"
 #include "nn/streams.h"
@@ -30,8 +31,7 @@ void softmax_block(const SitePlan& p, int l, Index head, Eigen::Ref<Matrix<T>> s
     const uint64_t stream = softmax_stream(l, head, i);
     if (p.input) round_step(x, size_t(n), *p.input, stream + kStreamA, h);
     T mx;
-    const T sum = softmax_numerators(x, x, n, mx);
-    for (Index j = 0; j < n; ++j) x[j] /= sum;
+    softmax_divide(x, n, softmax_numerators(x, x, n, mx));  // softmax_row's steps, the numerators vectorised
     if (p.output) round_step(x, size_t(n), *p.output, stream + kStreamOutput, h);
     count_nonfinite(h, x, size_t(n));
     for (Index j = n; j < s.cols(); ++j) x[j] = 0;

@@ -319,6 +319,13 @@ template Matrix<double> forward_tape<double>(const Model&, std::span<const int32
                                              Tape<double>&);
 }  // namespace detail
 
+Matrix<float> forward_on(const ForwardFn& fn, const Model& m, std::span<const int32_t> tokens, const Policy& policy,
+                         ForwardStats* stats) {
+  if (!fn) return forward<float>(m, tokens, policy, stats);
+  check_tokens(m, tokens);  // its errors before the policy's, as forward<float>
+  return fn(m, tokens, PolicyPlan(policy, m.cfg), stats);
+}
+
 template Matrix<float> forward<float>(const Model&, std::span<const int32_t>, const Policy&, ForwardStats*);
 template Matrix<double> forward<double>(const Model&, std::span<const int32_t>, const Policy&, ForwardStats*);
 template Matrix<float> forward<float>(const Model&, std::span<const int32_t>, const PolicyPlan&, ForwardStats*);

@@ -34,6 +34,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <vector>
 
@@ -72,6 +73,14 @@ Matrix<T> forward(const Model& m, std::span<const int32_t> tokens, const Policy&
 template <class T>
 Matrix<T> forward(const Model& m, std::span<const int32_t> tokens, const PolicyPlan& plan,
                   ForwardStats* stats = nullptr);
+
+// A binary32 forward pass's implementation, chosen by the caller (`--device`): empty means
+// forward<float> on the CPU; the GPU's comes from cuda/forward.h (gpu::forward_fn). A backend
+// that does not count the site health leaves stats->health empty.
+using ForwardFn = std::function<Matrix<float>(const Model&, std::span<const int32_t>, const PolicyPlan&, ForwardStats*)>;
+// fn's forward, or forward<float> when fn is empty.
+Matrix<float> forward_on(const ForwardFn& fn, const Model& m, std::span<const int32_t> tokens, const Policy& policy,
+                         ForwardStats* stats = nullptr);
 
 extern template Matrix<float> forward<float>(const Model&, std::span<const int32_t>, const Policy&, ForwardStats*);
 extern template Matrix<double> forward<double>(const Model&, std::span<const int32_t>, const Policy&, ForwardStats*);

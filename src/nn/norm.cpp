@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "nn/lamp.h"
+#include "nn/norm_row.h"
 #include "nn/linear.h"
 #include "nn/streams.h"
 
@@ -24,24 +25,7 @@ void norm_forward(const SitePlan& p, uint64_t stream, const Matrix<T>& x, const 
   }
 #pragma omp parallel for schedule(static)
   for (Index t = 0; t < T_; ++t) {
-    const T* xt = in->row(t).data();  // [C]
-    T* ot = out.row(t).data();        // [C]
-    if (b) {                          // LayerNorm
-      T mean = 0;
-      for (Index i = 0; i < C; ++i) mean += xt[i];
-      mean /= T(C);
-      T var = 0;
-      for (Index i = 0; i < C; ++i) var += (xt[i] - mean) * (xt[i] - mean);
-      var /= T(C);
-      const T rstd = T(1) / std::sqrt(var + eps);
-      for (Index i = 0; i < C; ++i) ot[i] = (xt[i] - mean) * rstd * w[i] + b[i];
-    } else {                          // RMSNorm
-      T ms = 0;
-      for (Index i = 0; i < C; ++i) ms += xt[i] * xt[i];
-      ms /= T(C);
-      const T rrms = T(1) / std::sqrt(ms + eps);
-      for (Index i = 0; i < C; ++i) ot[i] = (xt[i] * rrms) * w[i];
-    }
+    norm_row<T>(in->row(t).data(), out.row(t).data(), w, b, eps, C);  // [C] → [C]
   }
   if (p.output) round_matrix<T>(out, *p.output, stream + kStreamOutput, h);
   count_nonfinite<T>(h, out);

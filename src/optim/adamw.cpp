@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "core/error.h"
+#include "optim/adamw_step.h"
 
 namespace mantis {
 
@@ -30,10 +31,7 @@ class AdamW final : public Optimizer {
 
   void step(Model& m, const GradMap<float>& g, double lr) override {
     ++t_;
-    const double bc1 = 1 - std::pow(c_.beta1, double(t_)), bc2 = 1 - std::pow(c_.beta2, double(t_));
-    const float b1 = float(c_.beta1), b2 = float(c_.beta2), a1 = float(1 - c_.beta1), a2 = float(1 - c_.beta2);
-    const float step_size = float(lr / bc1), bc2_sqrt = float(std::sqrt(bc2)), eps = float(c_.eps);
-    const float decay = float(1 - lr * c_.weight_decay);
+    const AdamWScalars c = adamw_scalars(c_.beta1, c_.beta2, c_.eps, c_.weight_decay, lr, t_);
     for (auto& s : slots_) {
       float* p = m.params.at(s.name).data.data();
       const float* gr = g.at(s.name).data();
@@ -41,13 +39,7 @@ class AdamW final : public Optimizer {
       const size_t n = s.m.size();
       const bool wd = s.decay && c_.weight_decay != 0;
 #pragma omp parallel for schedule(static) if (n > 65536)
-      for (size_t i = 0; i < n; ++i) {
-        if (wd) p[i] *= decay;
-        mm[i] = b1 * mm[i] + a1 * gr[i];
-        vv[i] = b2 * vv[i] + a2 * gr[i] * gr[i];
-        const float denom = std::sqrt(vv[i]) / bc2_sqrt + eps;
-        p[i] -= step_size * (mm[i] / denom);
-      }
+      for (size_t i = 0; i < n; ++i) adamw_element(p[i], mm[i], vv[i], gr[i], c, wd);
     }
   }
 

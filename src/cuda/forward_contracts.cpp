@@ -1,0 +1,134 @@
+// forward_contracts — the GPU forward (cuda/forward.h) against forward<float> (nn/forward.h) on
+// small random models of both families.
+#include <fmt/format.h>
+
+#include <vector>
+
+#include "core/philox.h"
+#include "cuda/contracts.h"
+#include "cuda/forward.h"
+#include "nn/forward.h"
+
+namespace mantis {
+
+namespace {
+
+ModelConfig small(Arch arch, bool gelu_tanh) {
+  ModelConfig c;
+  c.arch = arch, c.vocab = 97, c.ctx = 80, c.layers = 2, c.heads = 4, c.dim = 64, c.hidden = 160;
+  c.kv_heads = arch == Arch::gpt2 ? 4 : 2;  // llama: grouped-query
+  c.gelu_tanh = gelu_tanh;
+  c.tied = arch == Arch::gpt2;
+  return c;
+}
+
+std::vector<int32_t> tokens(size_t n, int vocab, uint64_t seed) {
+  std::vector<int32_t> t(n);
+  for (size_t i = 0; i < n; ++i) t[i] = int32_t(random_word(seed, 31, i) % uint32_t(vocab));
+  return t;
+}
+
+// Every GEMM site emulated (so that no cuBLAS product enters), the roundings of LAMP's study
+// around the scores, LAMP recomputing in a format (strict in it), the nonlinearity sites rounded.
+const char* kEmulatedPolicy = R"(
+[site."attn.qkv"]
+accumulation = "strict"
+accumulator = "ps13"
+output = "bf16"
+[site."attn.qk"]
+accumulation = "strict"
+accumulator = "ps4"
+output = "ps4"
+[site."attn.pv"]
+accumulation = "blocked"
+accumulator = "ps10"
+block = 16
+[site."attn.proj"]
+accumulation = "unfused"
+accumulator = "ps13"
+input = "e4m3"
+[site."mlp.fc"]
+accumulation = "strict"
+accumulator = "ps10"
+rounding = "sr"
+seed = 5
+sr_bits = 16
+[site."mlp.proj"]
+accumulation = "promoted"
+accumulator = "ps7"
+block = 32
+[site."lm_head"]
+accumulation = "strict"
+accumulator = "ps23"
+[site."ln"]
+input = "bf16"
+output = "fp16"
+[lamp]
+rule = "strict"
+tau = 0.1
+recompute = "ps13"
+)";
+
+void forward_case(ContractTally& tl, const ModelConfig& cfg, const Policy& pol, size_t T, uint64_t seed, Agreement a,
+                  double tol, AttentionKernel kernel, const std::string& what) {
+  const Model m = init_model(cfg, seed);
+  const PolicyPlan plan(pol, cfg);
+  const auto tok = tokens(T, cfg.vocab, seed);
+  ForwardStats cs, gs;
+  const Matrix<float> cpu = forward<float>(m, tok, plan, &cs);
+  const gpu::DeviceModel dm(m);
+  const Matrix<float> g = gpu::forward(dm, tok, plan, &gs, kernel);
+  const std::string w = fmt::format("{} T={} seed={}", what, T, seed);
+  tl.compare(w + " logits", cpu.data(), g.data(), size_t(cpu.size()), a, tol);
+  if (a == Agreement::bit_exact)
+    for (size_t l = 0; l < cs.lamp_selected.size(); ++l)
+      tl.compare_count(fmt::format("{} layer {} LAMP count", w, l), cs.lamp_selected[l], gs.lamp_selected[l]);
+}
+
+// The activation site of each family, rounded.
+const char* kGelu = "[site.\"gelu\"]\noutput = \"bf16\"\n";
+const char* kSilu = "[site.\"silu\"]\ninput = \"bf16\"\n";
+
+Policy contract_policy(Arch arch, bool emulated) {
+  if (!emulated) return Policy{};
+  return policy_from_toml(std::string(kEmulatedPolicy) + (arch == Arch::gpt2 ? kGelu : kSilu), "forward contract");
+}
+
+// Every case's setting passes the GPU forward's checks (no device needed).
+void forward_check(bool emulated) {
+  for (Arch arch : {Arch::gpt2, Arch::llama}) {
+    const ModelConfig cfg = small(arch, false);
+    const PolicyPlan plan(contract_policy(arch, emulated), cfg);
+    gpu::check_forward(cfg, false, tokens(80, cfg.vocab, 1), plan, AttentionKernel::materialised);
+  }
+}
+
+void forward_contract(ContractTally& tl, double scale, bool emulated) {
+  const std::vector<size_t> lengths = scale >= 0.5 ? std::vector<size_t>{1, 33, 80} : std::vector<size_t>{1, 33};
+  for (Arch arch : {Arch::gpt2, Arch::llama})
+    for (bool tanh : arch == Arch::gpt2 ? std::vector<bool>{false, true} : std::vector<bool>{false})
+      for (size_t T : lengths)
+        for (uint64_t seed : {1, 2})
+          forward_case(tl, small(arch, tanh), contract_policy(arch, emulated), T, seed, emulated ? Agreement::bit_exact : Agreement::tolerance,
+                       emulated ? 0 : 1e-4, AttentionKernel::materialised,
+                       fmt::format("{}{}", arch == Arch::gpt2 ? "gpt2" : "llama", tanh ? " gelu_tanh" : ""));
+}
+
+}  // namespace
+
+void add_forward_contracts(std::vector<Contract>& t) {
+  t.push_back({"forward/emulated", Agreement::bit_exact, 0, "",
+               "gpt2 (erf and tanh GELU) and llama (grouped-query, RoPE), L=2 C=64 NH=4 V=97, T ∈ {1, 33, 80} × 2 "
+               "seeds; every GEMM site emulated (strict, unfused, blocked, promoted; sr at mlp.fc), ln / gelu / silu "
+               "rounded, LAMP strict τ=0.1 recomputing in ps13: logits and LAMP counts per layer",
+               [](ContractTally& tl, double scale) { forward_contract(tl, scale, true); },
+               [] { forward_check(true); }});
+  t.push_back({"forward/native", Agreement::tolerance, 1e-4,
+               "native sites: cuBLAS SGEMM against Eigen's binary32 product (other summation orders; no TF32), "
+               "through two layers and the lm_head",
+               "the same models and lengths, the native policy: logits",
+               [](ContractTally& tl, double scale) { forward_contract(tl, scale, false); },
+               [] { forward_check(false); }});
+}
+
+}  // namespace mantis

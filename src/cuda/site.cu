@@ -1,0 +1,90 @@
+// site — see site.h.
+#include "common.cuh"
+#include "cuda/site.h"
+#include "nn/streams.h"
+
+namespace mantis::gpu {
+
+using cuda_detail::blocks_for;
+using cuda_detail::kThreads;
+using cuda_detail::native;
+
+namespace {
+
+// dst [K,N] = srcᵀ, src [N,K] (both row-major).
+__global__ void transpose_kernel(const float* __restrict__ src, float* __restrict__ dst, size_t N, size_t K) {
+  const size_t total = N * K, stride = size_t(gridDim.x) * blockDim.x;
+  for (size_t e = size_t(blockIdx.x) * blockDim.x + threadIdx.x; e < total; e += stride) {
+    const size_t k = e / N, j = e - k * N;
+    dst[e] = src[j * K + k];
+  }
+}
+
+// out[i,j] = (C[i,j] ÷ divisor) + bias[j], in binary32, C converted first (RNE) when it is binary64;
+// the operations of linear.cpp's site_gemm_impl in its order.
+template <class S>
+__global__ void finish_kernel(const S* C, float* out, size_t M, size_t N, float divisor,  // C may be out
+                              const float* __restrict__ bias) {
+  const size_t total = M * N, stride = size_t(gridDim.x) * blockDim.x;
+  for (size_t e = size_t(blockIdx.x) * blockDim.x + threadIdx.x; e < total; e += stride) {
+    float v = float(C[e]);
+    if (divisor != 1.0f) v = v / divisor;
+    if (bias) v = v + bias[e % N];
+    out[e] = v;
+  }
+}
+
+// An operand's own rounding (input_a / input_b) of x [rows, cols], in place.
+void round_operand(const OperandStep& o, float* x, size_t rows, size_t cols, uint64_t stream, const Stream& s) {
+  if (o.round) {
+    round(x, rows * cols, o.round->plan, stream, 0, s);
+    return;
+  }
+  // The scheme was validated when the policy was compiled; the plan only adds this call's shape.
+  const SchemeBlockPlan bp = plan_scheme_blocks(*o.scheme, int64_t(rows), int64_t(cols), o.mode, o.sr_bits, o.seed);
+  Array<cuda_detail::SchemeWork> work(1);
+  cuda_detail::quantize_scheme_device(bp, x, x, stream, 0, nullptr, nullptr, work.get(), native(s));
+}
+
+}  // namespace
+
+void site_gemm(const SitePlan& p, const float* A, const float* B, bool bt, float* out, size_t M, size_t N, size_t K,
+               uint64_t stream, float divisor, const float* bias, const Stream& s) {
+  if (M == 0 || N == 0) return;
+  const cudaStream_t cs = native(s);
+  const bool rounds_operands = p.input || p.input_a || p.input_b || (p.gemm && p.gemm->input);
+  Array<float> Ar, Br;  // [M,K], [K,N]: the operands' rounded copies (A and B are never written)
+  const float *a = A, *b = B;
+  bool b_transposed = bt;
+  if (p.gemm || rounds_operands) {
+    Ar = Array<float>(M * K);
+    MANTIS_CUDA_CHECK(cudaMemcpyAsync(Ar.get(), A, M * K * sizeof(float), cudaMemcpyDeviceToDevice, cs));
+    Br = Array<float>(K * N);
+    if (bt) {
+      transpose_kernel<<<blocks_for(K * N), kThreads, 0, cs>>>(B, Br.get(), N, K);
+      MANTIS_CUDA_CHECK_LAUNCH();
+    } else {
+      MANTIS_CUDA_CHECK(cudaMemcpyAsync(Br.get(), B, K * N * sizeof(float), cudaMemcpyDeviceToDevice, cs));
+    }
+    a = Ar.get(), b = Br.get(), b_transposed = false;
+    if (p.input_a) round_operand(*p.input_a, Ar.get(), M, K, stream + kStreamA, s);
+    if (p.input_b) round_operand(*p.input_b, Br.get(), K, N, stream + kStreamB, s);
+  }
+  if (p.gemm) {  // emulated: gemm rounds the inputs itself (streams + kStreamA, + kStreamB)
+    Array<double> C(M * N);  // [M,N] the accumulator values
+    gemm(*p.gemm, Ar.get(), Br.get(), C.get(), M, N, K, stream, s);
+    finish_kernel<double><<<blocks_for(M * N), kThreads, 0, cs>>>(C.get(), out, M, N, divisor, bias);
+  } else {
+    if (p.input) {
+      round(Ar.get(), M * K, p.input->plan, stream + kStreamA, 0, s);
+      round(Br.get(), K * N, p.input->plan, stream + kStreamB, 0, s);
+    }
+    sgemm(a, b, out, M, N, K, s, b_transposed);
+    if (divisor != 1.0f || bias) finish_kernel<float><<<blocks_for(M * N), kThreads, 0, cs>>>(out, out, M, N, divisor, bias);
+  }
+  MANTIS_CUDA_CHECK_LAUNCH();
+  if (p.output) round(out, M * N, p.output->plan, stream + kStreamOutput, 0, s);
+  s.synchronize();  // the scratch arrays are freed on return
+}
+
+}  // namespace mantis::gpu
