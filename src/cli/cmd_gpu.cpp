@@ -13,6 +13,9 @@
 #include "core/progress.h"
 #include "core/round_array.h"
 #include "core/sample.h"
+#include "core/threads.h"
+#include "nn/forward.h"
+#include "core/philox.h"
 #include "exp/manifest.h"
 #include "exp/study.h"
 #include "mantis_config.h"
@@ -37,6 +40,9 @@ struct ValidateArgs {
 struct GpuBenchArgs {
   uint64_t n = uint64_t(1) << 28;    // rounding: elements (1 GiB of binary32)
   std::vector<int> sizes{1024, 4096};  // GEMM: square shapes
+  int layers = 48, dim = 1600, heads = 25, ctx = 1024;  // forward: GPT-2-XL-shaped, random weights
+  int forward_reps = 3;                                 // 0: no forward benchmark
+  bool cpu = true;                                      // forward: the CPU beside it (one run each)
   int reps = 9;
   bool json = false;
   std::string out;
@@ -122,6 +128,58 @@ double median_seconds(int reps, const gpu::Stream& s, F&& f) {
   return median(t);
 }
 
+// The forward of a random GPT-2-shaped model (GPT-2-XL by default): FP32 (native sites: cuBLAS),
+// LAMP's uniform ps4 policy with LAMP strict τ = 1 (materialised attention) and with LAMP relaxed
+// τ = 0.05 (flash attention), in tokens/s; the CPU's (all its threads, one run) beside them.
+template <class Row>
+void bench_forward_gpu(const GpuBenchArgs& a, Row&& row) {
+  ModelConfig c;
+  c.layers = a.layers, c.dim = a.dim, c.heads = a.heads, c.kv_heads = a.heads, c.hidden = 4 * a.dim, c.ctx = a.ctx;
+  const Model m = init_model(c, 1);
+  std::vector<int32_t> tokens(size_t(c.ctx));
+  for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = int32_t(random_word(3, 0, i) % uint32_t(c.vocab));
+  Policy strict = lamp_policy(4), relaxed = lamp_policy(4);
+  strict.lamp = LampSpec{};  // strict, τ = 1, FP32 recompute
+  relaxed.lamp = LampSpec{.rule = LampRule::relaxed, .tau = 0.05};
+  const gpu::DeviceModel dm(m);
+  const double T = double(c.ctx);
+  struct Arm {
+    const char* name;
+    const Policy* policy;
+    AttentionKernel kernel;
+  };
+  const Policy fp32{};
+  for (const Arm& arm : {Arm{"fp32", &fp32, AttentionKernel::materialised},
+                         Arm{"lamp_strict_tau1", &strict, AttentionKernel::materialised},
+                         Arm{"lamp_relaxed_tau0.05_flash", &relaxed, AttentionKernel::flash}}) {
+    const PolicyPlan plan(*arm.policy, c);
+    ForwardStats st;
+    std::vector<double> t;
+    gpu::forward(dm, tokens, plan, &st, arm.kernel);  // warm-up
+    for (int r = 0; r < a.forward_reps; ++r) {
+      const Stopwatch w;
+      gpu::forward(dm, tokens, plan, &st, arm.kernel);
+      t.push_back(w.seconds());
+    }
+    const double g = median(t);
+    uint64_t sel = 0, all = 0;
+    for (size_t l = 0; l < st.lamp_selected.size(); ++l) sel += st.lamp_selected[l], all += st.lamp_entries[l];
+    ojson r{{"benchmark", "forward"}, {"arm", arm.name}, {"layers", c.layers}, {"dim", c.dim}, {"ctx", c.ctx},
+            {"gpu_seconds", g}, {"gpu_tokens_per_s", T / g},
+            {"recompute_rate", all ? ojson(double(sel) / double(all)) : ojson(nullptr)}};
+    std::string line = fmt::format("forward L={} C={} T={} {:<27} GPU {:10.1f} tok/s", c.layers, c.dim, c.ctx, arm.name,
+                                   T / g);
+    if (a.cpu && arm.kernel == AttentionKernel::materialised) {  // the CPU has no flash variant
+      const Stopwatch w;
+      forward<float>(m, tokens, plan);
+      const double cs = w.seconds();
+      r["cpu_seconds"] = cs, r["cpu_tokens_per_s"] = T / cs, r["gpu_over_cpu"] = cs / g;
+      line += fmt::format("   CPU ({} threads) {:8.1f} tok/s   GPU/CPU {:6.1f}×", num_threads(), T / cs, cs / g);
+    }
+    row(std::move(r), line);
+  }
+}
+
 int run_gpu_bench(const GpuBenchArgs& a) {
   require_device();
   const std::string device = cuda_device_name();
@@ -173,8 +231,11 @@ int run_gpu_bench(const GpuBenchArgs& a) {
                       t * 1e3, flops / t * 1e-9, t / t_blas));
     }
   }
+  if (a.forward_reps > 0) bench_forward_gpu(a, row);
   ojson man = manifest_header("mantis bench-gpu");
-  man["settings"] = {{"reps", a.reps}, {"n", a.n}, {"sizes", a.sizes}, {"device", device}};
+  man["settings"] = {{"reps", a.reps}, {"n", a.n}, {"sizes", a.sizes}, {"device", device},
+                     {"forward", {{"layers", a.layers}, {"dim", a.dim}, {"heads", a.heads}, {"ctx", a.ctx},
+                                  {"reps", a.forward_reps}, {"cpu", a.cpu}, {"cpu_threads", num_threads()}}}};
   man["seeds"] = {{"data", ojson::array({12345, 777})}, {"rounding", 1}};
   if (a.json) std::printf("%s\n", ojson{{"results", results}, {"manifest", man}}.dump().c_str());
   if (!a.out.empty()) write_result_set(a.out, {{"results.json", ojson{{"results", results}}.dump(1) + "\n"}}, man);
@@ -217,7 +278,8 @@ ForwardFn device_forward(const DeviceArgs& d) {
     return f(m, t, p, st);
   };
 #else
-  no_cuda();
+  // As above, the missing CUDA is an error at the first forward pass (a --merge needs none).
+  return [](const Model&, std::span<const int32_t>, const PolicyPlan&, ForwardStats*) -> Matrix<float> { no_cuda(); };
 #endif
 }
 
@@ -239,16 +301,27 @@ Runner setup_bench_gpu(CLI::App& sub) {
   auto a = std::make_shared<GpuBenchArgs>();
   sub.description(
       "GPU throughput: in-place rounding (bf16, ps4; rne, sr) of --n binary32 values beside a device memcpy of the "
-      "same bytes, and the strict ps4 GEMM (rne, sr) beside cuBLAS SGEMM of the same square shapes. Medians over "
-      "--reps after one warm-up.");
+      "same bytes; the strict ps4 GEMM (rne, sr) beside cuBLAS SGEMM of the same square shapes; the forward of a "
+      "random GPT-2-XL-shaped model (48 layers, C = 1600, T = 1024) in tokens/s: FP32, LAMP strict τ = 1 "
+      "(materialised attention), LAMP relaxed τ = 0.05 (flash attention), beside the CPU's (all threads, one run). "
+      "Medians over --reps (--forward-reps) after one warm-up.");
   sub.add_option("--n", a->n, "rounding: elements")->capture_default_str()->check(CLI::Range(uint64_t(1), uint64_t(1) << 32));
   sub.add_option("--sizes", a->sizes, "GEMM: square shapes N (N×N×N), comma-separated")
       ->delimiter(',')
       ->capture_default_str()
       ->check(CLI::Range(1, 65536));
   sub.add_option("--reps", a->reps, "timed repetitions (median)")->capture_default_str()->check(CLI::Range(1, 100000));
+  sub.add_option("--layers", a->layers, "forward: layers")->capture_default_str()->check(CLI::Range(1, 1000));
+  sub.add_option("--dim", a->dim, "forward: model width")->capture_default_str()->check(CLI::Range(1, 1 << 16));
+  sub.add_option("--heads", a->heads, "forward: attention heads")->capture_default_str()->check(CLI::Range(1, 1 << 12));
+  sub.add_option("--ctx", a->ctx, "forward: tokens")->capture_default_str()->check(CLI::Range(1, 1 << 16));
+  sub.add_option("--forward-reps", a->forward_reps, "forward: timed repetitions on the GPU (0: skip the forward)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 1000));
+  sub.add_flag("!--no-cpu", a->cpu, "forward: do not run the CPU beside the GPU");
   add_json(sub, a->json, "print JSON ({\"results\": […], \"manifest\": {…}}) instead of a table");
   add_out(sub, a->out, "also write DIR/results.json and DIR/manifest.json (one result set)");
+  add_threads(sub);
   return [a] { return run_gpu_bench(*a); };
 }
 

@@ -29,7 +29,9 @@ void copy_to_host(void* dst, const void* src, size_t bytes) {
 Stream Stream::create() {
   Stream s;
   cudaStream_t cs;
-  MANTIS_CUDA_CHECK(cudaStreamCreateWithFlags(&cs, cudaStreamNonBlocking));
+  // A blocking stream: it is ordered with the legacy default stream, on which Array's synchronous
+  // copies run, both ways (a non-blocking one would race them).
+  MANTIS_CUDA_CHECK(cudaStreamCreateWithFlags(&cs, cudaStreamDefault));
   s.s_ = cs;
   return s;
 }
@@ -80,6 +82,10 @@ cublasHandle_t blas() {
 
 void sgemm(const float* A, const float* B, float* C, size_t M, size_t N, size_t K, const Stream& s, bool bt) {
   if (M == 0 || N == 0) return;
+  if (K == 0) {  // the empty sum (cuBLAS rejects a leading dimension of 0)
+    MANTIS_CUDA_CHECK(cudaMemsetAsync(C, 0, M * N * sizeof(float), native(s)));
+    return;
+  }
   cublasHandle_t h = blas();
   if (cublasSetStream(h, native(s)) != CUBLAS_STATUS_SUCCESS) throw std::runtime_error("cublasSetStream failed");
   const float one = 1.0f, zero = 0.0f;

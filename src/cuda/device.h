@@ -25,7 +25,8 @@ void device_free(void* p) noexcept;
 void copy_to_device(void* dst, const void* src, size_t bytes);
 void copy_to_host(void* dst, const void* src, size_t bytes);
 
-// A CUDA stream (cudaStreamNonBlocking). The default-constructed one is the legacy default stream.
+// A CUDA stream (blocking: ordered with the legacy default stream, where Array's synchronous
+// copies run). The default-constructed one is the legacy default stream.
 class Stream {
  public:
   Stream() = default;

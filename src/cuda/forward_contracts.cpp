@@ -7,6 +7,9 @@
 #include "core/philox.h"
 #include "cuda/contracts.h"
 #include "cuda/forward.h"
+#include "nn/linear.h"
+#include "cuda/site.h"
+#include "core/sample.h"
 #include "nn/forward.h"
 
 namespace mantis {
@@ -114,9 +117,83 @@ void forward_contract(ContractTally& tl, double scale, bool emulated) {
                        fmt::format("{}{}", arch == Arch::gpt2 ? "gpt2" : "llama", tanh ? " gelu_tanh" : ""));
 }
 
+// One GEMM site (cuda/site.h) against site_gemm (nn/linear.h): operand roundings (formats and
+// scaled schemes), every emulated accumulation, ÷ divisor, + bias, output rounding, B given
+// transposed or not.
+const char* kSitePolicies[] = {
+    "accumulation = \"strict\"\naccumulator = \"ps7\"\ninput_a = \"e4m3\"\ninput_b = \"mxfp8_e4m3\"\noutput = \"bf16\"\n",
+    "accumulation = \"blocked\"\naccumulator = \"ps10\"\nblock = 8\ninput = \"bf16\"\noutput = \"ps7\"\n"
+    "rounding = \"sr\"\nseed = 9\nsr_bits = 16\n",
+    "accumulation = \"unfused\"\naccumulator = \"ps13\"\ninput_a = \"nvfp4\"\ninput_b = \"int8_channel\"\n",
+    "accumulation = \"promoted\"\naccumulator = \"ps4\"\nblock = 16\ninput_a = \"mxfp4\"\nrounding = \"rz\"\n",
+    "accumulation = \"tensor_core\"\ntensor_core = \"v100_fp16\"\noutput = \"fp16\"\n",
+};
+const char* kSiteNative[] = {"", "input = \"bf16\"\noutput = \"fp16\"\n", "input_a = \"mxfp8_e5m2\"\n"};
+
+thread_local bool t_site_check_only = false;
+
+void site_case(ContractTally& tl, const std::string& entry, size_t M, size_t N, size_t K, bool bt, float divisor,
+               bool bias, uint64_t seed, Agreement a, double tol) {
+  const Policy pol = policy_from_toml("[site.\"mlp.fc\"]\n" + entry, "site contract");
+  const SitePolicy& sp = pol.at(Site::mlp_fc, 0);
+  const SitePlan plan = plan_site(sp);
+  if (t_site_check_only) return;
+  Matrix<float> A(static_cast<Eigen::Index>(M), static_cast<Eigen::Index>(K));
+  Matrix<float> B(static_cast<Eigen::Index>(bt ? N : K), static_cast<Eigen::Index>(bt ? K : N));
+  std::vector<float> b(N);
+  fill_random(A.data(), size_t(A.size()), Distribution::normal, seed, 1);
+  fill_random(B.data(), size_t(B.size()), Distribution::normal, seed, 2);
+  fill_random(b.data(), N, Distribution::normal, seed, 3);
+  Matrix<float> cpu(static_cast<Eigen::Index>(M), static_cast<Eigen::Index>(N));
+  site_gemm<float>(plan, A, B, bt, cpu, 40, divisor, bias ? b.data() : nullptr);
+  const std::vector<float> hA(A.data(), A.data() + A.size()), hB(B.data(), B.data() + B.size());
+  gpu::Array<float> dA(hA), dB(hB), db(b), dout(M * N);
+  gpu::site_gemm(plan, dA.get(), dB.get(), bt, dout.get(), M, N, K, 40, divisor, bias ? db.get() : nullptr);
+  const std::vector<float> g = dout.to_vector();
+  tl.compare(fmt::format("{}x{}x{} bt={} divisor={} bias={} seed={} [{}]", M, N, K, bt, divisor, bias, seed, entry),
+             cpu.data(), g.data(), g.size(), a, tol);
+}
+
+void site_contract(ContractTally& tl, double scale, bool emulated) {
+  struct Shape { size_t M, N, K; };
+  std::vector<Shape> shapes = {{1, 1, 1}, {7, 33, 65}, {3, 40, 256}};
+  if (scale >= 0.5) shapes.push_back({70, 100, 300});
+  const auto& entries = emulated ? std::vector<const char*>(std::begin(kSitePolicies), std::end(kSitePolicies))
+                                 : std::vector<const char*>(std::begin(kSiteNative), std::end(kSiteNative));
+  for (const char* e : entries)
+    for (const Shape& sh : shapes)
+      for (bool bt : {false, true})
+        for (uint64_t seed : {1, 2})
+          site_case(tl, e, sh.M, sh.N, sh.K, bt, seed == 1 ? 1.0f : 8.0f, seed == 2, seed,
+                    emulated ? Agreement::bit_exact : Agreement::tolerance, emulated ? 0 : 1e-5);
+}
+
+std::function<void()> site_check(bool emulated) {
+  return [emulated] {
+    ContractTally ignored;
+    t_site_check_only = true;
+    try {
+      site_contract(ignored, 1.0, emulated);
+    } catch (...) {
+      t_site_check_only = false;
+      throw;
+    }
+    t_site_check_only = false;
+  };
+}
+
 }  // namespace
 
 void add_forward_contracts(std::vector<Contract>& t) {
+  t.push_back({"site/emulated", Agreement::bit_exact, 0, "",
+               "one GEMM site: strict / blocked / unfused / promoted / tensor_core with operand formats and schemes "
+               "(e4m3, mxfp8_e4m3, bf16 sr, nvfp4, int8_channel, mxfp4), output rounding × M×N×K {1×1×1, 7×33×65, "
+               "3×40×256, 70×100×300} × B as [K,N] and transposed × divisor 1 / 8 × bias × 2 seeds",
+               [](ContractTally& tl, double scale) { site_contract(tl, scale, true); }, site_check(true)});
+  t.push_back({"site/native", Agreement::tolerance, 1e-5,
+               "native sites: cuBLAS SGEMM against Eigen's binary32 product (other summation orders; no TF32)",
+               "native, native with bf16 inputs and fp16 output, native with an mxfp8_e5m2 A; the same shapes",
+               [](ContractTally& tl, double scale) { site_contract(tl, scale, false); }, site_check(false)});
   t.push_back({"forward/emulated", Agreement::bit_exact, 0, "",
                "gpt2 (erf and tanh GELU) and llama (grouped-query, RoPE), L=2 C=64 NH=4 V=97, T ∈ {1, 33, 80} × 2 "
                "seeds; every GEMM site emulated (strict, unfused, blocked, promoted; sr at mlp.fc), ln / gelu / silu "

@@ -34,15 +34,17 @@ __global__ void finish_kernel(const S* C, float* out, size_t M, size_t N, float 
   }
 }
 
-// An operand's own rounding (input_a / input_b) of x [rows, cols], in place.
-void round_operand(const OperandStep& o, float* x, size_t rows, size_t cols, uint64_t stream, const Stream& s) {
+// An operand's own rounding (input_a / input_b) of x [rows, cols], in place; work: a scheme's
+// scratch, alive until the stream is synchronised.
+void round_operand(const OperandStep& o, float* x, size_t rows, size_t cols, uint64_t stream,
+                   Array<cuda_detail::SchemeWork>& work, const Stream& s) {
   if (o.round) {
     round(x, rows * cols, o.round->plan, stream, 0, s);
     return;
   }
   // The scheme was validated when the policy was compiled; the plan only adds this call's shape.
   const SchemeBlockPlan bp = plan_scheme_blocks(*o.scheme, int64_t(rows), int64_t(cols), o.mode, o.sr_bits, o.seed);
-  Array<cuda_detail::SchemeWork> work(1);
+  if (!work.size()) work = Array<cuda_detail::SchemeWork>(1);
   cuda_detail::quantize_scheme_device(bp, x, x, stream, 0, nullptr, nullptr, work.get(), native(s));
 }
 
@@ -54,6 +56,7 @@ void site_gemm(const SitePlan& p, const float* A, const float* B, bool bt, float
   const cudaStream_t cs = native(s);
   const bool rounds_operands = p.input || p.input_a || p.input_b || (p.gemm && p.gemm->input);
   Array<float> Ar, Br;  // [M,K], [K,N]: the operands' rounded copies (A and B are never written)
+  Array<cuda_detail::SchemeWork> work;  // scheme operands' scratch
   const float *a = A, *b = B;
   bool b_transposed = bt;
   if (p.gemm || rounds_operands) {
@@ -67,8 +70,8 @@ void site_gemm(const SitePlan& p, const float* A, const float* B, bool bt, float
       MANTIS_CUDA_CHECK(cudaMemcpyAsync(Br.get(), B, K * N * sizeof(float), cudaMemcpyDeviceToDevice, cs));
     }
     a = Ar.get(), b = Br.get(), b_transposed = false;
-    if (p.input_a) round_operand(*p.input_a, Ar.get(), M, K, stream + kStreamA, s);
-    if (p.input_b) round_operand(*p.input_b, Br.get(), K, N, stream + kStreamB, s);
+    if (p.input_a) round_operand(*p.input_a, Ar.get(), M, K, stream + kStreamA, work, s);
+    if (p.input_b) round_operand(*p.input_b, Br.get(), K, N, stream + kStreamB, work, s);
   }
   if (p.gemm) {  // emulated: gemm rounds the inputs itself (streams + kStreamA, + kStreamB)
     Array<double> C(M * N);  // [M,N] the accumulator values
