@@ -3,9 +3,10 @@
 # gathered into one JSON report. Sized for a short GPU window (well under 5 minutes on one H100/H200
 # with a prebuilt bundle).
 #
-#   scripts/gpu-check.sh --bundle      on the build machine (needs build/ with CUDA): copies the
-#                                      binaries and the shared libraries a bare CUDA image may lack
-#                                      into gpu-bundle/ (carry that folder to the GPU machine)
+#   scripts/gpu-check.sh --bundle      on the build machine (nvcc on PATH): builds the two programs
+#                                      portably in build-gpu/ and copies them, with the shared
+#                                      libraries a bare CUDA image lacks, into gpu-bundle/ (about
+#                                      30 MB: carry that folder to the GPU machine)
 #   scripts/gpu-check.sh [OUT]         on the GPU machine: runs everything from gpu-bundle/ (or from
 #                                      build/, built here first when missing and meson is available),
 #                                      writes OUT/report.json (default OUT: gpu-check/) and the logs
@@ -14,14 +15,28 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 [ -d /usr/local/cuda/bin ] && export PATH="/usr/local/cuda/bin:$PATH"
 
+# The CUDA runtime and cuBLAS come from the GPU machine's CUDA installation (too large to carry):
+# its usual places, searched once.
+cuda_libs() {
+  local d
+  for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib /usr/local/cuda-*/lib64 \
+           /usr/lib/x86_64-linux-gnu; do
+    [ -e "$d/libcublas.so.13" ] && { echo "$d"; return; }
+  done
+  find / -xdev -name 'libcublas.so.13' -printf '%h\n' 2>/dev/null | head -1
+}
+
 if [ "${1:-}" = "--bundle" ]; then
-  [ -x build/src/cli/mantis ] && [ -x build/tests/test_cuda ] || {
-    echo "gpu-check: build/ has no CUDA binaries (scripts/setup.sh build with nvcc on PATH)" >&2; exit 2; }
+  # A portable build (-Dnative=false: the GPU machine's CPU may lack this one's instructions) of the
+  # two programs, and the shared libraries a bare CUDA image lacks (not the C/C++ runtimes, the
+  # CUDA runtime, cuBLAS or the driver: the image has those).
+  [ -f build-gpu/build.ninja ] || meson setup build-gpu -Dnative=false -Dcuda=enabled >/dev/null || exit 2
+  ninja -C build-gpu src/cli/mantis tests/test_cuda >/dev/null || { echo "gpu-check: the build failed" >&2; exit 2; }
   rm -rf gpu-bundle && mkdir -p gpu-bundle/lib
-  cp build/src/cli/mantis build/tests/test_cuda gpu-bundle/
-  # every shared library but the C runtime and the GPU driver (the CUDA image brings those)
-  ldd build/src/cli/mantis build/tests/test_cuda | awk '/=> \//{print $3}' | sort -u |
-    grep -Ev '/(libc|libm|libdl|libpthread|librt|ld-linux[^/]*|libcuda)\.so' | xargs -r cp -L -t gpu-bundle/lib/
+  cp build-gpu/src/cli/mantis build-gpu/tests/test_cuda gpu-bundle/
+  ldd build-gpu/src/cli/mantis build-gpu/tests/test_cuda | awk '/=> \//{print $3}' | sort -u |
+    grep -Ev '/(libc|libm|libdl|libpthread|librt|ld-linux[^/]*|libstdc\+\+|libgcc_s|libcuda|libcudart|libcublas|libcublasLt)\.so' |
+    xargs -r cp -L -t gpu-bundle/lib/
   git rev-parse HEAD > gpu-bundle/commit 2>/dev/null || echo unknown > gpu-bundle/commit
   du -sh gpu-bundle >&2
   exit 0
@@ -30,28 +45,30 @@ fi
 out=${1:-gpu-check}
 mkdir -p "$out"
 if [ -x gpu-bundle/mantis ]; then
-  bin=gpu-bundle; mantis=gpu-bundle/mantis; test_cuda=gpu-bundle/test_cuda
-  export LD_LIBRARY_PATH="$PWD/gpu-bundle/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  mantis=gpu-bundle/mantis; test_cuda=gpu-bundle/test_cuda
+  libs="$PWD/gpu-bundle/lib:$(cuda_libs)"
   commit=$(cat gpu-bundle/commit)
 else
   if [ ! -x build/src/cli/mantis ] && command -v meson >/dev/null; then
     meson setup build >/dev/null && ninja -C build >/dev/null || { echo "gpu-check: the build failed" >&2; exit 2; }
   fi
   [ -x build/src/cli/mantis ] || { echo "gpu-check: no gpu-bundle/ and no build/ (run --bundle where it builds)" >&2; exit 2; }
-  bin=build; mantis=build/src/cli/mantis; test_cuda=build/tests/test_cuda
+  mantis=build/src/cli/mantis; test_cuda=build/tests/test_cuda
+  libs=""
   commit=$(git rev-parse HEAD 2>/dev/null || echo unknown)
 fi
-nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader > "$out/nvidia-smi.txt" 2>&1
+{ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || echo "no nvidia-smi"; } \
+  > "$out/nvidia-smi.txt" 2>&1
 
 t0=$(date +%s)
 # 1. the cuda suite (what `meson test --suite cuda` runs)
-timeout 600 "$test_cuda" --durations yes > "$out/test_cuda.log" 2>&1; rc_test=$?
+LD_LIBRARY_PATH="$libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" timeout 600 "$test_cuda" --durations yes > "$out/test_cuda.log" 2>&1; rc_test=$?
 t1=$(date +%s)
 # 2. every contract at full size
-timeout 900 "$mantis" validate-gpu --out "$out/validate" > "$out/validate.log" 2>&1; rc_val=$?
+LD_LIBRARY_PATH="$libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" timeout 900 "$mantis" validate-gpu --out "$out/validate" > "$out/validate.log" 2>&1; rc_val=$?
 t2=$(date +%s)
 # 3. the benchmarks
-timeout 600 "$mantis" bench-gpu --json > "$out/bench.json" 2> "$out/bench.log"; rc_bench=$?
+LD_LIBRARY_PATH="$libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" timeout 600 "$mantis" bench-gpu --json > "$out/bench.json" 2> "$out/bench.log"; rc_bench=$?
 t3=$(date +%s)
 
 python3 - "$out" "$commit" "$rc_test" "$rc_val" "$rc_bench" "$((t1 - t0))" "$((t2 - t1))" "$((t3 - t2))" <<'PY'
