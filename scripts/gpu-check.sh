@@ -10,6 +10,10 @@
 #   scripts/gpu-check.sh [OUT]         on the GPU machine: runs everything from gpu-bundle/ (or from
 #                                      build/, built here first when missing and meson is available),
 #                                      writes OUT/report.json (default OUT: gpu-check/) and the logs
+# The device tool carries the working tree, at most 64 MiB, and the tracked tree alone is about
+# 80 MB (models/, data/, experiments/): none of those three is needed here, so move them out of
+# the checkout for the call (mv models data experiments /tmp/aside/) and back after it.
+# The bundle needs glibc ≥ 2.34 and libstdc++ of gcc ≥ 11 on the GPU machine.
 # Exit status: 0 all passed; 1 a test or contract failed; 2 nothing to run (no binaries, no GPU).
 set -uo pipefail
 cd "$(dirname "$0")/.."
