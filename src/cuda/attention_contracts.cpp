@@ -78,15 +78,12 @@ std::optional<LampSpec> lamp_spec(LampRule rule, double tau, bool length_scaled,
 
 // One case: the CPU's attention and the GPU's kernel on the same inputs; outputs (and, for the
 // materialised kernel, probabilities) by `a`, the LAMP total exactly when `counts`.
-// Set while a contract's host check runs: each case only validates its setting (no device).
-thread_local bool t_check_only = false;
-
 void attn_case(ContractTally& tl, const std::string& what, const Policy& policy, const AttnShape& s, uint64_t seed,
                AttentionKernel kernel, Agreement a, double tol, bool counts) {
   ModelConfig c;
   c.arch = Arch::llama, c.layers = 1, c.heads = int(s.NH), c.kv_heads = int(s.NKV), c.dim = int(s.NH * s.HS);
   const PolicyPlan pol(policy, c);
-  if (t_check_only) {
+  if (tl.check_only) {
     gpu::attention_check(pol, 0, s.NH, s.NKV, s.HS, kernel);
     return;
   }
@@ -159,21 +156,6 @@ void flash(ContractTally& tl, double scale) {
         }
 }
 
-// A contract's run as a host check (Contract::check).
-std::function<void()> host_check(void (*run)(ContractTally&, double)) {
-  return [run] {
-    ContractTally ignored;
-    t_check_only = true;
-    try {
-      run(ignored, 1.0);
-    } catch (...) {
-      t_check_only = false;
-      throw;
-    }
-    t_check_only = false;
-  };
-}
-
 }  // namespace
 
 void add_attention_contracts(std::vector<Contract>& t) {
@@ -182,19 +164,19 @@ void add_attention_contracts(std::vector<Contract>& t) {
                "attn.qk strict ps{4,7,10} (rne, sr), attn.pv strict fp32; no LAMP, strict τ 0.05, relaxed τ 0.03, "
                "strict length-scaled random control, relaxed τ 0; recompute strict fp32; softmax bf16 or not × " +
                    shapes + "; outputs, probabilities, LAMP counts",
-               materialised_emulated, host_check(materialised_emulated)});
+               materialised_emulated, true});
   t.push_back({"attention/materialised/native", Agreement::tolerance, 1e-4,
                "native binary32 products: the CPU's are Eigen's blocked GEMMs (scores, P·V, LAMP recompute), the "
                "GPU's sequential k loops; values in [0.5, 1.5) keep P·V free of cancellation",
                "native scores (no LAMP, strict τ 0.05), ps7 scores with relaxed τ 0.05 (exact counts); native P·V "
                "and recompute × " + shapes,
-               materialised_native, host_check(materialised_native)});
+               materialised_native, true});
   t.push_back({"attention/flash", Agreement::tolerance, 1e-4,
                "the online softmax sums the exponentials and P·V in another order (rescaled as the max rises), "
                "P·V natively; the scores and LAMP's selection are the CPU's bit for bit (counts compared exactly)",
                "attn.qk strict ps{4,7,10} (rne, sr); no LAMP, relaxed τ 0.03, length-scaled 0.01 (native recompute), "
                "τ 0, τ ∞ × " + shapes,
-               flash, host_check(flash)});
+               flash, true});
 }
 
 }  // namespace mantis
