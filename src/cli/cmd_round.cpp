@@ -49,10 +49,7 @@ struct QuantizeArgs {
 int run_quantize(const QuantizeArgs& a) {
   const Scheme s = scheme_lookup(a.scheme);
   const Rounding mode = rounding_from_string(a.rounding);
-  validate_sr_bits(a.sr_bits);
-  if (mode == Rounding::sr && a.sr_bits > 52 - s.element.precision())
-    throw InputError(fmt::format("--sr-bits {} > 52 − p = {} for the element format {}", a.sr_bits,
-                                 52 - s.element.precision(), s.element.name));
+  validate_quantize(s, mode, a.sr_bits);
   NpyFloats x = read_npy_floats(a.in);
   const auto [rows, cols] = matrix_shape(x.shape);
   std::vector<double> scales, zero_points;

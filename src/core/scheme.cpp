@@ -105,6 +105,13 @@ const char* to_string(ScaleRule r) {
   return n[int(r)];
 }
 
+void validate_quantize(const Scheme& s, Rounding mode, int sr_bits) {
+  validate_sr_bits(sr_bits);
+  if (mode == Rounding::sr && sr_bits > 52 - s.element.precision())
+    throw InputError(fmt::format("sr_bits {} > 52 − p = {} for the element format {}", sr_bits,
+                                 52 - s.element.precision(), s.element.name));
+}
+
 void validate(const Scheme& s) {
   const std::string n = "scheme " + (s.name.empty() ? std::string("(unnamed)") : s.name);
   validate(s.element);

@@ -60,6 +60,9 @@ struct Scheme {
 
 // Throws InputError naming the problem unless the scheme is well formed.
 void validate(const Scheme& s);
+// The element rounding of a quantize_scheme call: sr_bits in 1..32 and, for sr, ≤ 52 − p of the
+// element format (InputError naming the limit).
+void validate_quantize(const Scheme& s, Rounding mode, int sr_bits);
 
 // The presets (README: "Scaled formats"), or a TOML file:
 //   element = "fp4_e2m1"        block = [1, 32] (0: whole dimension) or "tensor" / "row" / "column"

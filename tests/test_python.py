@@ -1,0 +1,323 @@
+#!/usr/bin/python3
+"""The `mantis` Python module against the CLI, bit for bit: rounding, quantisation, dot / GEMM,
+logits and eval give the same bits in process as through `mantis` (MANTIS_BIN); errors are
+mantis.Error with the CLI's message; mantis.torch's autograd functions and policy hooks.
+
+Run by Meson with PYTHONPATH=<build>/python; exit 77 (SKIP) where numpy is missing."""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import unittest
+
+try:
+    import numpy as np
+except ImportError:
+    print("numpy missing: SKIP")
+    sys.exit(77)
+
+import mantis
+
+ROOT = os.environ.get("MANTIS_SOURCE_DIR", os.path.join(os.path.dirname(__file__), ".."))
+BIN = os.environ["MANTIS_BIN"]
+TMP = tempfile.mkdtemp(prefix="mantis-py-")
+
+
+def cli(*args, stdin=None, ok=True):
+    r = subprocess.run([BIN, *args], input=stdin, capture_output=True, text=True, cwd=ROOT)
+    if ok and r.returncode != 0:
+        raise AssertionError(f"mantis {' '.join(args)}: exit {r.returncode}: {r.stderr}")
+    return r
+
+
+def bits(a):
+    """The bit patterns of a float array (so that NaN, -0 and +0 compare exactly)."""
+    a = np.ascontiguousarray(a)
+    return a.view(np.uint32 if a.dtype == np.float32 else np.uint64)
+
+
+def sample(n, dtype, seed=0):
+    """Values across the binary32 range and the specials: normals of every scale, subnormals,
+    zeros, infinities, NaN, and exact ties of low-precision formats."""
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal(n) * np.exp2(rng.integers(-140, 130, n).astype(np.float64))
+    x[:8] = [0.0, -0.0, np.inf, -np.inf, np.nan, 1.5, -2.5, 1 + 2.0 ** -8]
+    with np.errstate(over="ignore"):
+        return x.astype(dtype)
+
+
+class Rounding(unittest.TestCase):
+    def test_round_matches_cli(self):
+        for dtype in (np.float32, np.float64):
+            x = sample(5000, dtype, 1)
+            src = os.path.join(TMP, f"x-{np.dtype(dtype).name}.npy")
+            np.save(src, x)
+            for fmt in ("bf16", "ps4", "e4m3", "e5m2", "fp6_e2m3", "int8"):
+                for mode, seed, stream in (("rne", 0, 0), ("rz", 0, 0), ("sr", 7, 3), ("sre", 1, 2), ("ro", 0, 0)):
+                    with self.subTest(dtype=np.dtype(dtype).name, fmt=fmt, mode=mode):
+                        dst = os.path.join(TMP, "y.npy")
+                        cli("round", "--format", fmt, "--rounding", mode, "--seed", str(seed), "--stream", str(stream),
+                            "--in", src, "--out", dst)
+                        want = np.load(dst)
+                        got = mantis.round(x, fmt, mode=mode, seed=seed, stream=stream)
+                        self.assertEqual(got.dtype, want.dtype)
+                        self.assertTrue(np.array_equal(bits(got), bits(want)))
+
+    def test_in_place_and_slices(self):
+        x = sample(4096, np.float32, 2)
+        whole = mantis.round(x, "ps5", mode="sr", seed=3, stream=1)
+        # index0: rounding a tensor in slices gives the bits of rounding it whole
+        parts = np.concatenate([mantis.round(x[i:i + 1000], "ps5", mode="sr", seed=3, stream=1, index0=i)
+                                for i in range(0, x.size, 1000)])
+        self.assertTrue(np.array_equal(bits(parts), bits(whole)))
+        y = x.copy()
+        r = mantis.round(y, "ps5", mode="sr", seed=3, stream=1, out=y)
+        self.assertIs(r, y)
+        self.assertTrue(np.array_equal(bits(y), bits(whole)))
+        # a non-contiguous view is read in C order (as its contiguous copy)
+        m = x.reshape(64, 64)
+        self.assertTrue(np.array_equal(bits(mantis.round(m.T, "bf16")), bits(mantis.round(np.ascontiguousarray(m.T), "bf16"))))
+        # multi-dimensional shapes are kept
+        self.assertEqual(mantis.round(m, "bf16").shape, (64, 64))
+
+    def test_reference_equals_fast_path(self):
+        x = sample(3000, np.float64, 3)
+        for fmt in ("bf16", "ps3", "e4m3", "e2m5"):
+            for mode in ("rne", "rna", "ru", "rd", "sr"):
+                with self.subTest(fmt=fmt, mode=mode):
+                    self.assertTrue(np.array_equal(bits(mantis.round(x, fmt, mode=mode, seed=5)),
+                                                   bits(mantis.round_reference(x, fmt, mode=mode, seed=5))))
+
+    def test_wide_format_needs_float64(self):
+        x = sample(10, np.float32)
+        self.assertEqual(mantis.round(x, "fp64").dtype, np.float64)
+        with self.assertRaisesRegex(mantis.Error, "does not fit binary32"):
+            mantis.round(x, "fp64", out=np.empty_like(x))
+
+    def test_errors_are_the_cli_messages(self):
+        r = cli("round", "--format", "nope", stdin="1\n", ok=False)
+        self.assertEqual(r.returncode, 2)
+        with self.assertRaises(mantis.Error) as e:
+            mantis.round(np.ones(3, np.float32), "nope")
+        self.assertIn(str(e.exception), r.stderr)
+        self.assertIsInstance(e.exception, ValueError)
+        with self.assertRaisesRegex(mantis.Error, "dtype int64"):
+            mantis.round(np.arange(3), "bf16")
+        with self.assertRaisesRegex(mantis.Error, "out has shape"):
+            mantis.round(np.ones(3, np.float32), "bf16", out=np.ones(4, np.float32))
+        with self.assertRaisesRegex(mantis.Error, "rounding"):
+            mantis.round(np.ones(3, np.float32), "bf16", mode="nearest-ish")
+
+
+class Formats(unittest.TestCase):
+    def test_formats(self):
+        names = mantis.formats()
+        for n in ("bf16", "e4m3", "fp16"):
+            self.assertIn(n, names)
+        f = mantis.Format("e4m3")
+        self.assertEqual((f.mu, f.emin, f.emax, f.max_finite), (3, -6, 8, 448.0))
+        g = mantis.Format(name="e4m3", mantissa_bits=3, exponent_bits=4, specials="fn", overflow="nan")
+        self.assertEqual((g.mu, g.emin, g.emax, g.specials, g.overflow), (f.mu, f.emin, f.emax, f.specials, f.overflow))
+        x = sample(2000, np.float32, 4)
+        self.assertTrue(np.array_equal(bits(mantis.round(x, g)), bits(mantis.round(x, f))))
+        with open(os.path.join(ROOT, "formats", "e4m3.toml")) as fh:
+            self.assertEqual(mantis.Format(toml=fh.read()).max_finite, 448.0)
+        with self.assertRaisesRegex(mantis.Error, "mantissa_bits|unknown key"):
+            mantis.Format(name="bad", mantisa_bits=3, exponent_bits=4)
+
+
+class Quantize(unittest.TestCase):
+    def test_quantize_matches_cli(self):
+        rng = np.random.default_rng(5)
+        for dtype in (np.float32, np.float64):
+            x = (rng.standard_normal((8, 96)) * np.exp2(rng.integers(-20, 20, (8, 1)))).astype(dtype)
+            src = os.path.join(TMP, "q.npy")
+            np.save(src, x)
+            for scheme in ("mxfp4", "mxfp8_e4m3", "nvfp4", "int8_channel", "uint8_tensor_zp"):
+                for mode in ("rne", "sr"):
+                    with self.subTest(dtype=np.dtype(dtype).name, scheme=scheme, mode=mode):
+                        dst = os.path.join(TMP, "qy.npy")
+                        r = cli("quantize", "--scheme", scheme, "--rounding", mode, "--seed", "9", "--in", src,
+                                "--out", dst, "--json")
+                        want = json.loads(r.stdout)
+                        y, st = mantis.quantize(x, scheme, mode=mode, seed=9, stats=True)
+                        self.assertTrue(np.array_equal(bits(y), bits(np.load(dst))))
+                        self.assertEqual(st["blocks"], want["blocks"])
+                        self.assertEqual(st["clipped"], want["clipped"])
+                        self.assertEqual(list(st["scales"]), want["scales"])
+
+
+class Gemm(unittest.TestCase):
+    def test_dot_matches_cli(self):
+        rng = np.random.default_rng(6)
+        x, y = rng.standard_normal(300).astype(np.float32), rng.standard_normal(300).astype(np.float32)
+        stdin = ",".join(float(v).hex() for v in x) + "\n" + ",".join(float(v).hex() for v in y) + "\n"
+        for acc, mode, accumulation in (("ps4", "rne", "strict"), ("ps7", "sr", "strict"), ("bf16", "rz", "blocked")):
+            with self.subTest(acc=acc, mode=mode, accumulation=accumulation):
+                r = cli("dot", "--format", acc, "--rounding", mode, "--accumulation", accumulation, "--seed", "4",
+                        stdin=stdin)
+                want = float.fromhex(r.stdout.strip())
+                got = mantis.dot(x, y, acc=acc, mode=mode, accumulation=accumulation, seed=4)
+                self.assertEqual(got.hex(), want.hex())
+
+    def test_gemm_rows_are_dots_and_reference(self):
+        rng = np.random.default_rng(7)
+        a, b = rng.standard_normal((5, 40)).astype(np.float32), rng.standard_normal((40, 3)).astype(np.float32)
+        for spec in (mantis.GemmSpec(mantis.Format("ps6")),
+                     mantis.GemmSpec(mantis.Format("ps6"), accumulation="blocked", block=8),
+                     mantis.GemmSpec(mantis.Format("ps10"), input=mantis.Format("e4m3"))):
+            with self.subTest(spec=repr(spec)):
+                c = mantis.gemm(a, b, spec)
+                self.assertTrue(np.array_equal(c, mantis.gemm(a, b, spec, reference=True)))
+                if spec.input is None:
+                    for i in range(5):
+                        for j in range(3):
+                            self.assertEqual(c[i, j], mantis.dot(a[i], np.ascontiguousarray(b[:, j]), spec))
+        with self.assertRaisesRegex(mantis.Error, "inner dimensions"):
+            mantis.gemm(a, a, acc="ps6")
+        with self.assertRaisesRegex(mantis.Error, "binary32"):
+            mantis.gemm(a.astype(np.float64), b, acc="ps6")
+
+
+MODELS = [os.path.join(ROOT, "models", m) for m in ("gpt2-bytes", "llama-bytes")]
+TOKENS = [72, 101, 108, 108, 111, 44, 32, 119, 111, 114, 108, 100, 33, 10, 84, 104, 101]
+
+
+class Models(unittest.TestCase):
+    def test_logits_match_cli(self):
+        ptoml = os.path.join(TMP, "p.toml")
+        text = '[site."mlp.fc"]\naccumulation = "strict"\naccumulator = "ps5"\noutput = "bf16"\n'
+        with open(ptoml, "w") as fh:
+            fh.write(text)
+        as_dict = {"site": {"mlp.fc": {"accumulation": "strict", "accumulator": "ps5", "output": "bf16"}}}
+        for path in MODELS:
+            m = mantis.load_model(path)
+            for spec, py_policy in (("native", "native"), ("lamp:4", "lamp:4"), (ptoml, text), (ptoml, as_dict)):
+                with self.subTest(model=os.path.basename(path), policy=spec, form=type(py_policy).__name__):
+                    out = os.path.join(TMP, "logits.npy")
+                    cli("logits", "--model", path, "--policy", spec, "--tokens", " ".join(map(str, TOKENS)), "--out", out)
+                    got = mantis.logits(m, TOKENS, py_policy)
+                    self.assertEqual(got.shape, (len(TOKENS), m.vocab))
+                    self.assertTrue(np.array_equal(bits(got), bits(np.load(out))))
+        with self.assertRaisesRegex(mantis.Error, "token"):
+            mantis.logits(mantis.load_model(MODELS[0]), [1, 2, 100000])
+
+    def test_eval_matches_cli(self):
+        def strip(j):
+            if isinstance(j, dict):
+                return {k: strip(v) for k, v in j.items() if k not in ("seconds", "elapsed_s")}
+            if isinstance(j, list):
+                return [strip(v) for v in j]
+            return j
+        out = os.path.join(TMP, "eval-cli")
+        cli("eval", "--model", MODELS[1], "--policy", "lamp:5", "--data", "kjv/test", "--seqs", "2", "--ctx", "32",
+            "--out", out, "--quiet")
+        with open(os.path.join(out, "results.json")) as fh:
+            want = json.load(fh)
+        got = mantis.eval(MODELS[1], policy="lamp:5", data="kjv/test", seqs=2, ctx=32)
+        self.assertEqual(strip(got["results"]), strip(want))
+        self.assertIn("lamp", got["report"].lower())
+
+
+class Torch(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        try:
+            import torch  # noqa: F401
+        except ImportError:
+            raise unittest.SkipTest("python3-torch missing")
+
+    def test_round_straight_through(self):
+        import torch
+        import mantis.torch as mt
+        x = torch.randn(100, dtype=torch.float32, generator=torch.Generator().manual_seed(0), requires_grad=True)
+        y = mt.round(x, "ps3", mode="sr", seed=2)
+        self.assertTrue(np.array_equal(bits(y.detach().numpy()),
+                                       bits(mantis.round(x.detach().numpy(), "ps3", mode="sr", seed=2))))
+        (y * torch.arange(100.0)).sum().backward()
+        self.assertTrue(torch.equal(x.grad, torch.arange(100.0)))
+        q = mt.quantize(x.detach().reshape(2, 50), "mxfp4")
+        self.assertTrue(np.array_equal(q.numpy(), mantis.quantize(x.detach().numpy().reshape(2, 50), "mxfp4")))
+        with self.assertRaisesRegex(mantis.Error, "dtype"):
+            mt.round(torch.ones(3, dtype=torch.float16), "bf16")
+
+    def test_linear_and_hooks(self):
+        import torch
+        import mantis.torch as mt
+        g = torch.Generator().manual_seed(1)
+        policy = mantis.Policy({"site": {"mlp.fc": {"accumulation": "strict", "accumulator": "ps6", "output": "ps6"}}})
+        entry = policy.site("mlp.fc", 0)
+        x = torch.randn(2, 5, 16, generator=g, requires_grad=True)
+        lin = torch.nn.Linear(16, 8)
+        y = mt.linear(x, lin.weight, lin.bias, entry)
+        want = mantis.site_gemm(x.detach().reshape(10, 16).numpy(), lin.weight.detach().numpy(), entry,
+                                bias=lin.bias.detach().numpy())
+        self.assertTrue(np.array_equal(y.detach().reshape(10, 8).numpy(), want))
+        # gradients: those of the binary32 Linear
+        y.sum().backward()
+        x2 = x.detach().clone().requires_grad_(True)
+        lin2 = torch.nn.Linear(16, 8)
+        lin2.load_state_dict(lin.state_dict())
+        torch.nn.functional.linear(x2, lin2.weight, lin2.bias).sum().backward()
+        self.assertTrue(torch.allclose(x.grad, x2.grad, rtol=1e-6, atol=1e-6))
+        self.assertTrue(torch.allclose(lin.weight.grad, lin2.weight.grad, rtol=1e-6, atol=1e-6))
+
+        # an HF-style LLaMA tree: the hooked projections give the site GEMMs' bits
+        class MLP(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.gate_proj, self.up_proj = torch.nn.Linear(16, 32, bias=False), torch.nn.Linear(16, 32, bias=False)
+                self.down_proj = torch.nn.Linear(32, 16, bias=False)
+
+            def forward(self, h):
+                return self.down_proj(torch.nn.functional.silu(self.gate_proj(h)) * self.up_proj(h))
+
+        class Layer(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.mlp = MLP()
+
+        class Tree(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.model = torch.nn.Module()
+                self.model.layers = torch.nn.ModuleList([Layer(), Layer()])
+
+        tree = Tree()
+        handles, routed = mt.apply_policy(tree, policy)
+        self.assertEqual(sorted(n for n, _, _ in routed),
+                         [f"model.layers.{i}.mlp.{p}_proj" for i in (0, 1) for p in ("gate", "up")])
+        mlp = tree.model.layers[1].mlp
+        h = torch.randn(7, 16, generator=g)
+        got = mlp.gate_proj(h).detach().numpy()
+        want = mantis.site_gemm(h.numpy(), mlp.gate_proj.weight.detach().numpy(), policy.site("mlp.fc", 1),
+                                stream=mantis._mantis.site_stream("mlp.fc", 1, 0))
+        self.assertTrue(np.array_equal(got, want))
+        self.assertFalse(np.array_equal(got, torch.nn.functional.linear(h, mlp.gate_proj.weight).detach().numpy()))
+        for hd in handles:
+            hd.remove()
+        self.assertTrue(torch.equal(mlp.gate_proj(h), torch.nn.functional.linear(h, mlp.gate_proj.weight)))
+
+    def test_attention(self):
+        import torch
+        import mantis.torch as mt
+        g = torch.Generator().manual_seed(2)
+        q, k, v = (torch.randn(4, 6, 8, generator=g) for _ in range(3))
+        k, v = k[:2], v[:2]  # grouped-query: 4 query heads on 2 kv heads
+        got = mt.attention(q, k, v, "native")
+        kk, vv = k.repeat_interleave(2, 0), v.repeat_interleave(2, 0)
+        s = (q @ kk.transpose(1, 2)) / 8 ** 0.5
+        s = s.masked_fill(torch.ones(6, 6, dtype=torch.bool).triu(1), float("-inf"))
+        want = torch.softmax(s, -1) @ vv
+        self.assertTrue(torch.allclose(got, want, rtol=1e-5, atol=1e-6))
+        low = mt.attention(q, k, v, "lamp:3")
+        self.assertGreater((low - want).abs().max().item(), 1e-3)  # ps3 scores: visibly different
+        fn = mt.hf_attention("native")
+        out, _ = fn(None, q[None], k[None], v[None], None, scaling=8 ** -0.5)
+        self.assertEqual(tuple(out.shape), (1, 6, 4, 8))
+        self.assertTrue(torch.allclose(out[0].transpose(0, 1), want, rtol=1e-5, atol=1e-6))
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
