@@ -1,4 +1,4 @@
-// Checkpoints: every reader (HF GPT-2, llm.c, llama2.c, our own safetensors) against models the
+// Checkpoints: every reader (HF GPT-2 and LLaMA, sharded or not, llm.c, llama2.c, our own safetensors) against models the
 // tests write themselves, the writer's bit-exact round trip, and every error path by message.
 #include <catch2/catch.hpp>
 
@@ -12,6 +12,8 @@
 #include <fmt/format.h>
 
 #include <functional>
+#include <map>
+#include <tuple>
 #include <limits>
 #include <numeric>
 #include <nlohmann/json.hpp>
@@ -19,6 +21,8 @@
 #include <vector>
 
 #include "io/checkpoint.h"
+#include "io/safetensors.h"
+#include "nn/forward.h"
 #include "core/format.h"
 #include "nn/model.h"
 #include "testutil.h"
@@ -590,9 +594,9 @@ TEST_CASE("Hugging Face GPT-2 directory: prefixes, Conv1D transpose, buffers, lm
     write_text(tmp / "hf/config.json", k.dump());
     CHECK_THAT(error_of(tmp / "hf"), Contains("activation_function \"relu\" not supported"));
     k = j;
-    k["model_type"] = "llama";
+    k["model_type"] = "bert";
     write_text(tmp / "hf/config.json", k.dump());
-    CHECK_THAT(error_of(tmp / "hf"), Contains("model_type \"llama\" not supported"));
+    CHECK_THAT(error_of(tmp / "hf"), Contains("model_type \"bert\" not supported (Hugging Face: gpt2, llama, mistral)"));
     k = j;
     k["n_head"] = 3;
     write_text(tmp / "hf/config.json", k.dump());
@@ -913,5 +917,401 @@ TEST_CASE("numbers beyond the double range, and Hugging Face flags given as stri
     k[key] = "false";
     write_text(tmp / "hf/config.json", k.dump());
     CHECK_THAT(error_of(tmp / "hf"), Contains(fmt::format("key \"{}\" must be true or false, got \"false\"", key)));
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Hugging Face LLaMA / Mistral, sharded checkpoints, F16 and BF16, and the export to HF's layout.
+
+namespace {
+
+// Binary16 bits of x, which must be exact in binary16 (subnormals included): written here from
+// the format's definition, independently of the reader.
+uint16_t exact_f16(float x) {
+  const uint16_t sign = std::signbit(x) ? 0x8000 : 0;
+  const float a = std::fabs(x);
+  if (a == 0) return sign;
+  if (a < 0x1p-14f) {  // subnormal: a = m · 2^-24, m < 1024
+    const float m = a * 0x1p24f;
+    REQUIRE(m == std::floor(m));
+    return uint16_t(sign | uint16_t(m));
+  }
+  return to_f16(x);
+}
+
+// Convert_llama_weights_to_hf.py's permute(w, n_heads): w.view(n_heads, HS/2, 2, in)
+// .transpose(1, 2).reshape(rows, in), written as that index map (HF row h·HS + p·HS/2 + i holds
+// Meta row h·HS + 2i + p).
+Tensor hf_permute(const Tensor& t, int heads) {
+  const int64_t rows = t.shape[0], in = t.shape[1], hs = rows / heads;
+  Tensor u;
+  u.shape = t.shape;
+  u.data.assign(t.data.size(), 0.0f);
+  for (int64_t h = 0; h < heads; ++h)
+    for (int64_t i = 0; i < hs / 2; ++i)
+      for (int64_t p = 0; p < 2; ++p)
+        for (int64_t c = 0; c < in; ++c)
+          u.data[size_t(((h * hs) + p * (hs / 2) + i) * in + c)] = t.data[size_t((h * hs + 2 * i + p) * in + c)];
+  return u;
+}
+
+struct HfLlamaOptions {
+  std::string dtype = "F32";
+  bool inv_freq = true;        // rotary_emb.inv_freq buffers, as older transformers saved
+  bool lm_head_tied = false;   // write lm_head.weight (= the embedding) although tied
+  int shards = 1;              // > 1: model-0000k-of-0000n.safetensors + the index
+};
+
+StTensor st_as(const std::string& name, const Tensor& t, const std::string& dtype) {
+  if (dtype == "F32") return st_f32(name, t);
+  Bytes b;
+  if (dtype == "BF16") {
+    b.bf16s(t.data);
+  } else {
+    for (float x : t.data) {
+      const uint16_t h = exact_f16(x);
+      b.b.push_back(uint8_t(h));
+      b.b.push_back(uint8_t(h >> 8));
+    }
+  }
+  return {name, dtype, t.shape, b.b};
+}
+
+std::vector<StTensor> hf_llama_tensors(const Model& m, const HfLlamaOptions& o) {
+  const ModelConfig& c = m.cfg;
+  std::vector<StTensor> ts;
+  auto add = [&](const std::string& name, const Tensor& t) { ts.push_back(st_as(name, t, o.dtype)); };
+  add("model.embed_tokens.weight", m.params.at("tok_embeddings"));
+  for (int l = 0; l < c.layers; ++l) {
+    const std::string h = "model.layers." + std::to_string(l) + ".", w = "layers." + std::to_string(l) + ".";
+    add(h + "input_layernorm.weight", m.params.at(w + "attention_norm"));
+    add(h + "self_attn.q_proj.weight", hf_permute(m.params.at(w + "attention.wq"), c.heads));
+    add(h + "self_attn.k_proj.weight", hf_permute(m.params.at(w + "attention.wk"), c.kv_heads));
+    add(h + "self_attn.v_proj.weight", m.params.at(w + "attention.wv"));
+    add(h + "self_attn.o_proj.weight", m.params.at(w + "attention.wo"));
+    add(h + "post_attention_layernorm.weight", m.params.at(w + "ffn_norm"));
+    add(h + "mlp.gate_proj.weight", m.params.at(w + "feed_forward.w1"));
+    add(h + "mlp.up_proj.weight", m.params.at(w + "feed_forward.w3"));
+    add(h + "mlp.down_proj.weight", m.params.at(w + "feed_forward.w2"));
+    if (o.inv_freq) {
+      Tensor f;
+      f.shape = {c.head_size() / 2};
+      for (int i = 0; i < c.head_size() / 2; ++i) f.data.push_back(float(std::pow(10000.0, -2.0 * i / c.head_size())));
+      ts.push_back(st_f32(h + "self_attn.rotary_emb.inv_freq", f));
+    }
+  }
+  add("model.norm.weight", m.params.at("norm"));
+  if (!c.tied) add("lm_head.weight", m.params.at("output"));
+  else if (o.lm_head_tied) add("lm_head.weight", m.params.at("tok_embeddings"));
+  return ts;
+}
+
+json hf_llama_config(const ModelConfig& c) {
+  return {{"architectures", {"LlamaForCausalLM"}},
+          {"model_type", "llama"},
+          {"hidden_size", c.dim},
+          {"intermediate_size", c.hidden},
+          {"num_attention_heads", c.heads},
+          {"num_key_value_heads", c.kv_heads},
+          {"num_hidden_layers", c.layers},
+          {"vocab_size", c.vocab},
+          {"max_position_embeddings", c.ctx},
+          {"rms_norm_eps", 1e-5},
+          {"rope_theta", 10000.0},
+          {"rope_scaling", nullptr},
+          {"tie_word_embeddings", c.tied},
+          {"hidden_act", "silu"},
+          {"attention_bias", false},
+          {"torch_dtype", "bfloat16"}};
+}
+
+// Writes the tensors as one model.safetensors, or round-robin over `shards` files with the index.
+void write_tensors(const std::string& dir, const std::vector<StTensor>& ts, int shards) {
+  if (shards <= 1) {
+    save_bytes(dir + "/model.safetensors", st_file(ts));
+    return;
+  }
+  std::vector<std::vector<StTensor>> parts(static_cast<size_t>(shards));
+  json map = json::object();
+  for (size_t i = 0; i < ts.size(); ++i) {
+    const std::string file = fmt::format("model-{:05}-of-{:05}.safetensors", i % shards + 1, shards);
+    parts[i % size_t(shards)].push_back(ts[i]);
+    map[ts[i].name] = file;
+  }
+  for (int k = 0; k < shards; ++k)
+    save_bytes(fmt::format("{}/model-{:05}-of-{:05}.safetensors", dir, k + 1, shards), st_file(parts[size_t(k)]));
+  write_text(dir + "/model.safetensors.index.json", json{{"metadata", {{"total_size", 0}}}, {"weight_map", map}}.dump(2));
+}
+
+void write_hf_llama(const std::string& dir, const Model& m, const HfLlamaOptions& o = {}) {
+  fs::create_directories(dir);
+  write_text(dir + "/config.json", hf_llama_config(m.cfg).dump(2));
+  write_tensors(dir, hf_llama_tensors(m, o), o.shards);
+}
+
+json read_json_file(const std::string& path) { return json::parse(std::ifstream(path)); }
+
+Matrix<float> logits_of(const Model& m) {
+  std::vector<int32_t> tokens;
+  for (int t = 0; t < m.cfg.ctx; ++t) tokens.push_back(int32_t((3 * t + 1) % m.cfg.vocab));
+  return forward<float>(m, tokens);
+}
+
+}  // namespace
+
+TEST_CASE("Hugging Face LLaMA directory: names, RoPE row order, GQA, tied and untied, buffers") {
+  TempDir tmp;
+  for (bool tied : {false, true}) {
+    INFO("tied " << tied);
+    const Model m = random_model(small_llama(tied), tied ? 61 : 62);
+    write_hf_llama(tmp / "hf", m);
+    check_same(load_model(tmp / "hf"), m);
+    check_same(load_model(tmp / "hf/config.json"), m);
+    fs::remove_all(tmp / "hf");
+    write_hf_llama(tmp / "hf", m, {.inv_freq = false, .lm_head_tied = true});
+    check_same(load_model(tmp / "hf"), m);
+    fs::remove_all(tmp / "hf");
+  }
+  SECTION("the q/k permutation is undone, not ignored: unpermuted rows give other weights") {
+    const Model m = random_model(small_llama(false), 63);
+    auto ts = hf_llama_tensors(m, {});
+    for (auto& t : ts)
+      if (t.name == "model.layers.1.self_attn.k_proj.weight") t = st_f32(t.name, m.params.at("layers.1.attention.wk"));
+    write_hf_llama(tmp / "hf", m);
+    save_bytes(tmp / "hf/model.safetensors", st_file(ts));
+    const Model got = load_model(tmp / "hf");
+    CHECK(got.params.at("layers.1.attention.wk").data != m.params.at("layers.1.attention.wk").data);
+    CHECK(hf_permute(got.params.at("layers.1.attention.wk"), 2).data == m.params.at("layers.1.attention.wk").data);
+  }
+  SECTION("Mistral: a sliding window shorter than the context caps it; defaults of optional keys") {
+    const Model m = random_model(small_llama(false), 64);
+    write_hf_llama(tmp / "hf", m);
+    json j = hf_llama_config(m.cfg);
+    j["model_type"] = "mistral";
+    j["max_position_embeddings"] = 4096;
+    j["sliding_window"] = m.cfg.ctx;
+    write_text(tmp / "hf/config.json", j.dump());
+    check_same(load_model(tmp / "hf"), m);
+    j["sliding_window"] = nullptr;
+    write_text(tmp / "hf/config.json", j.dump());
+    CHECK(load_model_config(tmp / "hf/config.json").ctx == 4096);
+    j = hf_llama_config(m.cfg);
+    j.erase("rope_theta"), j.erase("tie_word_embeddings"), j.erase("rope_scaling"), j.erase("attention_bias");
+    write_text(tmp / "hf/config.json", j.dump());
+    check_same(load_model(tmp / "hf"), m);  // rope_theta 10000, untied: transformers' defaults
+    j.erase("num_key_value_heads");
+    write_text(tmp / "hf/config.json", j.dump());  // then kv heads = heads: k_proj's shape is wrong
+    CHECK_THAT(error_of(tmp / "hf"), Contains("tensor model.layers.0.self_attn.k_proj.weight: shape [8,16], expected [16,16]"));
+  }
+}
+
+TEST_CASE("Hugging Face LLaMA: F16 (subnormals, exact) and BF16 weights; non-finite weights by name") {
+  TempDir tmp;
+  SECTION("BF16") {
+    const Model m = random_model(small_llama(false), 65, 8);
+    write_hf_llama(tmp / "hf", m, {.dtype = "BF16"});
+    check_same(load_model(tmp / "hf"), m);
+  }
+  SECTION("F16 with subnormals, the largest finite value and signed zeros") {
+    Model m = random_model(small_llama(false), 66, 11);
+    for (auto& [name, t] : m.params)  // into binary16's normal range (random_model's can be smaller)
+      for (float& x : t.data)
+        if (std::fabs(x) < 0x1p-14f) x = 0x1p-10f;
+    // The binary16 values at the bottom and the top of the format, as exact binary32 constants.
+    const std::vector<float> edge = {0x1p-24f,  -0x1p-24f, 0x1.ff8p-15f, 0x1p-14f, 0x1.ffcp15f,
+                                     -0x1.ffcp15f, 0.0f,   -0.0f,        0x1p-23f, 0x1.8p-20f};
+    std::copy(edge.begin(), edge.end(), m.params["layers.1.feed_forward.w2"].data.begin());
+    write_hf_llama(tmp / "hf", m, {.dtype = "F16"});
+    const Model got = load_model(tmp / "hf");
+    check_same(got, m);
+    const auto& w2 = got.params.at("layers.1.feed_forward.w2").data;
+    CHECK(std::signbit(w2[7]));
+    CHECK(w2[0] == 5.9604644775390625e-08f);  // 2^-24, the smallest binary16 subnormal
+  }
+  SECTION("F16 infinity and NaN, BF16 NaN: the Hugging Face tensor is named") {
+    const Model m = random_model(small_llama(false), 67, 8);
+    for (auto [dtype, bits, what] : {std::tuple{"F16", uint16_t(0x7c00), "inf"}, std::tuple{"F16", uint16_t(0x7e00), "nan"},
+                                     std::tuple{"BF16", uint16_t(0x7fc0), "nan"}}) {
+      INFO(dtype << " " << what);
+      auto ts = hf_llama_tensors(m, {.dtype = dtype});
+      for (auto& t : ts)
+        if (t.name == "model.layers.1.mlp.up_proj.weight") t.bytes[6] = uint8_t(bits), t.bytes[7] = uint8_t(bits >> 8);
+      write_hf_llama(tmp / "hf", m);
+      save_bytes(tmp / "hf/model.safetensors", st_file(ts));
+      CHECK_THAT(error_of(tmp / "hf"),
+                 Contains(fmt::format("tensor model.layers.1.mlp.up_proj.weight: non-finite value {} at flat index 3", what)));
+    }
+  }
+}
+
+TEST_CASE("sharded safetensors: the index's weight_map, every mismatch named") {
+  TempDir tmp;
+  const Model m = random_model(small_llama(false), 68, 8);
+  const std::string dir = tmp / "hf";
+  write_hf_llama(dir, m, {.dtype = "BF16", .shards = 3});
+  check_same(load_model(dir), m);
+  check_same(load_model(dir + "/model.safetensors.index.json"), m);
+  const json index = read_json_file(dir + "/model.safetensors.index.json");
+  auto with_index = [&](const std::function<void(json&)>& edit) {
+    json k = index;
+    edit(k);
+    write_text(dir + "/model.safetensors.index.json", k.dump());
+    return error_of(dir);
+  };
+  // Shards are read in name order; each tensor is moved to a shard read before its own.
+  const std::string norm_shard = index["weight_map"]["model.norm.weight"], q_shard =
+      index["weight_map"]["model.layers.0.self_attn.q_proj.weight"];
+  REQUIRE(norm_shard == "model-00001-of-00003.safetensors");
+  REQUIRE(q_shard == "model-00003-of-00003.safetensors");
+  CHECK_THAT(with_index([](json& k) { k["weight_map"]["model.layers.0.self_attn.q_proj.weight"] = "model-00001-of-00003.safetensors"; }),
+             Contains("index.json: tensor model.layers.0.self_attn.q_proj.weight: mapped to "
+                      "model-00001-of-00003.safetensors, which does not hold it"));
+  CHECK_THAT(with_index([](json& k) { k["weight_map"]["model.norm.weight"] = "model-00002-of-00003.safetensors"; }),
+             Contains("model-00001-of-00003.safetensors: tensor model.norm.weight:") &&
+                 Contains("index.json maps it to \"model-00002-of-00003.safetensors\""));
+  CHECK_THAT(with_index([](json& k) { k["weight_map"].erase("model.norm.weight"); }),
+             Contains("model-00001-of-00003.safetensors: tensor model.norm.weight: not in") &&
+                 Contains("index.json's weight_map"));
+  CHECK_THAT(with_index([](json& k) { k["weight_map"]["model.norm.weight"] = "../model-00001-of-00003.safetensors"; }),
+             Contains("tensor model.norm.weight: shard \"../model-00001-of-00003.safetensors\" is not a file name"));
+  CHECK_THAT(with_index([](json& k) { k["weight_map"]["model.norm.weight"] = 3; }),
+             Contains("weight_map: tensor model.norm.weight: shard must be a file name, got 3"));
+  CHECK_THAT(with_index([](json& k) { k["weight_map"]["extra.weight"] = "model-00009-of-00003.safetensors"; }),
+             Contains("model-00009-of-00003.safetensors: cannot open"));
+  CHECK_THAT(with_index([](json& k) { k.erase("weight_map"); }), Contains("key \"weight_map\" missing"));
+  CHECK_THAT(with_index([](json& k) { k["weight_map"] = json::object(); }), Contains("weight_map is empty"));
+
+  // The model's own checks run over the union of the shards.
+  auto ts = hf_llama_tensors(m, {.dtype = "BF16"});
+  std::erase_if(ts, [](const StTensor& t) { return t.name == "model.layers.1.mlp.down_proj.weight"; });
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  write_text(dir + "/config.json", hf_llama_config(m.cfg).dump());
+  write_tensors(dir, ts, 2);
+  CHECK_THAT(error_of(dir), Contains("index.json: tensor model.layers.1.mlp.down_proj.weight: missing"));
+  ts = hf_llama_tensors(m, {.dtype = "BF16"});
+  ts.push_back(st_f32("model.layers.2.mlp.up_proj.weight", m.params.at("layers.1.feed_forward.w3")));
+  write_tensors(dir, ts, 2);
+  CHECK_THAT(error_of(dir), Contains("tensor model.layers.2.mlp.up_proj.weight: unexpected in a LLaMA checkpoint with "
+                                     "num_hidden_layers 2"));
+  // A single model.safetensors beside an index is the checkpoint (transformers' order).
+  save_bytes(dir + "/model.safetensors", st_file(hf_llama_tensors(m, {})));
+  check_same(load_model(dir), m);
+}
+
+TEST_CASE("Hugging Face LLaMA: tensors and configs mantis cannot compute are refused by name") {
+  TempDir tmp;
+  const Model m = random_model(small_llama(false), 69);
+  const std::string dir = tmp / "hf";
+  write_hf_llama(dir, m);
+  const json j = hf_llama_config(m.cfg);
+  auto with = [&](const std::function<void(json&)>& edit) {
+    json k = j;
+    edit(k);
+    write_text(dir + "/config.json", k.dump());
+    return error_of(dir);
+  };
+  CHECK_THAT(with([](json& k) { k["rope_scaling"] = {{"type", "linear"}, {"factor", 2.0}}; }),
+             Contains("config.json: rope_scaling {\"factor\":2.0,\"type\":\"linear\"} not supported"));
+  CHECK_THAT(with([](json& k) { k["attention_bias"] = true; }), Contains("config.json: attention_bias = true not supported"));
+  CHECK_THAT(with([](json& k) { k["mlp_bias"] = true; }), Contains("config.json: mlp_bias = true not supported"));
+  CHECK_THAT(with([](json& k) { k["head_dim"] = 8; }), Contains("config.json: head_dim 8 not supported"));
+  CHECK(with([](json& k) { k["head_dim"] = 4; }) == "(no error)");
+  CHECK_THAT(with([](json& k) { k["hidden_act"] = "gelu"; }), Contains("config.json: hidden_act \"gelu\" not supported"));
+  CHECK_THAT(with([](json& k) { k.erase("hidden_act"); }), Contains("key \"hidden_act\" missing"));
+  CHECK_THAT(with([](json& k) { k.erase("rms_norm_eps"); }), Contains("config.json: key \"rms_norm_eps\" missing"));
+  CHECK_THAT(with([](json& k) { k["sliding_window"] = 0; }), Contains("sliding_window 0 must be positive"));
+  CHECK_THAT(with([](json& k) { k["model_type"] = "qwen2"; }), Contains("model_type \"qwen2\" not supported"));
+  CHECK_THAT(with([](json& k) { k["num_key_value_heads"] = 3; }), Contains("heads 4 is not divisible by kv_heads 3"));
+  CHECK_THAT(with([](json& k) { k["tie_word_embeddings"] = "no"; }), Contains("key \"tie_word_embeddings\" must be true or false"));
+  CHECK_THAT(with([](json& k) { k["num_hidden_layers"] = 16777216; }),
+             Contains("config.json: the configuration (layers 16777216") && Contains("holds"));
+  write_text(dir + "/config.json", j.dump());
+
+  auto with_tensors = [&](const std::function<void(std::vector<StTensor>&)>& edit) {
+    auto ts = hf_llama_tensors(m, {});
+    edit(ts);
+    save_bytes(dir + "/model.safetensors", st_file(ts));
+    return error_of(dir);
+  };
+  CHECK_THAT(with_tensors([&](auto& ts) {
+               for (auto& t : ts)
+                 if (t.name == "model.layers.0.self_attn.k_proj.weight") t = st_f32(t.name, m.params.at("layers.0.attention.wq"));
+             }),
+             Contains("model.safetensors: tensor model.layers.0.self_attn.k_proj.weight: shape [16,16], expected [8,16]"));
+  CHECK_THAT(with_tensors([](auto& ts) { std::erase_if(ts, [](auto& t) { return t.name == "lm_head.weight"; }); }),
+             Contains("tensor lm_head.weight: missing (tie_word_embeddings is false)"));
+  CHECK_THAT(with_tensors([](auto& ts) { std::erase_if(ts, [](auto& t) { return t.name == "model.norm.weight"; }); }),
+             Contains("tensor model.norm.weight: missing"));
+  CHECK_THAT(with_tensors([&](auto& ts) { ts.push_back(st_f32("model.layers.0.self_attn.q_proj.bias", m.params.at("norm"))); }),
+             Contains("tensor model.layers.0.self_attn.q_proj.bias: unexpected in a LLaMA checkpoint"));
+  CHECK_THAT(with_tensors([&](auto& ts) {
+               for (auto& t : ts)
+                 if (t.name == "model.norm.weight") t.dtype = "I32";
+             }),
+             Contains("tensor model.norm.weight: dtype I32 not supported"));
+  // tied: an lm_head.weight must be the embedding
+  const Model t = random_model(small_llama(true), 70);
+  auto ts = hf_llama_tensors(t, {});
+  Tensor head = t.params.at("tok_embeddings");
+  head.data[4] += 1;
+  ts.push_back(st_f32("lm_head.weight", head));
+  write_text(dir + "/config.json", hf_llama_config(t.cfg).dump());
+  save_bytes(dir + "/model.safetensors", st_file(ts));
+  CHECK_THAT(error_of(dir), Contains("tensor lm_head.weight differs from model.embed_tokens.weight"));
+}
+
+TEST_CASE("save_model_hf: Hugging Face layout, read back bit for bit with the same logits") {
+  TempDir tmp;
+  ModelConfig exact = small_gpt2();
+  exact.gelu_tanh = false;
+  exact.hidden = 20;
+  exact.norm_eps = 1e-6f;
+  ModelConfig llama = small_llama(false);
+  llama.rope_theta = 500000.0f;
+  llama.norm_eps = 1e-6f;
+  for (const ModelConfig& c : {small_gpt2(), exact, small_llama(true), llama}) {
+    INFO("arch " << (c.arch == Arch::gpt2 ? "gpt2" : "llama") << " tied " << c.tied << " hidden " << c.hidden);
+    const Model m = random_model(c, 71);
+    const std::string dir = tmp / "out";
+    fs::remove_all(dir);
+    save_model_hf(m, dir);
+    const Model got = load_model(dir);
+    check_same(got, m);
+    CHECK(model_sha256(got) == model_sha256(m));
+    CHECK(mantis::test::same_bits(std::span<const float>(logits_of(got).data(), size_t(logits_of(got).size())),
+                                  std::span<const float>(logits_of(m).data(), size_t(logits_of(m).size()))));
+    // The files are Hugging Face's, not ours under another name.
+    const json cfg = read_json_file(dir + "/config.json");
+    const auto tensors = read_f32_tensors(dir + "/model.safetensors");
+    std::map<std::string, NamedTensor> by_name;
+    for (auto& t : tensors) by_name[t.name] = t;
+    if (c.arch == Arch::gpt2) {
+      CHECK(cfg["model_type"] == "gpt2");
+      CHECK(cfg["n_embd"] == c.dim);
+      CHECK(cfg["activation_function"] == (c.gelu_tanh ? "gelu_new" : "gelu"));
+      CHECK((c.hidden == 4 * c.dim ? cfg["n_inner"].is_null() : cfg["n_inner"] == c.hidden));
+      REQUIRE(by_name.count("transformer.h.1.attn.c_attn.weight"));
+      CHECK(by_name["transformer.h.1.attn.c_attn.weight"].shape == std::vector<int64_t>{c.dim, 3 * c.dim});
+      CHECK(by_name["transformer.h.1.attn.c_attn.weight"].data == transposed(m.params.at("h.1.attn.c_attn.weight")).data);
+      CHECK(by_name.count("transformer.wte.weight"));
+      CHECK(!by_name.count("lm_head.weight"));
+    } else {
+      CHECK(cfg["model_type"] == "llama");
+      CHECK(cfg["num_key_value_heads"] == c.kv_heads);
+      CHECK(cfg["tie_word_embeddings"] == c.tied);
+      CHECK(cfg["rope_theta"] == double(c.rope_theta));
+      CHECK(by_name["model.layers.1.self_attn.q_proj.weight"].data == hf_permute(m.params.at("layers.1.attention.wq"), c.heads).data);
+      CHECK(by_name["model.layers.0.self_attn.k_proj.weight"].data == hf_permute(m.params.at("layers.0.attention.wk"), c.kv_heads).data);
+      CHECK(by_name["model.layers.0.mlp.gate_proj.weight"].data == m.params.at("layers.0.feed_forward.w1").data);
+      CHECK(by_name.count("lm_head.weight") == (c.tied ? 0u : 1u));
+    }
+    CHECK(by_name.size() == parameter_shapes(c).size());
+  }
+  SECTION("an invalid model is refused before anything is written") {
+    Model bad = random_model(small_llama(false), 72);
+    bad.params.erase("norm");
+    CHECK_THAT(mantis::test::error_of([&] { save_model_hf(bad, tmp / "bad"); }), Contains("tensor norm: missing"));
+    CHECK(!fs::exists(tmp / "bad/config.json"));
   }
 }

@@ -140,8 +140,9 @@ std::string rounding_help() {
 }
 const char* const kModelHelp =
     "checkpoint: a file (llm.c .bin, llama2.c .bin, .safetensors beside config.json) or a directory holding "
-    "model.safetensors + config.json (Hugging Face GPT-2 or this project's)";
+    "config.json + model.safetensors or its shards (Hugging Face GPT-2, LLaMA, Mistral, or this project's)";
 const char* const kPolicyHelp = "precision policy: native, lamp:<μ> (attn.qk strict ps<μ>), or a TOML file";
-const char* const kTokenizerHelp = "tokenizer: gpt2 (OpenAI's byte-level BPE, data/gpt2) or bytes (vocabulary 256)";
+const char* const kTokenizerHelp = "tokenizer: gpt2 (OpenAI's byte-level BPE, data/gpt2), bytes (vocabulary 256), "
+                                     "a Hugging Face tokenizer.json, or a directory holding one";
 
 }  // namespace mantis::cli

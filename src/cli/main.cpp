@@ -1,5 +1,5 @@
 // mantis — command-line front end: a registry of commands (formats, round, dot, bench, verify,
-// sweep, tokenize, detokenize, shards, logits, eval, train, lamp, optim, optim-study, gnmr, validate-gpu, bench-gpu; `mantis help` lists them), each
+// sweep, tokenize, detokenize, shards, logits, export, eval, train, lamp, optim, optim-study, gnmr, validate-gpu, bench-gpu; `mantis help` lists them), each
 // declared in its own cmd_*.cpp.
 //
 // Exit status: 0 success; 1 a check failed (verify found mismatches); 2 a usage or input error
@@ -38,6 +38,7 @@ const std::vector<Command>& commands() {
       {"detokenize", "token ids on stdin to bytes", setup_detokenize},
       {"shards", "tokenize the committed corpora into token shards", setup_shards},
       {"logits", "the logits of one token sequence as a .npy", setup_logits},
+      {"export", "a model in Hugging Face's layout (--hf): config.json + model.safetensors", setup_export},
       {"eval", "FP32 against a policy on windows of real text: KL, flips, perplexity", setup_eval},
       {"train", "train a model on the corpora", setup_train},
       {"lamp", "the LAMP study: resumable sweep of cells, merged into one result set", setup_lamp},

@@ -76,7 +76,7 @@ EvalResult run_eval(const EvalOptions& o) {
   const int ctx = o.ctx == 0 ? model.cfg.ctx : o.ctx;
   if (ctx < 1 || ctx > model.cfg.ctx)
     throw InputError(fmt::format("--ctx {} is outside 1..{} (the model's context)", ctx, model.cfg.ctx));
-  const auto tok = tokenizer_for_model(o.tokenizer, model.cfg.vocab);
+  const auto tok = tokenizer_for_model(o.tokenizer, model.cfg.vocab, "--tokenizer", o.model);
   const TokenData data = load_tokens(o.data, *tok, data_root());
   const auto starts = window_starts(data.tokens.size(), size_t(o.seqs), size_t(ctx) + 1);
   const double load_s = total.seconds();

@@ -252,7 +252,7 @@ LampSweepResult run_lamp_sweep(const LampSweepOptions& o) {
   const Model model = load_model(c.model);
   const int ctx = c.ctx == 0 ? model.cfg.ctx : c.ctx;
   if (ctx < 1 || ctx > model.cfg.ctx) throw InputError(fmt::format("ctx {} is outside 1..{}", ctx, model.cfg.ctx));
-  const auto tok = tokenizer_for_model(c.tokenizer, model.cfg.vocab, "tokenizer = \"…\" in " + o.config);
+  const auto tok = tokenizer_for_model(c.tokenizer, model.cfg.vocab, "tokenizer = \"…\" in " + o.config, c.model);
   const TokenData data = load_tokens(c.data, *tok, data_root());
   const auto starts = window_starts(data.tokens.size(), size_t(c.seqs), size_t(ctx) + 1);
   const int layers = model.cfg.layers;

@@ -18,7 +18,9 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <memory>
 #include <set>
+#include <stdexcept>
 
 #include "core/format.h"
 #include "io/safetensors.h"
@@ -36,6 +38,7 @@ using json = nlohmann::json;
 constexpr int32_t kLlmcMagic = 20240326;
 constexpr const char* kWeightsName = "model.safetensors";
 constexpr const char* kConfigName = "config.json";
+constexpr const char* kIndexName = "model.safetensors.index.json";
 
 std::string shape_str(const std::vector<int64_t>& s) { return fmt::format("[{}]", fmt::join(s, ",")); }
 const char* arch_name(Arch a) { return a == Arch::gpt2 ? "gpt2" : "llama"; }
@@ -324,6 +327,203 @@ ModelConfig hf_gpt2_config(const json& j) {
   return c;
 }
 
+// A key present with a value other than null (Hugging Face writes unset options as null).
+bool has_value(const json& j, const char* key) { return j.contains(key) && !j.at(key).is_null(); }
+
+// Hugging Face LlamaConfig / MistralConfig. Keys with a documented transformers default
+// (num_key_value_heads = heads, rope_theta 10000, tie_word_embeddings false) take it when absent;
+// every option that changes the computation and that the LLaMA graph does not implement is refused.
+ModelConfig hf_llama_config(const json& j) {
+  const std::string type = get_string(j, "model_type");
+  if (type != "llama" && type != "mistral")
+    throw InputError(fmt::format("model_type \"{}\" is not a LLaMA-family config (llama, mistral)", type));
+  ModelConfig c;
+  c.arch = Arch::llama;
+  c.dim = get_int(j, "hidden_size");
+  c.hidden = get_int(j, "intermediate_size");
+  c.heads = get_int(j, "num_attention_heads");
+  c.kv_heads = has_value(j, "num_key_value_heads") ? get_int(j, "num_key_value_heads") : c.heads;
+  c.layers = get_int(j, "num_hidden_layers");
+  c.vocab = get_int(j, "vocab_size");
+  c.ctx = get_int(j, "max_position_embeddings");
+  c.norm_eps = float(get_number(j, "rms_norm_eps"));
+  c.rope_theta = has_value(j, "rope_theta") ? float(get_number(j, "rope_theta")) : 10000.0f;
+  c.tied = has_value(j, "tie_word_embeddings") ? get_bool(j, "tie_word_embeddings") : false;
+  c.gelu_tanh = false;
+  const std::string act = get_string(j, "hidden_act");
+  if (act != "silu") throw InputError(fmt::format("hidden_act \"{}\" not supported (silu: LLaMA's SwiGLU)", act));
+  if (has_value(j, "rope_scaling"))
+    throw InputError(fmt::format("rope_scaling {} not supported (mantis's RoPE is unscaled: null only)",
+                                 j.at("rope_scaling").dump()));
+  for (const char* k : {"attention_bias", "mlp_bias"})
+    if (has_value(j, k) && get_bool(j, k)) throw InputError(fmt::format("{} = true not supported (no biases)", k));
+  if (has_value(j, "head_dim")) {
+    const int hd = get_int(j, "head_dim");
+    if (c.heads <= 0 || int64_t(hd) * c.heads != c.dim)
+      throw InputError(fmt::format("head_dim {} not supported: mantis's head size is hidden_size / "
+                                   "num_attention_heads = {} / {}", hd, c.dim, c.heads));
+  }
+  // Sliding-window attention over a window at least as long as the sequence is full causal
+  // attention: the context is capped to the window, so every sequence mantis runs is exact.
+  if (has_value(j, "sliding_window")) {
+    const int w = get_int(j, "sliding_window");
+    if (w <= 0) throw InputError(fmt::format("sliding_window {} must be positive (or null)", w));
+    c.ctx = std::min(c.ctx, w);
+  }
+  validate(c);
+  return c;
+}
+
+// Which config a config.json is: the project's own, Hugging Face GPT-2, or Hugging Face LLaMA.
+enum class ConfigKind { own, hf_gpt2, hf_llama };
+ConfigKind config_kind(const json& j, const std::string& file) {
+  if (j.contains("mantis_format")) return ConfigKind::own;
+  if (j.contains("model_type")) {
+    const json& t = j["model_type"];
+    if (t == "gpt2") return ConfigKind::hf_gpt2;
+    if (t == "llama" || t == "mistral") return ConfigKind::hf_llama;
+    throw InputError(fmt::format("{}: model_type {} not supported (Hugging Face: gpt2, llama, mistral)", file,
+                                 t.dump()));
+  }
+  if (j.contains("n_embd")) return ConfigKind::hf_gpt2;
+  throw InputError(fmt::format("{}: neither a mantis config (\"mantis_format\") nor a Hugging Face config "
+                               "(\"model_type\": gpt2, llama or mistral)", file));
+}
+
+// Hugging Face LLaMA's tensor names for ours; `rope_heads` > 0: the rows are q or k of that many
+// heads, stored in HF's rotate_half order (rope_rows).
+struct HfName {
+  std::string hf, ours;
+  int rope_heads = 0;
+};
+std::vector<HfName> hf_llama_names(const ModelConfig& c) {
+  std::vector<HfName> v = {{"model.embed_tokens.weight", "tok_embeddings"}};
+  for (int l = 0; l < c.layers; ++l) {
+    const std::string h = fmt::format("model.layers.{}.", l), o = fmt::format("layers.{}.", l);
+    v.push_back({h + "input_layernorm.weight", o + "attention_norm"});
+    v.push_back({h + "self_attn.q_proj.weight", o + "attention.wq", c.heads});
+    v.push_back({h + "self_attn.k_proj.weight", o + "attention.wk", c.kv_heads});
+    v.push_back({h + "self_attn.v_proj.weight", o + "attention.wv"});
+    v.push_back({h + "self_attn.o_proj.weight", o + "attention.wo"});
+    v.push_back({h + "post_attention_layernorm.weight", o + "ffn_norm"});
+    v.push_back({h + "mlp.gate_proj.weight", o + "feed_forward.w1"});
+    v.push_back({h + "mlp.up_proj.weight", o + "feed_forward.w3"});
+    v.push_back({h + "mlp.down_proj.weight", o + "feed_forward.w2"});
+  }
+  v.push_back({"model.norm.weight", "norm"});
+  if (!c.tied) v.push_back({"lm_head.weight", "output"});
+  return v;
+}
+
+// RoPE's two conventions. mantis (Meta, llama2.c) rotates the consecutive pairs (x[2i], x[2i+1])
+// of a head; Hugging Face's rotate_half pairs x[i] with x[i + HS/2], and its conversion script
+// (convert_llama_weights_to_hf.py, permute) reorders the rows of q_proj and k_proj so that the
+// same weights compute the same attention: HF row h·HS + p·HS/2 + i is Meta row h·HS + 2i + p
+// (head h, pair i, member p). Scores q·k are sums over a head's rows, so they are unchanged.
+Tensor rope_rows(const Tensor& t, int heads, bool to_hf) {
+  const int64_t rows = t.shape[0], cols = t.shape[1], HS = rows / heads;
+  Tensor u;
+  u.shape = t.shape;
+  u.data.resize(t.data.size());
+  for (int64_t h = 0; h < heads; ++h)
+    for (int64_t i = 0; i < HS / 2; ++i)
+      for (int64_t p = 0; p < 2; ++p) {
+        const int64_t meta = h * HS + 2 * i + p, hf = h * HS + p * (HS / 2) + i;
+        const int64_t from = to_hf ? meta : hf, to = to_hf ? hf : meta;
+        std::copy_n(t.data.begin() + from * cols, cols, u.data.begin() + to * cols);
+      }
+  return u;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Weight files
+
+// A tensor as floats, refusing NaN and infinity under the file's own name for it (the model's
+// validate() would name the converted tensor, which a Hugging Face user does not know).
+Tensor finite_tensor(const StEntry& e, const std::string& file, const std::string& name) {
+  Tensor t = to_tensor(e, file, name);
+  for (size_t i = 0; i < t.data.size(); ++i)
+    if (!std::isfinite(t.data[i]))
+      throw InputError(fmt::format("{}: tensor {}: non-finite value {} at flat index {}", file, name, t.data[i], i));
+  return t;
+}
+
+// The safetensors files of a checkpoint: DIR/model.safetensors, or the shards that
+// DIR/model.safetensors.index.json maps (Hugging Face's sharded layout); every tensor with the
+// file that holds it.
+struct WeightFiles {
+  std::vector<std::unique_ptr<MappedFile>> files;
+  std::map<std::string, StEntry> entries;
+  std::map<std::string, std::string> file_of;  // tensor → the path of its file
+  std::string where;                            // the single file, or the index: for messages
+  const std::string& file(const std::string& tensor) const { return file_of.at(tensor); }
+};
+
+WeightFiles open_single(const fs::path& path) {
+  WeightFiles w;
+  w.where = path.string();
+  w.files.push_back(std::make_unique<MappedFile>(w.where));
+  w.entries = parse_safetensors(*w.files.back());
+  for (auto& [name, e] : w.entries) w.file_of[name] = w.where;
+  return w;
+}
+
+// Every mapped tensor must lie in its shard, and every tensor of a shard must be mapped there;
+// shard names are file names inside DIR (no path: an index cannot point outside its checkpoint).
+WeightFiles open_sharded(const fs::path& index) {
+  const std::string ix = index.string();
+  const json j = read_json(index);
+  if (!j.contains("weight_map") || !j["weight_map"].is_object())
+    throw InputError(fmt::format("{}: key \"weight_map\" missing or not an object of tensor -> shard file", ix));
+  WeightFiles w;
+  w.where = ix;
+  std::map<std::string, std::vector<std::string>> by_shard;  // shard → its tensors
+  for (auto& [tensor, v] : j["weight_map"].items()) {
+    if (!v.is_string())
+      throw InputError(fmt::format("{}: weight_map: tensor {}: shard must be a file name, got {}", ix, tensor, v.dump()));
+    const std::string shard = v.get<std::string>();
+    if (shard.empty() || shard == "." || shard == ".." || shard.find('/') != std::string::npos ||
+        shard.find('\\') != std::string::npos)
+      throw InputError(fmt::format("{}: weight_map: tensor {}: shard \"{}\" is not a file name in {}", ix, tensor,
+                                   shard, index.parent_path().string()));
+    by_shard[shard].push_back(tensor);
+  }
+  if (by_shard.empty()) throw InputError(fmt::format("{}: weight_map is empty", ix));
+  for (auto& [shard, tensors] : by_shard) {
+    const std::string path = (index.parent_path() / shard).string();
+    w.files.push_back(std::make_unique<MappedFile>(path));
+    auto entries = parse_safetensors(*w.files.back());
+    const std::set<std::string> mapped(tensors.begin(), tensors.end());
+    for (auto& [name, e] : entries) {
+      if (!mapped.count(name)) {
+        auto other = j["weight_map"].find(name);
+        throw InputError(other == j["weight_map"].end()
+                             ? fmt::format("{}: tensor {}: not in {}'s weight_map", path, name, ix)
+                             : fmt::format("{}: tensor {}: {} maps it to {}", path, name, ix, other->dump()));
+      }
+      w.file_of[name] = path;
+      w.entries.emplace(name, e);
+    }
+    for (auto& t : tensors)
+      if (!entries.count(t))
+        throw InputError(fmt::format("{}: tensor {}: mapped to {}, which does not hold it", ix, t, shard));
+  }
+  return w;
+}
+
+// WEIGHTS: a safetensors file; when it is the default DIR/model.safetensors and absent, the
+// sharded layout in DIR (as transformers: a single file first).
+WeightFiles open_weights(const fs::path& weights) {
+  std::error_code ec;
+  if (fs::is_regular_file(weights, ec)) return open_single(weights);
+  const fs::path dir = weights.parent_path();
+  if (weights.filename() == kWeightsName && fs::exists(dir / kIndexName, ec)) return open_sharded(dir / kIndexName);
+  if (fs::exists(dir / "pytorch_model.bin", ec))
+    throw InputError(fmt::format("{}: no {}; pytorch_model.bin (pickle) is not read, convert it to safetensors",
+                                 dir.string(), kWeightsName));
+  throw InputError(fmt::format("{}: no such file (nor {})", weights.string(), kIndexName));
+}
+
 // ---------------------------------------------------------------------------------------------
 // Readers
 
@@ -348,21 +548,21 @@ void check_fits(const ModelConfig& c, const std::map<std::string, StEntry>& entr
   }
 }
 
-Model load_own(const json& j, const std::string& config_file, const std::string& weights_file) {
+Model load_own(const json& j, const std::string& config_file, const fs::path& weights) {
   Model m;
   m.cfg = prefixed(config_file, [&] { return own_config(j); });
-  MappedFile f(weights_file);
-  const auto entries = parse_safetensors(f);
-  check_fits(m.cfg, entries, config_file, weights_file);
-  for (auto& [name, e] : entries) m.params[name] = to_tensor(e, weights_file, name);
-  return finish(std::move(m), weights_file);
+  const WeightFiles w = open_weights(weights);
+  check_fits(m.cfg, w.entries, config_file, w.where);
+  for (auto& [name, e] : w.entries) m.params[name] = to_tensor(e, w.file(name), name);
+  return finish(std::move(m), w.where);
 }
 
-Model load_hf_gpt2(const json& j, const std::string& config_file, const std::string& weights_file) {
+Model load_hf_gpt2(const json& j, const std::string& config_file, const fs::path& weights) {
   Model m;
   m.cfg = prefixed(config_file, [&] { return hf_gpt2_config(j); });
-  MappedFile f(weights_file);
-  const auto entries = parse_safetensors(f);
+  const WeightFiles w = open_weights(weights);
+  const auto& entries = w.entries;
+  const std::string& weights_file = w.where;
   check_fits(m.cfg, entries, config_file, weights_file);
   std::map<std::string, std::vector<int64_t>> expected;
   for (auto& [name, shape] : parameter_shapes(m.cfg)) expected[name] = shape;
@@ -371,11 +571,13 @@ Model load_hf_gpt2(const json& j, const std::string& config_file, const std::str
                                                "mlp.c_proj.weight"};
   std::map<std::string, std::string> source;  // our name → the file's name
   const StEntry* lm_head = nullptr;
+  std::string lm_head_name;
   for (auto& [file_name, e] : entries) {
     std::string n = file_name;
     if (n.starts_with("transformer.")) n = n.substr(12);
     if (n == "lm_head.weight") {
       lm_head = &e;
+      lm_head_name = file_name;
       continue;
     }
     // "h.<layer>.<rest>"
@@ -393,8 +595,8 @@ Model load_hf_gpt2(const json& j, const std::string& config_file, const std::str
     else if (n == "wpe.weight") ours = "wpe";
     auto it = expected.find(ours);
     if (it == expected.end())
-      throw InputError(fmt::format("{}: tensor {}: unexpected in a GPT-2 checkpoint with n_layer {}", weights_file,
-                                   file_name, m.cfg.layers));
+      throw InputError(fmt::format("{}: tensor {}: unexpected in a GPT-2 checkpoint with n_layer {}",
+                                   w.file(file_name), file_name, m.cfg.layers));
     if (source.count(ours))
       throw InputError(fmt::format("{}: tensors {} and {} both give {}", weights_file, source[ours], file_name, ours));
     source[ours] = file_name;
@@ -402,9 +604,9 @@ Model load_hf_gpt2(const json& j, const std::string& config_file, const std::str
     std::vector<int64_t> want = it->second;
     if (transpose) std::reverse(want.begin(), want.end());
     if (e.shape != want)
-      throw InputError(fmt::format("{}: tensor {}: shape {}, expected {}{}", weights_file, file_name,
+      throw InputError(fmt::format("{}: tensor {}: shape {}, expected {}{}", w.file(file_name), file_name,
                                    shape_str(e.shape), shape_str(want), transpose ? " (Conv1D [in,out])" : ""));
-    Tensor t = to_tensor(e, weights_file, file_name);
+    Tensor t = to_tensor(e, w.file(file_name), file_name);
     if (transpose) {
       const int64_t in = t.shape[0], out = t.shape[1];
       Tensor u;
@@ -417,9 +619,9 @@ Model load_hf_gpt2(const json& j, const std::string& config_file, const std::str
     m.params[ours] = std::move(t);
   }
   if (lm_head) {
-    auto w = m.params.find("wte");
-    const Tensor head = to_tensor(*lm_head, weights_file, "lm_head.weight");
-    if (w == m.params.end() || head.shape != w->second.shape || head.data != w->second.data)
+    auto wte = m.params.find("wte");
+    const Tensor head = to_tensor(*lm_head, w.file(lm_head_name), lm_head_name);
+    if (wte == m.params.end() || head.shape != wte->second.shape || head.data != wte->second.data)
       throw InputError(fmt::format("{}: tensor lm_head.weight differs from wte (gpt2 ties the output projection "
                                    "to the token embedding)", weights_file));
   } else if (j.contains("tie_word_embeddings") && !j["tie_word_embeddings"].get<bool>()) {
@@ -432,24 +634,56 @@ Model load_hf_gpt2(const json& j, const std::string& config_file, const std::str
   return finish(std::move(m), weights_file);
 }
 
-// config.json decides: the project's own format ("mantis_format") or Hugging Face GPT-2.
+Model load_hf_llama(const json& j, const std::string& config_file, const fs::path& weights) {
+  Model m;
+  m.cfg = prefixed(config_file, [&] { return hf_llama_config(j); });
+  const WeightFiles w = open_weights(weights);
+  check_fits(m.cfg, w.entries, config_file, w.where);
+  std::map<std::string, std::vector<int64_t>> shape;
+  for (auto& [name, s] : parameter_shapes(m.cfg)) shape[name] = s;
+  std::map<std::string, HfName> by_hf;
+  for (auto& n : hf_llama_names(m.cfg)) by_hf[n.hf] = n;
+  for (auto& [name, e] : w.entries) {
+    const std::string& file = w.file(name);
+    // RoPE's inverse frequencies, a buffer older transformers saved: recomputed from rope_theta.
+    if (name.starts_with("model.layers.") && name.ends_with(".self_attn.rotary_emb.inv_freq")) continue;
+    if (name == "lm_head.weight" && m.cfg.tied) {  // tied: must be the embedding itself
+      const auto emb = w.entries.find("model.embed_tokens.weight");
+      const Tensor head = finite_tensor(e, file, name);
+      if (emb == w.entries.end() || head.shape != emb->second.shape ||
+          head.data != to_tensor(emb->second, w.file(emb->first), emb->first).data)
+        throw InputError(fmt::format("{}: tensor lm_head.weight differs from model.embed_tokens.weight, but {} says "
+                                     "tie_word_embeddings = true", file, config_file));
+      continue;
+    }
+    const auto it = by_hf.find(name);
+    if (it == by_hf.end())
+      throw InputError(fmt::format("{}: tensor {}: unexpected in a LLaMA checkpoint with num_hidden_layers {}{}", file,
+                                   name, m.cfg.layers, m.cfg.tied ? ", tie_word_embeddings true" : ""));
+    const HfName& n = it->second;
+    if (e.shape != shape.at(n.ours))
+      throw InputError(fmt::format("{}: tensor {}: shape {}, expected {}", file, name, shape_str(e.shape),
+                                   shape_str(shape.at(n.ours))));
+    Tensor t = finite_tensor(e, file, name);
+    m.params[n.ours] = n.rope_heads ? rope_rows(t, n.rope_heads, false) : std::move(t);
+  }
+  for (auto& n : hf_llama_names(m.cfg))
+    if (!m.params.count(n.ours))
+      throw InputError(fmt::format("{}: tensor {}: missing{}", w.where, n.hf,
+                                   n.hf == "lm_head.weight" ? " (tie_word_embeddings is false)" : ""));
+  return finish(std::move(m), w.where);
+}
+
+// config.json decides: the project's own format ("mantis_format"), Hugging Face GPT-2 or LLaMA.
 Model load_with_config(const fs::path& config, const fs::path& weights) {
   const json j = read_json(config);
-  const std::string cf = config.string(), wf = weights.string();
-  std::error_code ec;
-  if (!fs::is_regular_file(weights, ec)) {
-    const fs::path dir = weights.parent_path();
-    if (fs::exists(dir / "model.safetensors.index.json", ec))
-      throw InputError(fmt::format("{}: sharded safetensors (model.safetensors.index.json) not supported", dir.string()));
-    if (fs::exists(dir / "pytorch_model.bin", ec))
-      throw InputError(fmt::format("{}: no {}; pytorch_model.bin (pickle) is not read, convert it to safetensors",
-                                   dir.string(), kWeightsName));
-    throw InputError(fmt::format("{}: no such file", wf));
+  const std::string cf = config.string();
+  switch (config_kind(j, cf)) {
+    case ConfigKind::own: return load_own(j, cf, weights);
+    case ConfigKind::hf_gpt2: return load_hf_gpt2(j, cf, weights);
+    case ConfigKind::hf_llama: return load_hf_llama(j, cf, weights);
   }
-  if (j.contains("mantis_format")) return load_own(j, cf, wf);
-  if (j.contains("model_type") || j.contains("n_embd")) return load_hf_gpt2(j, cf, wf);
-  throw InputError(fmt::format("{}: neither a mantis config (\"mantis_format\") nor a Hugging Face GPT-2 config "
-                               "(\"model_type\": \"gpt2\")", cf));
+  throw std::logic_error("config_kind");
 }
 
 Model load_llmc(const MappedFile& f) {
@@ -587,7 +821,8 @@ const char* llmc_other(int32_t magic) {
 Model load_file(const fs::path& path) {
   const std::string file = path.string();
   if (path.extension() == ".safetensors") return load_with_config(path.parent_path() / kConfigName, path);
-  if (path.filename() == kConfigName) return load_with_config(path, path.parent_path() / kWeightsName);
+  if (path.filename() == kConfigName || path.filename() == kIndexName)
+    return load_with_config(path.parent_path() / kConfigName, path.parent_path() / kWeightsName);
   MappedFile f(file);
   if (f.size() == 0) throw InputError(fmt::format("{}: empty file, not a checkpoint", file));
   const int32_t magic = f.size() >= 4 ? rd_i32(f.data()) : 0;
@@ -636,10 +871,12 @@ std::string model_config_json(const ModelConfig& c) { return own_config_json(c).
 
 ModelConfig load_model_config(const std::string& path) {
   const json j = read_json(path);
-  if (j.contains("mantis_format")) return prefixed(path, [&] { return own_config(j); });
-  if (j.contains("model_type") || j.contains("n_embd")) return prefixed(path, [&] { return hf_gpt2_config(j); });
-  throw InputError(fmt::format("{}: neither a mantis config (\"mantis_format\") nor a Hugging Face GPT-2 config "
-                               "(\"model_type\": \"gpt2\")", path));
+  switch (config_kind(j, path)) {
+    case ConfigKind::own: return prefixed(path, [&] { return own_config(j); });
+    case ConfigKind::hf_gpt2: return prefixed(path, [&] { return hf_gpt2_config(j); });
+    case ConfigKind::hf_llama: return prefixed(path, [&] { return hf_llama_config(j); });
+  }
+  throw std::logic_error("config_kind");
 }
 
 void save_model(const Model& m, const std::string& dir) {
@@ -656,6 +893,99 @@ void save_model(const Model& m, const std::string& dir) {
   write_f32_tensors((d / kWeightsName).string(), views, {{"format", "mantis"}, {"mantis_format", "1"}});
   // weights first: config.json marks a complete pair
   write_file_atomic((d / kConfigName).string(), config);
+}
+
+namespace {
+
+// The config.json transformers reads for this model (GPT2LMHeadModel / LlamaForCausalLM).
+nlohmann::ordered_json hf_config_json(const ModelConfig& c) {
+  nlohmann::ordered_json j;
+  if (c.arch == Arch::gpt2) {
+    j["architectures"] = {"GPT2LMHeadModel"};
+    j["model_type"] = "gpt2";
+    j["vocab_size"] = c.vocab;
+    j["n_positions"] = c.ctx;
+    j["n_ctx"] = c.ctx;
+    j["n_embd"] = c.dim;
+    j["n_layer"] = c.layers;
+    j["n_head"] = c.heads;
+    j["n_inner"] = c.hidden == four_times(c.dim) ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(c.hidden);
+    j["activation_function"] = c.gelu_tanh ? "gelu_new" : "gelu";
+    j["layer_norm_epsilon"] = float_json(c.norm_eps);
+    j["scale_attn_weights"] = true;
+    j["tie_word_embeddings"] = true;
+  } else {
+    j["architectures"] = {"LlamaForCausalLM"};
+    j["model_type"] = "llama";
+    j["vocab_size"] = c.vocab;
+    j["max_position_embeddings"] = c.ctx;
+    j["hidden_size"] = c.dim;
+    j["intermediate_size"] = c.hidden;
+    j["num_hidden_layers"] = c.layers;
+    j["num_attention_heads"] = c.heads;
+    j["num_key_value_heads"] = c.kv_heads;
+    j["head_dim"] = c.head_size();
+    j["hidden_act"] = "silu";
+    j["rms_norm_eps"] = float_json(c.norm_eps);
+    j["rope_theta"] = float_json(c.rope_theta);
+    j["rope_scaling"] = nullptr;
+    j["attention_bias"] = false;
+    j["mlp_bias"] = false;
+    j["tie_word_embeddings"] = c.tied;
+  }
+  j["torch_dtype"] = "float32";
+  return j;
+}
+
+}  // namespace
+
+std::string hf_config_json_text(const ModelConfig& c) { return hf_config_json(c).dump(2) + "\n"; }
+
+void save_model_hf(const Model& m, const std::string& dir) {
+  validate(m);
+  const fs::path d(dir);
+  std::error_code ec;
+  fs::create_directories(d, ec);
+  if (ec || !fs::is_directory(d, ec)) throw InputError(fmt::format("cannot create directory {}: {}", dir, ec.message()));
+
+  std::vector<TensorView> views;
+  std::vector<Tensor> converted;  // the tensors whose layout differs from ours (kept alive for views)
+  converted.reserve(m.params.size());
+  if (m.cfg.arch == Arch::gpt2) {
+    // GPT2LMHeadModel's state dict: the transformer. prefix, Conv1D weights [in, out], the tied
+    // lm_head left out (as save_pretrained does).
+    for (auto& [name, shape] : parameter_shapes(m.cfg)) {
+      const Tensor& t = m.params.at(name);
+      const bool conv1d = shape.size() == 2 && name.starts_with("h.");
+      const std::string hf = "transformer." + (name == "wte" || name == "wpe" ? name + ".weight" : name);
+      if (!conv1d) {
+        views.push_back({hf, shape, t.data});
+        continue;
+      }
+      const int64_t out = shape[0], in = shape[1];
+      Tensor u;
+      u.shape = {in, out};
+      u.data.resize(t.data.size());
+      for (int64_t o = 0; o < out; ++o)
+        for (int64_t i = 0; i < in; ++i) u.data[size_t(i * out + o)] = t.data[size_t(o * in + i)];
+      converted.push_back(std::move(u));
+      views.push_back({hf, converted.back().shape, converted.back().data});
+    }
+  } else {
+    for (const HfName& n : hf_llama_names(m.cfg)) {
+      const Tensor& t = m.params.at(n.ours);
+      if (!n.rope_heads) {
+        views.push_back({n.hf, t.shape, t.data});
+        continue;
+      }
+      converted.push_back(rope_rows(t, n.rope_heads, true));
+      views.push_back({n.hf, converted.back().shape, converted.back().data});
+    }
+  }
+  const std::string config = hf_config_json_text(m.cfg);
+  // transformers reads safetensors only with __metadata__ format "pt"
+  write_f32_tensors((d / kWeightsName).string(), views, {{"format", "pt"}});
+  write_file_atomic((d / kConfigName).string(), config);  // weights first: config.json marks a complete pair
 }
 
 }  // namespace mantis

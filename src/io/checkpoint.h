@@ -4,10 +4,17 @@
 //   * Hugging Face GPT-2: a directory with model.safetensors + config.json (keys with or without
 //     the `transformer.` prefix; Conv1D weights stored [in, out] are transposed; activation
 //     "gelu_new" = tanh GELU; lm_head tied);
+//   * Hugging Face LLaMA / Mistral (model_type "llama", "mistral"): config.json + safetensors;
+//     q_proj and k_proj rows are permuted back from HF's rotate_half order to the consecutive-pair
+//     RoPE of nn/attention.h; options the graph cannot compute (rope_scaling, biases, a head_dim
+//     other than hidden/heads, hidden_act other than silu) are refused; a sliding_window shorter
+//     than max_position_embeddings caps the context to it (where the two attentions agree);
+//   * Hugging Face checkpoints may be sharded: model.safetensors.index.json's weight_map names
+//     the shard (a file in the same directory) of every tensor; F32, BF16 and F16 convert exactly;
 //   * llm.c's gpt2_124M.bin layout (fp32, version 3; padded vocabulary rows dropped);
 //   * llama2.c's checkpoint layout (7 int32 header, fp32 tensors; negative vocab = untied);
 //   * the project's own: model.safetensors + config.json written by save_model.
-// Writer: the project's own format, atomically (temp files + rename).
+// Writers: the project's own format, and Hugging Face's layout, atomically (temp files + rename).
 #pragma once
 
 #include <string>
@@ -29,5 +36,12 @@ ModelConfig load_model_config(const std::string& path);
 std::string model_sha256(const Model& m);
 // Writes DIR/model.safetensors and DIR/config.json (creating DIR), atomically.
 void save_model(const Model& m, const std::string& dir);
+// Writes DIR/model.safetensors (F32, __metadata__ format "pt") and DIR/config.json as transformers
+// saves GPT2LMHeadModel (transformer.* names, Conv1D weights [in, out], no lm_head) or
+// LlamaForCausalLM (model.* names, q/k rows in HF's rotate_half order, lm_head when untied),
+// atomically; load_model reads it back bit for bit.
+void save_model_hf(const Model& m, const std::string& dir);
+// The config.json save_model_hf writes for this configuration.
+std::string hf_config_json_text(const ModelConfig& c);
 
 }  // namespace mantis

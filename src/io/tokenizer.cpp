@@ -23,11 +23,13 @@
 #include <sstream>
 #include <system_error>
 #include <unordered_map>
+#include <unordered_set>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "core/format.h"   // InputError
+#include "io/bpe.h"
 #include "mantis_config.h"
 
 namespace mantis {
@@ -172,6 +174,98 @@ void pretokenize(std::string_view s, Emit&& emit) {
   }
 }
 
+// Calls emit(offset, length) for each match of LLaMA-3's pre-tokenizer regex (tiktoken's
+// cl100k pattern), in order:
+//   (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|
+//   \s*[\r\n]+|\s+(?!\S)|\s+
+// with the same classes as the GPT-2 one. Every position starts a match (the alternatives cover
+// every code point), so the matches are the pieces; the alternatives are tried in order, as the
+// regex engine does, with the backtracking each one needs worked out by hand below.
+template <class Emit>
+void pretokenize_llama3(std::string_view s, Emit&& emit) {
+  const auto* p = reinterpret_cast<const unsigned char*>(s.data());
+  const size_t n = s.size();
+  auto crlf = [&](size_t k) { return p[k] == '\r' || p[k] == '\n'; };
+  // Bytes of a run of code points of class k from j (at most `limit` of them).
+  auto run = [&](size_t j, uint8_t k, size_t limit = SIZE_MAX) {
+    size_t count = 0;
+    while (j < n && count < limit) {
+      const CodePoint d = next_code_point(p + j, n - j);
+      if (d.cls != k) break;
+      j += d.len;
+      ++count;
+    }
+    return j;
+  };
+  size_t i = 0;
+  while (i < n) {
+    const size_t start = i;
+    // (?i:'s|'t|'re|'ve|'m|'ll|'d); case folding also maps U+017F (ſ, C5 BF) to s
+    if (p[i] == '\'' && i + 1 < n) {
+      const unsigned char a = p[i + 1] | 0x20;   // ASCII letters to lower case
+      size_t len = 0;
+      if (a == 's' || a == 't' || a == 'm' || a == 'd') len = 2;
+      else if (p[i + 1] == 0xC5 && i + 2 < n && p[i + 2] == 0xBF) len = 3;
+      else if (i + 2 < n) {
+        const unsigned char b = p[i + 2] | 0x20;
+        if ((a == 'r' && b == 'e') || (a == 'v' && b == 'e') || (a == 'l' && b == 'l')) len = 3;
+      }
+      if (len) {
+        emit(start, len);
+        i += len;
+        continue;
+      }
+    }
+    const CodePoint c0 = next_code_point(p + i, n - i);
+    // [^\r\n\p{L}\p{N}]?\p{L}+
+    {
+      size_t j = i;
+      if (c0.cls != kLetter && c0.cls != kNumber && !crlf(i)) j += c0.len;
+      if (j < n && next_code_point(p + j, n - j).cls == kLetter) {
+        i = run(j, kLetter);
+        emit(start, i - start);
+        continue;
+      }
+    }
+    // \p{N}{1,3}
+    if (c0.cls == kNumber) {
+      i = run(i, kNumber, 3);
+      emit(start, i - start);
+      continue;
+    }
+    // ` ?[^\s\p{L}\p{N}]+[\r\n]*`
+    {
+      size_t j = i;
+      if (p[i] == ' ' && i + 1 < n && next_code_point(p + i + 1, n - i - 1).cls == kOther) j = i + 1;
+      if (next_code_point(p + j, n - j).cls == kOther) {
+        j = run(j, kOther);
+        while (j < n && crlf(j)) ++j;
+        emit(start, j - start);
+        i = j;
+        continue;
+      }
+    }
+    // What is left starts with whitespace (a letter, number or other code point matched above).
+    size_t end = i, last = i, count = 0, last_crlf = SIZE_MAX;
+    while (end < n) {
+      const CodePoint d = next_code_point(p + end, n - end);
+      if (d.cls != kSpace) break;
+      if (crlf(end)) last_crlf = end;
+      last = end;
+      end += d.len;
+      ++count;
+    }
+    if (last_crlf != SIZE_MAX) {   // \s*[\r\n]+: up to the run's last line break
+      i = last_crlf + 1;
+    } else if (end == n || count == 1) {   // \s+(?!\S) reaching the end, or \s+
+      i = end;
+    } else {   // \s+(?!\S): all but the last code point, which then starts the next match
+      i = last;
+    }
+    emit(start, i - start);
+  }
+}
+
 // ---- GPT-2 byte <-> unicode table ---------------------------------------------------------
 
 // GPT-2's bytes_to_unicode: printable Latin-1 bytes map to themselves, the other 68 bytes to
@@ -236,10 +330,7 @@ class MergeTable {
   size_t mask_ = 0;
 };
 
-struct StringHash {
-  using is_transparent = void;
-  size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
-};
+using StringHash = detail::BpeStringHash;
 
 // encoder.json is one flat object of string -> unsigned integer; read it with a SAX handler
 // (no DOM: a quarter of the load time). `problem` says what else was found.
@@ -281,9 +372,35 @@ struct Gpt2EncoderSax {
   }
 };
 
-class Gpt2Tokenizer final : public Tokenizer {
+// The byte-level BPE tokenizer both sources build (bpe.h).
+class BpeTokenizer final : public Tokenizer {
  public:
-  explicit Gpt2Tokenizer(const std::string& dir) { load(fs::path(dir)); }
+  explicit BpeTokenizer(detail::BpeSpec spec)
+      : id_(std::move(spec.id)), tokens_(std::move(spec.tokens)), index_(std::move(spec.index)), pre_(spec.pre),
+        ignore_merges_(spec.ignore_merges) {
+    for (int b = 0; b < 256; ++b) {
+      auto it = index_.find(std::string(1, static_cast<char>(b)));
+      if (it == index_.end())
+        throw InputError(fmt::format("{}: the single byte 0x{:02X} has no token", spec.source, b));
+      byte_id_[b] = it->second;
+    }
+    merges_.reserve(spec.merges.size());
+    std::vector<uint32_t> made_by(tokens_.size(), MergeTable::kNone);   // rank of the merge making an id
+    for (uint32_t r = 0; r < spec.merges.size(); ++r) {
+      const auto& [l, rt, m] = spec.merges[r];
+      if (!merges_.insert(l, rt, r, m))
+        throw InputError(fmt::format("{}: merge {} ({:?} {:?}) is listed twice", spec.source, r, tokens_[l], tokens_[rt]));
+      if (made_by[m] == MergeTable::kNone) made_by[m] = r;
+      else heap_ok_ = false;   // a token made by two merges: keep the reference algorithm only
+    }
+    // The heap algorithm equals the reference one when every merge's parts are made by merges of
+    // lower rank (true of GPT-2's files): then merges of equal rank never create one another.
+    for (uint32_t r = 0; r < spec.merges.size() && heap_ok_; ++r)
+      for (int k = 0; k < 2; ++k) {
+        const uint32_t m = made_by[spec.merges[r][k]];
+        if (m != MergeTable::kNone && m >= r) heap_ok_ = false;
+      }
+  }
 
   std::vector<uint32_t> encode(std::string_view text) const override {
     std::vector<uint32_t> out;
@@ -292,12 +409,17 @@ class Gpt2Tokenizer final : public Tokenizer {
     WordCache fresh;   // this call's misses, merged into cache_ at the end
     {
       std::shared_lock lock(cache_mu_);
-      pretokenize(text, [&](size_t off, size_t len) {
+      auto word_ids = [&](size_t off, size_t len) {
         const std::string_view word = text.substr(off, len);
         if (len == 1) {
           out.push_back(byte_id_[static_cast<unsigned char>(word[0])]);
           return;
         }
+        if (ignore_merges_)
+          if (auto v = index_.find(word); v != index_.end()) {
+            out.push_back(v->second);
+            return;
+          }
         if (len > kMaxCachedWordBytes) {
           bpe(word, scratch);
           out.insert(out.end(), scratch.begin(), scratch.end());
@@ -312,7 +434,9 @@ class Gpt2Tokenizer final : public Tokenizer {
           }
         }
         out.insert(out.end(), it->second.begin(), it->second.end());
-      });
+      };
+      if (pre_ == detail::PreTokenizer::gpt2) pretokenize(text, word_ids);
+      else pretokenize_llama3(text, word_ids);
     }
     if (!fresh.empty() && fresh.size() <= kMaxCachedWords) {
       std::unique_lock lock(cache_mu_);
@@ -326,7 +450,7 @@ class Gpt2Tokenizer final : public Tokenizer {
     size_t bytes = 0;
     for (uint32_t id : ids) {
       if (id >= tokens_.size())
-        throw InputError(fmt::format("gpt2 tokenizer: token id {} is out of vocabulary (ids are 0..{})", id,
+        throw InputError(fmt::format("{} tokenizer: token id {} is out of vocabulary (ids are 0..{})", id_, id,
                                      tokens_.size() - 1));
       bytes += tokens_[id].size();
     }
@@ -337,126 +461,13 @@ class Gpt2Tokenizer final : public Tokenizer {
   }
 
   uint32_t vocab_size() const override { return static_cast<uint32_t>(tokens_.size()); }
-  std::string id() const override { return "gpt2"; }
+  std::string id() const override { return id_; }
 
  private:
   using WordCache = std::unordered_map<std::string, std::vector<uint32_t>, StringHash, std::equal_to<>>;
   static constexpr size_t kMaxCachedWordBytes = 64;
   static constexpr size_t kMaxCachedWords = size_t{1} << 18;
   static constexpr size_t kNaiveMaxSymbols = 48;
-
-  void load(const fs::path& dir) {
-    const std::array<uint32_t, 256> b2u = bytes_to_unicode();
-    std::array<int, 512> u2b;
-    u2b.fill(-1);
-    for (int b = 0; b < 256; ++b) u2b[b2u[b]] = b;
-
-    // A token string of encoder.json / vocab.bpe (UTF-8 of byte-alphabet code points) -> bytes.
-    auto to_bytes = [&](std::string_view key, std::string& out) {
-      out.clear();
-      const auto* p = reinterpret_cast<const unsigned char*>(key.data());
-      for (size_t i = 0; i < key.size();) {
-        uint32_t cp;
-        if (p[i] < 0x80) {
-          cp = p[i];
-          i += 1;
-        } else if ((p[i] & 0xE0) == 0xC0 && i + 1 < key.size() && (p[i + 1] & 0xC0) == 0x80) {
-          cp = ((p[i] & 0x1Fu) << 6) | (p[i + 1] & 0x3Fu);
-          i += 2;
-        } else {
-          return false;
-        }
-        if (cp >= u2b.size() || u2b[cp] < 0) return false;
-        out.push_back(static_cast<char>(u2b[cp]));
-      }
-      return !out.empty();
-    };
-
-    // encoder.json
-    const fs::path enc_path = dir / "encoder.json";
-    const std::string enc_text = read_text_file(enc_path.string(), "GPT-2 vocabulary (set MANTIS_DATA_DIR?)");
-    std::vector<std::pair<std::string, uint64_t>> entries;   // (key, id) in file order
-    std::string problem;
-    {
-      Gpt2EncoderSax sax{entries, problem, 0, {}};
-      const bool ok = nlohmann::json::sax_parse(enc_text, &sax);
-      if (!ok || !problem.empty())
-        throw InputError(fmt::format("{}: {}", enc_path.string(),
-                                     problem.empty() ? std::string("malformed JSON") : problem));
-    }
-    if (entries.empty())
-      throw InputError(fmt::format("{}: expected a non-empty JSON object of token -> id", enc_path.string()));
-    tokens_.assign(entries.size(), std::string());
-    std::vector<bool> seen(entries.size(), false);
-    std::unordered_map<std::string, uint32_t, StringHash, std::equal_to<>> index;
-    index.reserve(entries.size());
-    std::string bytes;
-    for (const auto& [key, value] : entries) {
-      if (value >= entries.size())
-        throw InputError(fmt::format("{}: token {:?} has id {}, expected 0..{}", enc_path.string(), key, value,
-                                     entries.size() - 1));
-      const auto id = static_cast<uint32_t>(value);
-      if (seen[id]) throw InputError(fmt::format("{}: id {} is used twice", enc_path.string(), id));
-      if (!to_bytes(key, bytes))
-        throw InputError(
-            fmt::format("{}: token {:?} is not made of GPT-2 byte-alphabet characters", enc_path.string(), key));
-      seen[id] = true;
-      tokens_[id] = bytes;
-      if (!index.emplace(bytes, id).second)
-        throw InputError(fmt::format("{}: token {:?} is listed twice", enc_path.string(), key));
-    }
-    for (int b = 0; b < 256; ++b) {
-      auto it = index.find(std::string(1, static_cast<char>(b)));
-      if (it == index.end())
-        throw InputError(fmt::format("{}: the single byte 0x{:02X} has no token", enc_path.string(), b));
-      byte_id_[b] = it->second;
-    }
-
-    // vocab.bpe
-    const fs::path bpe_path = dir / "vocab.bpe";
-    const std::string bpe_text = read_text_file(bpe_path.string(), "GPT-2 merges (set MANTIS_DATA_DIR?)");
-    std::vector<std::string_view> lines;
-    for (size_t pos = 0; pos < bpe_text.size();) {
-      size_t nl = bpe_text.find('\n', pos);
-      if (nl == std::string::npos) nl = bpe_text.size();
-      lines.push_back(std::string_view(bpe_text).substr(pos, nl - pos));
-      pos = nl + 1;
-    }
-    if (lines.empty() || !lines[0].starts_with("#version"))
-      throw InputError(fmt::format("{}: expected a '#version' first line", bpe_path.string()));
-    const size_t n_merges = lines.size() - 1;
-    merges_.reserve(n_merges);
-    std::vector<uint32_t> made_by(tokens_.size(), MergeTable::kNone);   // rank of the merge making an id
-    std::vector<std::array<uint32_t, 3>> merge_list;                     // {a, b, merged} by rank
-    std::string a_bytes, b_bytes;
-    for (size_t r = 0; r < n_merges; ++r) {
-      const std::string_view line = lines[r + 1];
-      const size_t sp = line.find(' ');
-      auto bad = [&](const char* why) {
-        return InputError(fmt::format("{}:{}: {}: {:?}", bpe_path.string(), r + 2, why, std::string(line)));
-      };
-      if (sp == std::string_view::npos || sp == 0 || sp + 1 == line.size() ||
-          line.find(' ', sp + 1) != std::string_view::npos)
-        throw bad("expected a merge 'a b'");
-      if (!to_bytes(line.substr(0, sp), a_bytes) || !to_bytes(line.substr(sp + 1), b_bytes))
-        throw bad("not GPT-2 byte-alphabet characters");
-      const auto ia = index.find(a_bytes), ib = index.find(b_bytes), im = index.find(a_bytes + b_bytes);
-      if (ia == index.end() || ib == index.end() || im == index.end())
-        throw bad("a part or the result of this merge is not in encoder.json");
-      const auto rank = static_cast<uint32_t>(r);
-      if (!merges_.insert(ia->second, ib->second, rank, im->second)) throw bad("merge listed twice");
-      if (made_by[im->second] == MergeTable::kNone) made_by[im->second] = rank;
-      else heap_ok_ = false;   // a token made by two merges: keep the reference algorithm only
-      merge_list.push_back({ia->second, ib->second, im->second});
-    }
-    // The heap algorithm equals the reference one when every merge's parts are made by merges of
-    // lower rank (true of GPT-2's files): then merges of equal rank never create one another.
-    for (uint32_t r = 0; r < merge_list.size() && heap_ok_; ++r)
-      for (int k = 0; k < 2; ++k) {
-        const uint32_t m = made_by[merge_list[r][k]];
-        if (m != MergeTable::kNone && m >= r) heap_ok_ = false;
-      }
-  }
 
   // BPE of one pre-token (≥ 1 byte) into ids.
   void bpe(std::string_view word, std::vector<uint32_t>& out) const {
@@ -533,13 +544,100 @@ class Gpt2Tokenizer final : public Tokenizer {
     sym.resize(w);
   }
 
+  std::string id_;
   std::vector<std::string> tokens_;   // id -> bytes
+  detail::BpeIndex index_;            // bytes -> id (ignore_merges)
+  detail::PreTokenizer pre_;
+  bool ignore_merges_;
   std::array<uint32_t, 256> byte_id_{};
   MergeTable merges_;
   bool heap_ok_ = true;
   mutable std::shared_mutex cache_mu_;
   mutable WordCache cache_;
 };
+
+}  // namespace
+
+// OpenAI's GPT-2 files: encoder.json (token string -> id) and vocab.bpe (merges by rank).
+detail::BpeSpec detail::read_gpt2_files(const std::string& dir_name) {
+  const fs::path dir(dir_name);
+  detail::BpeSpec spec;
+  spec.id = "gpt2";
+  spec.pre = detail::PreTokenizer::gpt2;
+
+  // encoder.json
+  const fs::path enc_path = dir / "encoder.json";
+  spec.source = enc_path.string();
+  const std::string enc_text = read_text_file(enc_path.string(), "GPT-2 vocabulary (set MANTIS_DATA_DIR?)");
+  std::vector<std::pair<std::string, uint64_t>> entries;   // (key, id) in file order
+  std::string problem;
+  {
+    Gpt2EncoderSax sax{entries, problem, 0, {}};
+    const bool ok = nlohmann::json::sax_parse(enc_text, &sax);
+    if (!ok || !problem.empty())
+      throw InputError(fmt::format("{}: {}", enc_path.string(),
+                                   problem.empty() ? std::string("malformed JSON") : problem));
+  }
+  if (entries.empty())
+    throw InputError(fmt::format("{}: expected a non-empty JSON object of token -> id", enc_path.string()));
+  auto& tokens = spec.tokens;
+  auto& index = spec.index;
+  tokens.assign(entries.size(), std::string());
+  std::vector<bool> seen(entries.size(), false);
+  index.reserve(entries.size());
+  std::string bytes;
+  for (const auto& [key, value] : entries) {
+    if (value >= entries.size())
+      throw InputError(fmt::format("{}: token {:?} has id {}, expected 0..{}", enc_path.string(), key, value,
+                                   entries.size() - 1));
+    const auto id = static_cast<uint32_t>(value);
+    if (seen[id]) throw InputError(fmt::format("{}: id {} is used twice", enc_path.string(), id));
+    if (!detail::byte_level_bytes(key, bytes))
+      throw InputError(
+          fmt::format("{}: token {:?} is not made of GPT-2 byte-alphabet characters", enc_path.string(), key));
+    seen[id] = true;
+    tokens[id] = bytes;
+    if (!index.emplace(bytes, id).second)
+      throw InputError(fmt::format("{}: token {:?} is listed twice", enc_path.string(), key));
+  }
+
+  // vocab.bpe
+  const fs::path bpe_path = dir / "vocab.bpe";
+  const std::string bpe_text = read_text_file(bpe_path.string(), "GPT-2 merges (set MANTIS_DATA_DIR?)");
+  std::vector<std::string_view> lines;
+  for (size_t pos = 0; pos < bpe_text.size();) {
+    size_t nl = bpe_text.find('\n', pos);
+    if (nl == std::string::npos) nl = bpe_text.size();
+    lines.push_back(std::string_view(bpe_text).substr(pos, nl - pos));
+    pos = nl + 1;
+  }
+  if (lines.empty() || !lines[0].starts_with("#version"))
+    throw InputError(fmt::format("{}: expected a '#version' first line", bpe_path.string()));
+  const size_t n_merges = lines.size() - 1;
+  spec.merges.reserve(n_merges);
+  std::unordered_set<uint64_t> listed;
+  std::string a_bytes, b_bytes;
+  for (size_t r = 0; r < n_merges; ++r) {
+    const std::string_view line = lines[r + 1];
+    const size_t sp = line.find(' ');
+    auto bad = [&](const char* why) {
+      return InputError(fmt::format("{}:{}: {}: {:?}", bpe_path.string(), r + 2, why, std::string(line)));
+    };
+    if (sp == std::string_view::npos || sp == 0 || sp + 1 == line.size() ||
+        line.find(' ', sp + 1) != std::string_view::npos)
+      throw bad("expected a merge 'a b'");
+    if (!detail::byte_level_bytes(line.substr(0, sp), a_bytes) || !detail::byte_level_bytes(line.substr(sp + 1), b_bytes))
+      throw bad("not GPT-2 byte-alphabet characters");
+    const auto ia = index.find(a_bytes), ib = index.find(b_bytes), im = index.find(a_bytes + b_bytes);
+    if (ia == index.end() || ib == index.end() || im == index.end())
+      throw bad("a part or the result of this merge is not in encoder.json");
+    if (!listed.insert(uint64_t{ia->second} << 32 | ib->second).second) throw bad("merge listed twice");
+    spec.merges.push_back({ia->second, ib->second, im->second});
+  }
+  return spec;
+}
+
+namespace {
 
 class BytesTokenizer final : public Tokenizer {
  public:
@@ -584,6 +682,41 @@ bool valid_id(std::string_view id) {
 
 }  // namespace
 
+// ---- bpe.h ------------------------------------------------------------------------------------
+
+namespace detail {
+
+bool byte_level_bytes(std::string_view token, std::string& out) {
+  static const std::array<int, 512> u2b = [] {
+    std::array<int, 512> t;
+    t.fill(-1);
+    const std::array<uint32_t, 256> b2u = bytes_to_unicode();
+    for (int b = 0; b < 256; ++b) t[b2u[b]] = b;
+    return t;
+  }();
+  out.clear();
+  const auto* p = reinterpret_cast<const unsigned char*>(token.data());
+  for (size_t i = 0; i < token.size();) {
+    uint32_t cp;
+    if (p[i] < 0x80) {
+      cp = p[i];
+      i += 1;
+    } else if ((p[i] & 0xE0) == 0xC0 && i + 1 < token.size() && (p[i + 1] & 0xC0) == 0x80) {
+      cp = ((p[i] & 0x1Fu) << 6) | (p[i + 1] & 0x3Fu);
+      i += 2;
+    } else {
+      return false;
+    }
+    if (cp >= u2b.size() || u2b[cp] < 0) return false;
+    out.push_back(static_cast<char>(u2b[cp]));
+  }
+  return !out.empty();
+}
+
+std::unique_ptr<Tokenizer> make_bpe_tokenizer(BpeSpec spec) { return std::make_unique<BpeTokenizer>(std::move(spec)); }
+
+}  // namespace detail
+
 // ---- public -------------------------------------------------------------------------------
 
 std::vector<std::string> tokenizer_names() { return {"gpt2", "bytes"}; }
@@ -600,18 +733,46 @@ std::string gpt2_data_dir() {
 }
 
 std::unique_ptr<Tokenizer> make_gpt2_tokenizer(const std::string& dir) {
-  return std::make_unique<Gpt2Tokenizer>(dir);
+  return detail::make_bpe_tokenizer(detail::read_gpt2_files(dir));
 }
 
 std::unique_ptr<Tokenizer> make_tokenizer(const std::string& name) {
   if (name == "gpt2") return make_gpt2_tokenizer(gpt2_data_dir());
   if (name == "bytes") return std::make_unique<BytesTokenizer>();
-  throw InputError(fmt::format("unknown tokenizer '{}' (known: gpt2, bytes)", name));
+  std::error_code ec;
+  const fs::path p(name);
+  if (fs::is_directory(p, ec)) {
+    if (fs::exists(p / "tokenizer.json", ec)) return detail::make_tokenizer_json((p / "tokenizer.json").string());
+    if (fs::exists(p / "encoder.json", ec)) return make_gpt2_tokenizer(name);
+    throw InputError(fmt::format("{}: no tokenizer.json (nor encoder.json + vocab.bpe) in this directory", name));
+  }
+  if (fs::exists(p, ec)) {
+    if (p.extension() == ".json") return detail::make_tokenizer_json(name);
+    throw InputError(fmt::format("{}: not a tokenizer (a tokenizer.json, or a directory holding one or encoder.json "
+                                 "+ vocab.bpe)", name));
+  }
+  throw InputError(fmt::format("unknown tokenizer '{}' (known: gpt2, bytes, a tokenizer.json, or a directory holding "
+                               "tokenizer.json or encoder.json + vocab.bpe)", name));
+}
+
+std::string model_tokenizer_json(const std::string& model_path) {
+  if (model_path.empty()) return {};
+  std::error_code ec;
+  const fs::path p(model_path);
+  const fs::path dir = fs::is_directory(p, ec) ? p : p.parent_path();
+  const fs::path t = dir / "tokenizer.json";
+  return fs::is_regular_file(t, ec) ? t.string() : std::string();
 }
 
 std::vector<std::string_view> gpt2_pretokenize(std::string_view utf8) {
   std::vector<std::string_view> words;
   pretokenize(utf8, [&](size_t off, size_t len) { words.push_back(utf8.substr(off, len)); });
+  return words;
+}
+
+std::vector<std::string_view> llama3_pretokenize(std::string_view utf8) {
+  std::vector<std::string_view> words;
+  pretokenize_llama3(utf8, [&](size_t off, size_t len) { words.push_back(utf8.substr(off, len)); });
   return words;
 }
 

@@ -1,4 +1,5 @@
-// tokenizer — text → token ids (GPT-2 byte-level BPE, raw bytes) and token shards on disk.
+// tokenizer — text → token ids (byte-level BPE: GPT-2's files or a Hugging Face tokenizer.json;
+// raw bytes) and token shards on disk.
 //
 // GPT-2 ("gpt2", vocabulary 50,257):
 //   * OpenAI's original files: encoder.json (token string → id) and vocab.bpe (`#version` line,
@@ -23,6 +24,20 @@
 //     point of class "other" (like U+FFFD, which a JavaScript string would hold there), and
 //     byte-level BPE encodes any bytes, so decode(encode(s)) == s for every byte string s.
 //   * Files: <dir>/encoder.json and <dir>/vocab.bpe, where <dir> is gpt2_data_dir().
+//
+// Hugging Face tokenizer.json (byte-level BPE; tokenizer_json.cpp reads it into the same
+// tokenizer as GPT-2's files, io/bpe.h): model.type "BPE" with model.vocab (token string → id),
+// model.merges ("a b" strings or [a, b] pairs, rank = index), model.ignore_merges (a word that is
+// a vocabulary token is that token), added_tokens (ids beyond the vocabulary: decoded to their
+// content); pre_tokenizer ByteLevel (use_regex true: the GPT-2 regex above) or a Sequence of a
+// Split with LLaMA-3's regex
+//       (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+
+//   (behavior Isolated, the same Unicode classes; contractions case-insensitive) and ByteLevel
+//   with use_regex false. normalizer must be null, decoder null or ByteLevel; the post_processor
+//   is not applied. As for GPT-2, encode() treats the text of an added token (<|endoftext|>,
+//   <|begin_of_text|>) as ordinary text and adds no special tokens: so GPT-2's tokenizer.json
+//   encodes exactly as encoder.json + vocab.bpe. Its id(): "hf-" and the first 13 hex digits of
+//   the file's SHA-256 (a token shard records which tokenizer.json made it).
 //
 // Bytes ("bytes", vocabulary 256): id = byte value.
 //
@@ -51,8 +66,12 @@ class Tokenizer {
 
 inline constexpr uint32_t kGpt2EndOfText = 50256;
 
-// "gpt2" (loads gpt2_data_dir()) or "bytes"; anything else throws InputError listing both.
+// "gpt2" (loads gpt2_data_dir()), "bytes", a tokenizer.json file, or a directory holding a
+// tokenizer.json (else encoder.json + vocab.bpe); anything else throws InputError listing them.
 std::unique_ptr<Tokenizer> make_tokenizer(const std::string& name);
+// MODEL_PATH's tokenizer.json (a checkpoint directory, or the directory of a checkpoint file) when
+// there is one, else "".
+std::string model_tokenizer_json(const std::string& model_path);
 // GPT-2 from a directory holding encoder.json and vocab.bpe; InputError names a missing or
 // malformed file.
 std::unique_ptr<Tokenizer> make_gpt2_tokenizer(const std::string& dir);
@@ -65,6 +84,8 @@ std::string gpt2_data_dir();
 
 // The GPT-2 pre-tokenizer alone: the regex matches, in order; they concatenate to `utf8`.
 std::vector<std::string_view> gpt2_pretokenize(std::string_view utf8);
+// The LLaMA-3 pre-tokenizer alone (tokenizer.json's Split), the same way.
+std::vector<std::string_view> llama3_pretokenize(std::string_view utf8);
 
 // ---- token shards -------------------------------------------------------------------------
 // A little-endian binary file:

@@ -11,11 +11,13 @@
 
 namespace mantis {
 
-// `name` when given; else the tokenizer a vocabulary of `vocab` tokens implies (256: bytes,
-// 50257: gpt2). InputError when there is none, or when the tokenizer has more tokens than the
-// model (`flag` names the option that chooses it, for the message).
+// `name` when given (make_tokenizer); else the tokenizer.json beside the model (`model_path`, a
+// checkpoint directory or file) when there is one; else the tokenizer a vocabulary of `vocab`
+// tokens implies (256: bytes, 50257: gpt2). InputError when there is none, or when the tokenizer
+// has more tokens than the model (`flag` names the option that chooses it, for the message).
 std::unique_ptr<Tokenizer> tokenizer_for_model(const std::string& name, int vocab,
-                                               const std::string& flag = "--tokenizer");
+                                               const std::string& flag = "--tokenizer",
+                                               const std::string& model_path = "");
 
 // The window of ctx inputs tokens[start, start+ctx) and their targets, shifted by one
 // (tokens[start+ctx] must exist).
