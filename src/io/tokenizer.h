@@ -61,7 +61,7 @@ class Tokenizer {
   // Concatenated bytes of the tokens; throws InputError naming the first id ≥ vocab_size().
   virtual std::string decode(std::span<const uint32_t> ids) const = 0;
   virtual uint32_t vocab_size() const = 0;
-  virtual std::string id() const = 0;   // "gpt2", "bytes": what make_tokenizer takes
+  virtual std::string id() const = 0;   // "gpt2", "bytes" (what make_tokenizer takes), or "hf-…" (a tokenizer.json)
 };
 
 inline constexpr uint32_t kGpt2EndOfText = 50256;
