@@ -8,6 +8,11 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh build || exit 2
+# What only the tests need: a single-node Slurm (tests/run_slurm.sh starts it on localhost).
+if ! dpkg -s slurm-wlm munge >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends slurm-wlm munge \
+    >/dev/null || exit 2
+fi
 [ -d /usr/local/cuda/bin ] && export PATH="/usr/local/cuda/bin:$PATH"
 meson test -C build --print-errorlogs --num-processes 2
 rc1=$?

@@ -17,6 +17,7 @@
 #include "core/philox.h"
 #include "nn/policy.h"
 #include "core/round_array.h"
+#include "exp/slurm.h"
 #include "exp/study.h"
 #include "nn/tape.h"
 #include "testutil.h"
@@ -79,6 +80,78 @@ TEST_CASE("result sets: the manifest is written last and holds every file's SHA-
   CHECK_THROWS(write_result_set(d.string(), {{"results.csv", "y\n"}}, ojson::object()));
   CHECK_FALSE(fs::exists(d / "manifest.json"));
   fs::remove_all(d);
+}
+
+TEST_CASE("shards: k/N computes the cells i = k mod N, the merge reads them all; bad choices refused") {
+  const fs::path d = scratch("shards");
+  StudyPlan plan;
+  plan.label = "t", plan.cells = 7, plan.unit = "cells";
+  plan.name = [](size_t i) { return std::to_string(i); };
+  plan.key = [](size_t i) { return ojson{{"cell", i}}; };
+  std::vector<size_t> computed;
+  plan.compute = [&](size_t i, const std::function<void()>& tick) {
+    computed.push_back(i);
+    tick();
+    return ojson{{"value", double(i * i)}};
+  };
+  StudyOptions o;
+  o.out = d.string(), o.progress = ProgressMode::quiet, o.log = nullptr;
+  parse_shard("1/3", o);
+  CHECK((o.shard == 1 && o.shards == 3));
+  StudyRun r = run_study(plan, o);
+  CHECK_FALSE(r.merge);
+  CHECK(computed == std::vector<size_t>{1, 4});
+  // the merge refuses the missing cells of the shards not run yet
+  StudyOptions m = o;
+  m.shard = -1, m.shards = 0, m.merge_only = true;
+  CHECK_THAT(error_of([&] { run_study(plan, m); }), Catch::Contains("missing"));
+  for (int k : {0, 2, 1}) {  // shard 1 again: its cells are up to date, nothing recomputed
+    o.shard = k;
+    run_study(plan, o);
+  }
+  CHECK(computed == std::vector<size_t>{1, 4, 0, 3, 6, 2, 5});
+  r = run_study(plan, m);
+  REQUIRE(r.merge);
+  REQUIRE(r.missing.empty());
+  for (size_t i = 0; i < 7; ++i) CHECK(r.cells[i]->at("value") == double(i * i));
+  for (const char* bad : {"3/3", "-1/3", "1/0", "1", "a/3", "1/3x", "1/", "/3"}) {
+    INFO(bad);
+    CellChoice c;
+    CHECK_THAT(error_of([&] { parse_shard(bad, c); }), Catch::Contains("--shard"));
+  }
+  CellChoice both;
+  both.cell = 2, both.shard = 0, both.shards = 2;
+  CHECK_THAT(error_of([&] { check_cell_choice(7, both); }), Catch::Contains("--cell and --shard"));
+  fs::remove_all(d);
+}
+
+TEST_CASE("slurm: the study command without cell, thread or Slurm options; the script submits the array and the merge") {
+  const std::vector<std::string> argv = {"mantis", "lamp", "sweep", "c.toml", "--cell", "3", "--shard=1/2", "-j", "4",
+                                         "--threads=2", "-j8", "--merge", "--emit-slurm", "s.sh", "--slurm-shards", "5",
+                                         "--slurm-time=10", "--out", "it's here"};
+  const auto cmd = study_command(argv);
+  CHECK(cmd == std::vector<std::string>{"mantis", "lamp", "sweep", "c.toml", "--out", "it's here"});
+  CHECK(shell_quote("plain/path-1.toml") == "plain/path-1.toml");
+  CHECK(shell_quote("it's here") == "'it'\\''s here'");
+  CHECK(shell_quote("") == "''");
+  SlurmOptions s;
+  s.shards = 5, s.cpus = 2, s.partition = "short";
+  const std::string script = slurm_script(s, cmd, "/work dir");
+  CHECK_THAT(script, Catch::Contains("cd '/work dir'"));
+  CHECK_THAT(script, Catch::Contains("--array=0-4"));
+  CHECK_THAT(script, Catch::Contains("--cpus-per-task=2 --mem=4G --time=01:00:00 --partition=short"));
+  CHECK_THAT(script, Catch::Contains("--dependency=afterok:\"$array\""));
+  CHECK_THAT(script, Catch::Contains("--threads 2 --shard \"$SLURM_ARRAY_TASK_ID\"/5"));
+  CHECK_THAT(script, Catch::Contains("--threads 2 --merge"));
+  for (auto [field, value] : std::vector<std::pair<std::string, std::string>>{
+           {"time", "1 hour"}, {"mem", "lots"}, {"partition", "a b"}, {"account", "x;rm"}}) {
+    INFO(field);
+    SlurmOptions b = s;
+    (field == "time" ? b.time : field == "mem" ? b.mem : field == "partition" ? b.partition : b.account) = value;
+    CHECK_THAT(error_of([&] { validate(b); }), Catch::Contains("--slurm-" + field));
+  }
+  s.shards = 0;
+  CHECK_THAT(error_of([&] { validate(s); }), Catch::Contains("--slurm-shards"));
 }
 
 TEST_CASE("bootstrap: reproducible percentile intervals of window sums, equal to a direct resampling") {

@@ -16,6 +16,7 @@ struct GnmrArgs {
   std::string action, study, config, norms, out;
   bool json = false, list = false;
   GnmrStudyOptions so;
+  SlurmArgs slurm;
 };
 
 int run_replay(const GnmrArgs& a) {
@@ -48,6 +49,10 @@ int run_study(const GnmrArgs& a) {
     for (size_t i = 0; i < cells.size(); ++i) fmt::print("{}\t{}\n", i, cells[i].name());
     return 0;
   }
+  if (!a.slurm.emit.empty()) {
+    (void)read_gnmr_study(a.study);
+    return emit_slurm(a.slurm, a.so);
+  }
   GnmrStudyOptions o = a.so;
   o.config = a.study, o.out = a.out;
   o.progress = shared().progress_mode();
@@ -71,10 +76,8 @@ Runner setup_gnmr(CLI::App& sub) {
   add_out(sub, a->out, "replay: the decisions (CSV); study: the output directory (overrides the config's out)");
   add_json(sub, a->json, "replay: print one JSON object (steps, units, recovered, exceeded, eligible, held)");
   sub.add_flag("--cells", a->list, "study: list the cells (index, name) and exit");
-  sub.add_option("--cell", a->so.cell, "study: run only this cell (results merge later)")->check(CLI::Range(0, 1 << 30));
-  sub.add_flag("--merge", a->so.merge_only, "study: only merge the cells already stored");
-  sub.add_flag("--overwrite", a->so.overwrite, "study: recompute cells stored under another configuration");
-  sub.add_flag("--allow-partial", a->so.allow_partial, "study: merge with cells missing (the manifest says partial)");
+  add_cell_choice(sub, a->so, "study: ");
+  add_slurm(sub, a->slurm);
   add_threads(sub);
   add_progress(sub);
   return [a] { return a->action == "replay" ? run_replay(*a) : run_study(*a); };

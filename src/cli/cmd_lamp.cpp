@@ -12,6 +12,7 @@ struct LampArgs {
   LampSweepOptions sweep;
   bool list = false;
   DeviceArgs device;
+  SlurmArgs slurm;
 };
 }  // namespace
 
@@ -25,10 +26,8 @@ Runner setup_lamp(CLI::App& sub) {
   sub.add_option("action", a->action, "sweep")->required()->check(CLI::IsMember({"sweep"}));
   sub.add_option("config", o.config, "sweep configuration (TOML)")->required()->check(kPath);
   sub.add_flag("--cells", a->list, "list the cells (index, name) and exit");
-  sub.add_option("--cell", o.cell, "run only this cell (results merge later)")->check(CLI::Range(0, 1 << 30));
-  sub.add_flag("--merge", o.merge_only, "only merge the cell results already in the output directory");
-  sub.add_flag("--overwrite", o.overwrite, "recompute cells stored under another configuration (or malformed)");
-  sub.add_flag("--allow-partial", o.allow_partial, "merge even with cells missing (the manifest says partial)");
+  add_cell_choice(sub, o);
+  add_slurm(sub, a->slurm);
   add_out(sub, o.out, "output directory (overrides the config's out)");
   add_device(sub, a->device);
   add_threads(sub);
@@ -38,6 +37,10 @@ Runner setup_lamp(CLI::App& sub) {
       const auto names = lamp_sweep_cells(read_lamp_sweep(a->sweep.config));
       for (size_t i = 0; i < names.size(); ++i) fmt::print("{}\t{}\n", i, names[i]);
       return 0;
+    }
+    if (!a->slurm.emit.empty()) {
+      (void)read_lamp_sweep(a->sweep.config);
+      return emit_slurm(a->slurm, a->sweep);
     }
     LampSweepOptions o = a->sweep;
     o.progress = shared().progress_mode();

@@ -12,6 +12,7 @@ namespace {
 struct OptimStudyArgs {
   OptimStudyOptions study;
   bool list = false, in_process = false;
+  SlurmArgs slurm;
 };
 }  // namespace
 
@@ -24,11 +25,8 @@ Runner setup_optim_study(CLI::App& sub) {
   OptimStudyOptions& o = a->study;
   sub.add_option("config", o.config, "study configuration (TOML)")->required()->check(kPath);
   sub.add_flag("--cells", a->list, "list the cells (index, name) and exit");
-  sub.add_option("--cell", o.cell, "run only this cell, in this process (results merge later)")
-      ->check(CLI::Range(0, 1 << 30));
-  sub.add_flag("--merge", o.merge_only, "only merge the cell results already in the output directory");
-  sub.add_flag("--overwrite", o.overwrite, "recompute cells stored under another configuration (or malformed)");
-  sub.add_flag("--allow-partial", o.allow_partial, "merge even with cells missing (the manifest says partial)");
+  add_cell_choice(sub, o);  // --cell: that cell in this process
+  add_slurm(sub, a->slurm);
   sub.add_flag("--in-process", a->in_process,
                "run every cell in this process (peak RSS is then the process's, not the cell's)");
   add_out(sub, o.out, "output directory (overrides the config's out)");
@@ -39,6 +37,10 @@ Runner setup_optim_study(CLI::App& sub) {
       const auto cells = optim_study_cells(read_optim_study(a->study.config));
       for (size_t i = 0; i < cells.size(); ++i) fmt::print("{}\t{}\n", i, cells[i].name());
       return 0;
+    }
+    if (!a->slurm.emit.empty()) {
+      (void)read_optim_study(a->study.config);
+      return emit_slurm(a->slurm, a->study);
     }
     OptimStudyOptions o = a->study;
     o.isolate = !a->in_process;

@@ -1,5 +1,7 @@
 #include "common.h"
 
+#include "exp/manifest.h"  // command_args
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -118,6 +120,43 @@ void add_rounding(CLI::App& sub, RoundingArgs& r, const std::string& what, const
 CLI::Option* add_out(CLI::App& sub, std::string& out, const std::string& help) {
   return sub.add_option("--out,-o", out, help)->check(kPath);
 }
+void add_cell_choice(CLI::App& sub, CellChoice& c, const std::string& prefix) {
+  sub.add_option("--cell", c.cell, prefix + "run only this cell (results merge later)")->check(CLI::Range(0, 1 << 30));
+  sub.add_option_function<std::string>(
+         "--shard", [&c](const std::string& s) { parse_shard(s, c); },
+         prefix + "run the cells i ≡ k (mod N), k/N (a cluster's array task; results merge later)")
+      ->type_name("k/N");
+  sub.add_flag("--merge", c.merge_only, prefix + "only merge the cell results already in the output directory");
+  sub.add_flag("--overwrite", c.overwrite, prefix + "recompute cells stored under another configuration (or malformed)");
+  sub.add_flag("--allow-partial", c.allow_partial, prefix + "merge even with cells missing (the manifest says partial)");
+}
+
+void add_slurm(CLI::App& sub, SlurmArgs& a) {
+  sub.add_option("--emit-slurm", a.emit, "write a Slurm submit script (array of --slurm-shards tasks, then the merge) "
+                                         "instead of running")->check(kPath);
+  sub.add_option("--slurm-shards", a.s.shards, "array tasks (--shard k/N each)");
+  sub.add_option("--slurm-time", a.s.time, "time limit per task")->capture_default_str();
+  sub.add_option("--slurm-cpus", a.s.cpus, "CPUs per task (the command's --threads)")->capture_default_str();
+  sub.add_option("--slurm-mem", a.s.mem, "memory per task")->capture_default_str();
+  sub.add_option("--slurm-partition", a.s.partition, "partition (default: the cluster's)");
+  sub.add_option("--slurm-account", a.s.account, "account (default: the user's)");
+  sub.add_option("--slurm-job-name", a.s.job_name, "job name")->capture_default_str();
+  sub.add_option("--slurm-logs", a.s.logs, "directory of the tasks' output, relative to this directory")
+      ->capture_default_str();
+}
+
+int emit_slurm(const SlurmArgs& a, const CellChoice& c) {
+  namespace fs = std::filesystem;
+  if (a.s.shards == 0) throw InputError("--emit-slurm needs --slurm-shards N");
+  if (c.cell >= 0 || c.shards > 0 || c.merge_only)
+    throw InputError("--emit-slurm writes the whole study: drop --cell, --shard and --merge");
+  const std::string script = slurm_script(a.s, study_command(command_args()), fs::current_path().string());
+  write_file_atomic(a.emit, script);
+  fs::permissions(a.emit, fs::perms::owner_exec | fs::perms::group_exec, fs::perm_options::add);
+  fmt::print("wrote {} ({} array tasks, then the merge); submit with: bash {}\n", a.emit, a.s.shards, a.emit);
+  return 0;
+}
+
 CLI::Option* add_json(CLI::App& sub, bool& json, const std::string& help) { return sub.add_flag("--json", json, help); }
 
 const CLI::Validator kUint64([](std::string& s) -> std::string {

@@ -14,6 +14,8 @@
 #include "core/file.h"
 #include "core/progress.h"
 #include "core/sample.h"
+#include "exp/slurm.h"
+#include "exp/study.h"
 #include "mantis_config.h"
 #include "nn/forward.h"  // ForwardFn
 
@@ -84,6 +86,17 @@ struct RoundingArgs {
 void add_rounding(CLI::App& sub, RoundingArgs& r, const std::string& what = "",
                   const std::string& sr_help = "random bits used by sr (1..32)");
 CLI::Option* add_out(CLI::App& sub, std::string& out, const std::string& help);
+// A study's cell options: --cell, --shard k/N, --merge, --overwrite, --allow-partial (study.h).
+void add_cell_choice(CLI::App& sub, CellChoice& c, const std::string& prefix = "");
+// --emit-slurm FILE and its resources (exp/slurm.h): the study becomes a job-array script.
+struct SlurmArgs {
+  std::string emit;
+  SlurmOptions s;
+};
+void add_slurm(CLI::App& sub, SlurmArgs& a);
+// Writes the script (executable, atomically) for this process's command line; prints how to submit.
+// The study's configuration is read (and so checked) by the caller first.
+int emit_slurm(const SlurmArgs& a, const CellChoice& c);
 CLI::Option* add_json(CLI::App& sub, bool& json, const std::string& help);
 
 // Validators: a decimal integer in [0, 2^64) (CLI11's conversion would wrap -1 and 2^64); a

@@ -354,8 +354,8 @@ GnmrStudyResult run_gnmr_study(const GnmrStudyOptions& o) {
   if (res.out.empty()) throw InputError(fmt::format("{}: no output directory (set out = \"…\" or --out)", c.path));
   res.cells = cells.size();
   StudyOptions so;
-  so.out = res.out, so.cell = o.cell, so.merge_only = o.merge_only, so.overwrite = o.overwrite;
-  so.allow_partial = o.allow_partial, so.progress = o.progress, so.log = o.log;
+  static_cast<CellChoice&>(so) = o;
+  so.out = res.out, so.progress = o.progress, so.log = o.log;
   check_cell_choice(cells.size(), so);
   // every (model, arm) configuration and its controller, before any cell runs
   for (auto& cell : cells) {

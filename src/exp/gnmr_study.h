@@ -37,6 +37,7 @@
 #include <vector>
 
 #include "core/progress.h"
+#include "exp/study.h"  // CellChoice
 
 namespace mantis {
 
@@ -64,10 +65,8 @@ struct GnmrStudyCell {
 };
 std::vector<GnmrStudyCell> gnmr_study_cells(const GnmrStudyConfig& c);
 
-struct GnmrStudyOptions {
+struct GnmrStudyOptions : CellChoice {
   std::string config, out;  // out overrides the config's
-  int cell = -1;            // ≥ 0: only this cell
-  bool merge_only = false, overwrite = false, allow_partial = false;
   ProgressMode progress = ProgressMode::automatic;
   std::FILE* log = stdout;
 };

@@ -245,8 +245,8 @@ LampSweepResult run_lamp_sweep(const LampSweepOptions& o) {
   res.cells = cells.size();
   if (res.out.empty()) throw InputError(fmt::format("{}: no output directory: set out = \"…\" or pass --out", o.config));
   StudyOptions so;
-  so.out = res.out, so.cell = o.cell, so.merge_only = o.merge_only, so.overwrite = o.overwrite;
-  so.allow_partial = o.allow_partial, so.progress = o.progress, so.log = o.log;
+  static_cast<CellChoice&>(so) = o;
+  so.out = res.out, so.progress = o.progress, so.log = o.log;
   check_cell_choice(cells.size(), so);
 
   const Model model = load_model(c.model);

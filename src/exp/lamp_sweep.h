@@ -26,6 +26,7 @@
 #include "nn/forward.h"  // ForwardFn
 
 #include "core/progress.h"
+#include "exp/study.h"  // CellChoice
 
 namespace mantis {
 
@@ -45,11 +46,9 @@ LampSweepConfig read_lamp_sweep(const std::string& path);
 // The cells' names, in index order ("fp32", "uniform ps4", "ps4 strict tau=0.05 random", …).
 std::vector<std::string> lamp_sweep_cells(const LampSweepConfig& c);
 
-struct LampSweepOptions {
+struct LampSweepOptions : CellChoice {  // which cells (a --cell, a --shard: merge later)
   std::string config;      // the TOML file
   std::string out;         // overrides the config's out
-  int cell = -1;           // ≥ 0: run only this cell (merge later)
-  bool merge_only = false, overwrite = false, allow_partial = false;
   ProgressMode progress = ProgressMode::automatic;
   std::FILE* log = stdout;  // a line per cell (where no bar is shown) and the merge's summary
   std::string device = "cpu";  // where the forward passes run: part of every cell's key when not the CPU

@@ -21,6 +21,7 @@ namespace mantis {
 namespace {
 struct CommandLine {
   std::string text, started = utc_now();
+  std::vector<std::string> args;
 };
 CommandLine& recorded() {
   static CommandLine c;
@@ -57,12 +58,14 @@ void set_command_line(int argc, const char* const* argv) {
   std::string s;
   for (int i = 0; i < argc; ++i) s += (i ? " " : "") + std::string(argv[i]);
   set_command_line(s);
+  recorded().args.assign(argv, argv + argc);
 }
 void set_command_line(const std::string& command) {
   recorded().text = command;
   recorded().started = utc_now();
 }
 const std::string& command_line() { return recorded().text; }
+const std::vector<std::string>& command_args() { return recorded().args; }
 
 std::string utc_now() {
   const std::time_t t = std::time(nullptr);

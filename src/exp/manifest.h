@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include <string>
+#include <vector>
 
 #include "io/dataset.h"
 
@@ -20,6 +21,7 @@ using ojson = nlohmann::ordered_json;
 void set_command_line(int argc, const char* const* argv);
 void set_command_line(const std::string& command);
 const std::string& command_line();
+const std::vector<std::string>& command_args();  // argv as given (set_command_line(argc, argv))
 
 std::string utc_now();  // "2026-12-01T12:00:00Z"
 

@@ -60,6 +60,7 @@
 #include "nn/grad.h"
 #include "optim/optimizer.h"
 #include "optim/gefen_codebook.h"
+#include "exp/study.h"  // CellChoice
 
 namespace mantis {
 
@@ -102,11 +103,9 @@ struct OptimStudyCell {
 };
 std::vector<OptimStudyCell> optim_study_cells(const OptimStudyConfig& c);
 
-struct OptimStudyOptions {
+struct OptimStudyOptions : CellChoice {  // a --cell runs in this process
   std::string config;   // the TOML file
   std::string out;      // overrides the config's out
-  int cell = -1;        // ≥ 0: only this cell, in this process
-  bool merge_only = false, overwrite = false, allow_partial = false;
   // Without `cell`: each cell in a child process (exe optim-study … --cell i). With `cell`: this
   // process computes only that cell, so its peak RSS is the cell's ("rss_scope": "cell process").
   bool isolate = true;

@@ -202,8 +202,30 @@ namespace mantis {
 
 std::string cell_path(const std::string& out, size_t i) { return fmt::format("{}/cells/{}.json", out, i); }
 
-void check_cell_choice(size_t cells, const StudyOptions& o) {
+void parse_shard(const std::string& text, CellChoice& c) {
+  const auto slash = text.find('/');
+  long long k = -1, n = 0;
+  size_t used_k = 0, used_n = 0;
+  try {
+    if (slash != std::string::npos) {
+      k = std::stoll(text.substr(0, slash), &used_k);
+      n = std::stoll(text.substr(slash + 1), &used_n);
+    }
+  } catch (const std::exception&) {
+    k = -1;
+  }
+  if (slash == std::string::npos || used_k != slash || used_n != text.size() - slash - 1 || n < 1 || n > (1 << 20) ||
+      k < 0 || k >= n)
+    throw InputError(fmt::format("--shard '{}': expected k/N with 0 <= k < N (e.g. 0/4: cells 0, 4, 8, …)",
+                                 escape_control(text)));
+  c.shard = int(k);
+  c.shards = int(n);
+}
+
+void check_cell_choice(size_t cells, const CellChoice& o) {
   if (o.merge_only && o.cell >= 0) throw InputError("--merge and --cell cannot be combined: run cells, then merge");
+  if (o.merge_only && o.shards > 0) throw InputError("--merge and --shard cannot be combined: run shards, then merge");
+  if (o.cell >= 0 && o.shards > 0) throw InputError("--cell and --shard cannot be combined");
   if (o.cell >= 0 && size_t(o.cell) >= cells)
     throw InputError(fmt::format("--cell {}: the sweep has cells 0..{} (see --cells)", o.cell, cells - 1));
 }
@@ -243,7 +265,7 @@ StudyRun run_study(const StudyPlan& plan, const StudyOptions& o) {
     if (!up_to_date(size_t(o.cell))) pending.push_back(size_t(o.cell));
   } else if (!o.merge_only) {
     for (size_t i = 0; i < plan.cells; ++i)
-      if (!up_to_date(i)) pending.push_back(i);
+      if ((o.shards == 0 || int(i % size_t(o.shards)) == o.shard) && !up_to_date(i)) pending.push_back(i);
   }
 
   std::vector<std::optional<ojson>> memory(o.persistent ? 0 : plan.cells);
@@ -275,6 +297,13 @@ StudyRun run_study(const StudyPlan& plan, const StudyOptions& o) {
     if (pending.empty() && o.log) fmt::print(o.log, "cell {} is up to date in {}\n", o.cell, file(size_t(o.cell)));
     run.seconds = total.seconds();
     return run;  // one cell of a sharded study: merge later
+  }
+  if (o.shards > 0) {
+    if (o.log)
+      fmt::print(o.log, "shard {}/{}: {} cell(s) computed, the rest of the shard up to date in {}/cells\n", o.shard,
+                 o.shards, pending.size(), o.out);
+    run.seconds = total.seconds();
+    return run;  // one shard: merge later
   }
 
   // merge: every cell present is read back and its key checked before anything is written

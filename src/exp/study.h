@@ -96,13 +96,22 @@ struct StudyPlan {
   // After cell i is computed and stored (a line per cell where no bar is shown).
   std::function<void(size_t, const ojson&, const Progress&)> done;
 };
-struct StudyOptions {
-  std::string out;          // persistent: cells in out/cells/<i>.json
-  bool persistent = true;
+// Which cells a run computes, and how it merges: the options every study command shares.
+struct CellChoice {
   int cell = -1;            // ≥ 0: compute only this cell, no merge
+  int shard = -1;           // with shards > 0: compute the cells i ≡ shard (mod shards), no merge
+  int shards = 0;           //   (a cluster's array task; `--shard k/N`)
   bool merge_only = false;  // compute nothing, merge what is stored
   bool overwrite = false;   // recompute cells stored under another key (or malformed)
   bool allow_partial = false;
+  bool merges() const { return cell < 0 && shards == 0; }  // this run writes the result set
+};
+// "k/N" (0 ≤ k < N) into c.shard / c.shards; InputError otherwise.
+void parse_shard(const std::string& text, CellChoice& c);
+
+struct StudyOptions : CellChoice {
+  std::string out;          // persistent: cells in out/cells/<i>.json
+  bool persistent = true;
   ProgressMode progress = ProgressMode::automatic;
   std::FILE* log = stdout;  // the study's messages; nullptr: none
 };
@@ -114,9 +123,9 @@ struct StudyRun {
   double seconds = 0;                       // this process
 };
 std::string cell_path(const std::string& out, size_t i);
-// InputError for --merge with --cell, or a --cell outside 0..cells-1 (run_study checks it too;
-// callers check it before loading what the cells need).
-void check_cell_choice(size_t cells, const StudyOptions& o);
+// InputError for --merge with --cell or --shard, --cell with --shard, or a --cell outside
+// 0..cells-1 (run_study checks it too; callers check it before loading what the cells need).
+void check_cell_choice(size_t cells, const CellChoice& o);
 // InputError before any cell is computed: a bad --cell, --merge with --cell, an uncreatable
 // directory, a stored cell of another key (without overwrite).
 StudyRun run_study(const StudyPlan& plan, const StudyOptions& o);
