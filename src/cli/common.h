@@ -44,6 +44,7 @@ Runner setup_detokenize(CLI::App& sub);
 Runner setup_shards(CLI::App& sub);
 Runner setup_logits(CLI::App& sub);
 Runner setup_export(CLI::App& sub);
+Runner setup_merge(CLI::App& sub);
 Runner setup_eval(CLI::App& sub);
 Runner setup_train(CLI::App& sub);
 Runner setup_lamp(CLI::App& sub);

@@ -39,6 +39,7 @@ const std::vector<Command>& commands() {
       {"shards", "tokenize the committed corpora into token shards", setup_shards},
       {"logits", "the logits of one token sequence as a .npy", setup_logits},
       {"export", "a model in Hugging Face's layout (--hf): config.json + model.safetensors", setup_export},
+      {"merge", "result sets of any studies joined into one long-format CSV (units, provenance)", setup_merge},
       {"eval", "FP32 against a policy on windows of real text: KL, flips, perplexity", setup_eval},
       {"train", "train a model on the corpora", setup_train},
       {"lamp", "the LAMP study: resumable sweep of cells, merged into one result set", setup_lamp},
