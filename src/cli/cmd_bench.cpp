@@ -53,7 +53,7 @@ struct BenchArgs {
   uint64_t n = 10'000'000;          // round: elements per array
   std::vector<int> sizes{256, 512};  // gemm: square shapes
   int layers = 12, dim = 768, heads = 12, ctx = 1024;  // forward: the model (GPT-2 small)
-  std::string config = std::string(MANTIS_SOURCE_DIR) + "/experiments/train-gpt2-bytes.toml";  // train
+  std::string config = "experiments/train-gpt2-bytes.toml";  // train: relative to the working directory
   std::string model;  // forward: a checkpoint instead of the random GPT-2-shaped model
   uint64_t params = 0;  // optim: 0 = GPT-2 small's parameter set, else the smallest model of ≥ this many
   int dp_bins = kGefenHistogramBins;  // optim: occupied bins of the codebook DP's histogram

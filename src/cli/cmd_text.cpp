@@ -117,7 +117,7 @@ Runner setup_shards(CLI::App& sub) {
       "tokenize the committed corpora (DATA/corpora/*/{train,validation,test}.txt.gz) into token shards "
       "DATA/shards/<tokenizer>/<corpus>/<split>.tok with a manifest (SHA-256 of every shard)");
   sub.add_option("--tokenizer,-t", a->tokenizer, kTokenizerHelp)->capture_default_str();
-  sub.add_option("--data-dir", a->data_dir, "data root (default: $MANTIS_DATA_DIR or the source tree's data/)")
+  sub.add_option("--data-dir", a->data_dir, "data root (default: $MANTIS_DATA_DIR, else the build tree's or install's data)")
       ->check(kPath);
   add_out(sub, a->out, "output directory (default: DATA/shards/<tokenizer>)");
   add_quiet(sub, "no per-shard lines on stderr");

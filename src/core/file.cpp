@@ -22,7 +22,6 @@
 #include <sstream>
 
 #include "core/format.h"
-#include "mantis_config.h"
 
 namespace mantis {
 
@@ -264,11 +263,6 @@ NpyArray read_npy(const std::string& path) {
   if (h.descr != "<f4")
     throw InputError(fmt::format("{}: npy dtype '{}', not little-endian float32 ('<f4')", path, h.descr));
   return NpyArray{h.shape, npy_data<float>(path, b, h)};
-}
-
-std::string data_root() {
-  if (const char* e = std::getenv("MANTIS_DATA_DIR"); e != nullptr && *e != '\0') return e;
-  return std::string(MANTIS_SOURCE_DIR) + "/data";
 }
 
 std::string read_text_file(const std::string& path, const std::string& what, size_t max_bytes) {

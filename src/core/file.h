@@ -13,6 +13,8 @@
 #include <string_view>
 #include <vector>
 
+#include "core/paths.h"  // data_root(): where the readers' callers find data/
+
 namespace mantis {
 
 std::string read_file(const std::string& path);
@@ -53,9 +55,6 @@ struct NpyFloats {
   std::vector<double> f8_data;
 };
 NpyFloats read_npy_floats(const std::string& path);
-
-// The data root: $MANTIS_DATA_DIR when set and non-empty, else <source dir>/data (compiled in).
-std::string data_root();
 
 // The contents of a text input (a format, policy or configuration file, a list of token ids):
 // InputError naming `what` and the path when the path is empty, a directory or unreadable, or when

@@ -30,7 +30,6 @@
 
 #include "core/format.h"   // InputError
 #include "io/bpe.h"
-#include "mantis_config.h"
 
 namespace mantis {
 namespace {
@@ -722,14 +721,10 @@ std::unique_ptr<Tokenizer> make_bpe_tokenizer(BpeSpec spec) { return std::make_u
 std::vector<std::string> tokenizer_names() { return {"gpt2", "bytes"}; }
 
 std::string gpt2_data_dir() {
-  if (const char* e = std::getenv("MANTIS_DATA_DIR"); e != nullptr && *e != '\0') {
-    const fs::path root(e);
-    std::error_code ec;
-    if (!fs::exists(root / "gpt2" / "encoder.json", ec) && fs::exists(root / "encoder.json", ec))
-      return root.string();
-    return (root / "gpt2").string();
-  }
-  return std::string(MANTIS_SOURCE_DIR) + "/data/gpt2";
+  const fs::path root(data_root());
+  std::error_code ec;
+  if (!fs::exists(root / "gpt2" / "encoder.json", ec) && fs::exists(root / "encoder.json", ec)) return root.string();
+  return (root / "gpt2").string();
 }
 
 std::unique_ptr<Tokenizer> make_gpt2_tokenizer(const std::string& dir) {

@@ -77,9 +77,8 @@ std::string model_tokenizer_json(const std::string& model_path);
 std::unique_ptr<Tokenizer> make_gpt2_tokenizer(const std::string& dir);
 std::vector<std::string> tokenizer_names();
 
-// Where the GPT-2 files are: $MANTIS_DATA_DIR/gpt2 when MANTIS_DATA_DIR (the data root, like
-// <source>/data) is set and non-empty — or $MANTIS_DATA_DIR itself when it directly holds
-// encoder.json — else MANTIS_SOURCE_DIR "/data/gpt2" (compiled in).
+// Where the GPT-2 files are: <data_root()>/gpt2 (core/paths.h), or the data root itself when it
+// directly holds encoder.json (MANTIS_DATA_DIR set to the gpt2 directory).
 std::string gpt2_data_dir();
 
 // The GPT-2 pre-tokenizer alone: the regex matches, in order; they concatenate to `utf8`.
