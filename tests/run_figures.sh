@@ -15,11 +15,20 @@ cd "$src"
 "$bin" eval --model models/llama-bytes --policy lamp:4 --data kjv/test --seqs 2 --ctx 32 --out "$out/eval" -q >/dev/null
 sed 's|^out = .*|out = "'"$out"'/train"|; s|^steps = .*|steps = 6|' experiments/train-tiny.toml >"$out/tiny.toml"
 "$bin" train "$out/tiny.toml" -q >/dev/null
+cat >"$out/sweep.toml" <<EOF2
+model = "models/llama-bytes"
+data = "test"
+seqs = 2
+ctx = 16
+sites = ["attn.qk", "mlp.fc"]
+mu = [3, 7]
+EOF2
+"$bin" sweep "$out/sweep.toml" --out "$out/policy" -q >/dev/null
 $py tools/figures.py experiments/mu-sweep tests/data/lamp-small tests/data/optim-small tests/data/gnmr-small \
-  "$out/eval" "$out/train" --out "$out/figs" >"$out/printed.txt"
+  "$out/eval" "$out/train" "$out/policy" --out "$out/figs" >"$out/printed.txt"
 cat "$out/printed.txt"
 for f in mu-sweep-dot-error-vs-gamma mu-sweep-gemm-error-vs-gamma lamp-small-kl-vs-recompute \
-  optim-small-val-curves gnmr-small-val-curves eval-windows train-training; do
+  optim-small-val-curves gnmr-small-val-curves eval-windows train-training policy-kl; do
   p="$out/figs/$f.png"
   test -s "$p" || { echo "FAIL: no $f.png"; exit 1; }
   head -c 8 "$p" | od -An -tx1 | grep -q "89 50 4e 47 0d 0a 1a 0a" || { echo "FAIL: $f.png is not a PNG"; exit 1; }

@@ -18,7 +18,9 @@
 #include "core/philox.h"
 #include "nn/policy.h"
 #include "core/round_array.h"
+#include "exp/eval.h"
 #include "exp/merge.h"
+#include "exp/policy_sweep.h"
 #include "exp/slurm.h"
 #include "exp/study.h"
 #include "nn/tape.h"
@@ -185,6 +187,70 @@ TEST_CASE("merge: result sets into one long CSV with units and provenance; a cha
   CHECK_THAT(error_of([&] { merge_result_sets({(a / "none").string()}); }), Catch::Contains("manifest"));
   fs::remove_all(a);
   fs::remove_all(b);
+}
+
+TEST_CASE("policy sweep: cells from the axes; each cell is eval's numbers for its policy; shards merge to the same set") {
+  const fs::path d = scratch("policy-sweep");
+  const std::string model = std::string(MANTIS_SOURCE_DIR) + "/models/llama-bytes";
+  const fs::path cfg = d / "sweep.toml";
+  auto write = [&](const std::string& extra) {
+    std::ofstream(cfg) << "model = \"" << model << "\"\ndata = \"test\"\nseqs = 2\nctx = 16\n" << extra;
+  };
+  write("sites = [\"mlp.fc\", \"silu\"]\nmu = [3]\nformats = [\"bf16\"]\naccumulations = [\"strict\", \"blocked\"]\n"
+        "template = \"\"\"\n[site.\"attn.qk\"]\noutput = \"bf16\"\n\"\"\"\n");
+  const PolicySweepConfig c = read_policy_sweep(cfg.string());
+  CHECK(is_policy_sweep(cfg.string()));
+  const auto names = policy_sweep_cells(c);
+  CHECK(names == std::vector<std::string>{"template", "mlp.fc bf16 rne strict", "mlp.fc bf16 rne blocked",
+                                          "mlp.fc ps3 rne strict", "mlp.fc ps3 rne blocked", "silu bf16 rne",
+                                          "silu ps3 rne"});
+  PolicySweepOptions o;
+  o.config = cfg.string(), o.out = (d / "whole").string(), o.progress = ProgressMode::quiet, o.log = nullptr;
+  const PolicySweepResult r = run_policy_sweep(o);
+  REQUIRE(r.merged);
+  const auto res = ojson::parse(read_file((d / "whole" / "results.json").string()))["cells"];
+  REQUIRE(res.size() == names.size());
+  // cell 3 (mlp.fc ps3 strict, on top of the template) is what eval gives for that policy
+  const fs::path pol = d / "cell3.toml";
+  std::ofstream(pol) << "[site.\"attn.qk\"]\noutput = \"bf16\"\n[site.\"mlp.fc\"]\naccumulation = \"strict\"\n"
+                        "accumulator = \"ps3\"\noutput = \"ps3\"\nrounding = \"rne\"\n";
+  EvalOptions e;
+  e.model = model, e.policy = pol.string(), e.data = "test", e.seqs = 2, e.ctx = 16, e.progress = ProgressMode::quiet;
+  const EvalResult er = run_eval(e);
+  CHECK(res[3]["kl"] == er.results["summary"]["kl_mean"]);
+  CHECK(res[3]["flip_rate"] == er.results["summary"]["flip_rate"]);
+  CHECK(res[3]["ppl"] == er.results["summary"]["ppl_test"]);
+  CHECK(res[3]["kl"].get<double>() > 0);
+  // shards, then the merge: the same cells and results
+  for (const char* k : {"1/2", "0/2"}) {
+    PolicySweepOptions s = o;
+    s.out = (d / "sharded").string();
+    parse_shard(k, s);
+    CHECK_FALSE(run_policy_sweep(s).merged);
+  }
+  PolicySweepOptions m = o;
+  m.out = (d / "sharded").string(), m.merge_only = true;
+  REQUIRE(run_policy_sweep(m).merged);
+  auto sharded = ojson::parse(read_file((d / "sharded" / "results.json").string()))["cells"];
+  REQUIRE(sharded.size() == res.size());
+  for (size_t i = 0; i < res.size(); ++i) {
+    ojson a = res[i], b = sharded[i];
+    a.erase("seconds"), b.erase("seconds");
+    CHECK(a == b);
+  }
+  // what cannot be swept is refused when the configuration is read
+  for (auto [extra, msg] : std::vector<std::pair<std::string, std::string>>{
+           {"sites = [\"attn.nope\"]\nmu = [3]\n", "unknown site"},
+           {"sites = [\"mlp.fc\"]\n", "formats"},
+           {"sites = [\"silu\"]\nmu = [3]\nset = [\"accumulator\"]\n", "nonlinearity"},
+           {"sites = [\"mlp.fc\"]\nmu = [3]\nset = [\"input\"]\nschemes = [\"mxfp4\"]\n", "choose one"},
+           {"sites = [\"mlp.fc\"]\nmu = [3, 3]\n", "twice"},
+           {"sites = [\"mlp.fc\"]\nmu = [3]\nroundings = [\"nearest\"]\n", "roundings"}}) {
+    INFO(extra);
+    write(extra);
+    CHECK_THAT(error_of([&] { read_policy_sweep(cfg.string()); }), Catch::Contains(msg));
+  }
+  fs::remove_all(d);
 }
 
 TEST_CASE("bootstrap: reproducible percentile intervals of window sums, equal to a direct resampling") {

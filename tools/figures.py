@@ -10,6 +10,7 @@ written is refused) and drawn by what wrote it (manifest "generator"):
   mantis eval         per-window KL and flip rate of the policy against FP32, and the range health
                       per (site, layer) where the policy overflowed
   mantis lamp sweep   KL against the recomputed fraction of scores, per μ and rule (LAMP's figure)
+  mantis policy sweep KL of every cell with its 95 % interval, grouped by site (log scale)
   mantis optim-study  validation curves per optimizer (curves.csv)
   mantis gnmr study   validation curves per arm (curves.csv)
   mantis train        training and validation loss against the step (log.csv)
@@ -126,6 +127,28 @@ def lamp_sweep(d, res, out, tag, written):
     _save(fig, out, f"{tag}-kl-vs-recompute", written)
 
 
+def policy_sweep(d, res, out, tag, written):
+    cells = [c for c in res["cells"] if c.get("site")]
+    if not cells:
+        raise ResultSetError(f"{d}: no swept cells to draw")
+    fig, ax = plt.subplots(figsize=(max(6, 0.28 * len(cells) + 2), 4.5))
+    sites = sorted({c["site"] for c in cells})
+    for i, c in enumerate(cells):
+        kl, (lo, hi) = _num(c["kl"]), (_num(v) for v in c.get("kl_interval", [math.nan, math.nan]))
+        color = f"C{sites.index(c['site']) % 10}"
+        ax.bar(i, max(kl, 1e-12), color=color)
+        if math.isfinite(lo) and math.isfinite(hi):
+            ax.plot([i, i], [max(lo, 1e-12), max(hi, 1e-12)], "k-", lw=1)
+    ax.set_yscale("log")
+    ax.set_xticks(range(len(cells)), [c["name"] for c in cells], rotation=75, fontsize=6)
+    ax.set_ylabel("KL(FP32 || cell), nats (bar: 95 % interval)")
+    ax.set_title("policy sweep")
+    for k, site in enumerate(sites):
+        ax.bar([], [], color=f"C{k % 10}", label=site)
+    ax.legend(fontsize=7)
+    _save(fig, out, f"{tag}-kl", written)
+
+
 def curves(d, out, tag, written, group_cols, title):
     path = os.path.join(d, "curves.csv")
     if not os.path.exists(path):
@@ -187,6 +210,8 @@ def draw(d, out):
         eval_set(d, results(), out, tag, written)
     elif gen == "mantis lamp sweep":
         lamp_sweep(d, results(), out, tag, written)
+    elif gen == "mantis policy sweep":
+        policy_sweep(d, results(), out, tag, written)
     elif gen == "mantis optim-study":
         curves(d, out, tag, written, ("optimizer", "variant", "seed"), "optimizer study: validation loss")
     elif gen == "mantis gnmr study":

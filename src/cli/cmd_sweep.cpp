@@ -1,26 +1,90 @@
-// mantis sweep CONFIG.toml — the μ-sweep (exp/mu_sweep.h).
+// mantis sweep CONFIG.toml — the policy sweep (exp/policy_sweep.h) when the configuration lists
+// `sites`, else the μ-sweep (exp/mu_sweep.h), which is also `mantis mu-sweep`.
+#include <fmt/format.h>
+
 #include <cstdio>
 
 #include "common.h"
 #include "exp/mu_sweep.h"
+#include "exp/policy_sweep.h"
 
 namespace mantis::cli {
 
+namespace {
+
+struct SweepArgs {
+  MuSweepOptions mu;
+  PolicySweepOptions policy;  // config and out are mu's
+  bool list = false;
+  DeviceArgs device;
+  SlurmArgs slurm;
+};
+
+int run_mu(const SweepArgs& a) {
+  const CellChoice& c = a.policy;
+  if (c.cell >= 0 || c.shards > 0 || c.merge_only || a.list || !a.slurm.emit.empty())
+    throw InputError(fmt::format("{}: the μ-sweep has no cells (--cells, --cell, --shard, --merge, --emit-slurm are "
+                                 "for policy sweeps: a configuration with sites = [...])", a.mu.config));
+  if (a.device.device != "cpu") throw InputError("the μ-sweep runs on the CPU (--device cuda is for policy sweeps)");
+  MuSweepOptions m = a.mu;
+  m.progress = shared().progress_mode();
+  const MuSweepResult r = run_mu_sweep(m);
+  std::fwrite(r.report.data(), 1, r.report.size(), stdout);
+  return 0;
+}
+
+int run_policy(const SweepArgs& a) {
+  if (a.list) {
+    const auto names = policy_sweep_cells(read_policy_sweep(a.mu.config));
+    for (size_t i = 0; i < names.size(); ++i) fmt::print("{}\t{}\n", i, names[i]);
+    return 0;
+  }
+  if (!a.slurm.emit.empty()) {
+    (void)read_policy_sweep(a.mu.config);
+    return emit_slurm(a.slurm, a.policy);
+  }
+  PolicySweepOptions o = a.policy;
+  o.config = a.mu.config, o.out = a.mu.out;
+  o.progress = shared().progress_mode();
+  o.device = a.device.device == "cuda" ? "cuda/" + a.device.attention : "cpu";
+  o.forward = device_forward(a.device);
+  run_policy_sweep(o);
+  return 0;
+}
+
+void add_mu_options(CLI::App& sub, SweepArgs& a) {
+  sub.add_option("config", a.mu.config, "TOML configuration")->required()->check(kPath);
+  add_out(sub, a.mu.out, "write DIR/results.csv, results.json and manifest.json (one result set)");
+  add_threads(sub);
+  add_progress(sub);
+}
+
+}  // namespace
+
 Runner setup_sweep(CLI::App& sub) {
-  auto o = std::make_shared<MuSweepOptions>();
+  auto a = std::make_shared<SweepArgs>();
+  sub.description(
+      "policy sweep (a configuration with sites = [...]: a policy template and axes site × format or μ × rounding × "
+      "accumulation × operand scheme, each combination a cell evaluated against FP32 on the same windows; resumable "
+      "cells, shards, Slurm; src/exp/policy_sweep.h), or the μ-sweep of dot products and GEMMs (mu-sweep)");
+  add_mu_options(sub, *a);
+  sub.add_flag("--cells", a->list, "policy sweep: list the cells (index, name) and exit");
+  add_cell_choice(sub, a->policy, "policy sweep: ");
+  add_slurm(sub, a->slurm);
+  add_device(sub, a->device);
+  return [a] { return is_policy_sweep(a->mu.config) ? run_policy(*a) : run_mu(*a); };
+}
+
+Runner setup_mu_sweep(CLI::App& sub) {
+  auto a = std::make_shared<SweepArgs>();
   sub.description(
       "mantissa-width sweep: relative error of strictly accumulated dot products and GEMMs in ps<μ> "
       "against exact / binary64 references (see experiments/mu-sweep.toml)");
-  sub.add_option("config", o->config, "TOML configuration")->required()->check(kPath);
-  add_out(sub, o->out, "write DIR/results.csv, results.json and manifest.json (one result set)");
-  add_threads(sub);
-  add_progress(sub);
-  return [o] {
-    MuSweepOptions m = *o;
-    m.progress = shared().progress_mode();
-    const MuSweepResult r = run_mu_sweep(m);
-    std::fwrite(r.report.data(), 1, r.report.size(), stdout);
-    return 0;
+  add_mu_options(sub, *a);
+  return [a] {
+    if (is_policy_sweep(a->mu.config))
+      throw InputError(fmt::format("{} is a policy sweep (it lists sites): run it with `mantis sweep`", a->mu.config));
+    return run_mu(*a);
   };
 }
 

@@ -39,6 +39,7 @@ Runner setup_dot(CLI::App& sub);
 Runner setup_bench(CLI::App& sub);
 Runner setup_verify(CLI::App& sub);
 Runner setup_sweep(CLI::App& sub);
+Runner setup_mu_sweep(CLI::App& sub);
 Runner setup_tokenize(CLI::App& sub);
 Runner setup_detokenize(CLI::App& sub);
 Runner setup_shards(CLI::App& sub);
