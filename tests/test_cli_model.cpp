@@ -305,6 +305,125 @@ TEST_CASE("eval: the native policy against itself gives zero KL and no flips; co
   CHECK(man["data"]["sources"][0]["sha256"] == sha256_file(shard));
 }
 
+// A .npy (version 1.0) of `ids` as little-endian integers of `width` bytes under `descr`.
+fs::path write_token_npy(const std::string& name, const std::vector<uint32_t>& ids, const std::string& descr,
+                         size_t width) {
+  std::string h = "{'descr': '" + descr + "', 'fortran_order': False, 'shape': (" + std::to_string(ids.size()) + ",), }";
+  h.append((64 - (10 + h.size() + 1) % 64) % 64, ' ');
+  h += '\n';
+  std::string b = std::string("\x93NUMPY\x01\x00", 8) + char(h.size() & 0xff) + char(h.size() >> 8) + h;
+  for (uint32_t t : ids)
+    for (size_t k = 0; k < width; ++k) b += char((t >> (8 * k)) & 0xff);
+  const fs::path p = scratch_dir() / name;
+  spit(p, b);
+  return p;
+}
+
+// Two runs of eval on the same tokens: results.json identical, the manifests alike but for the data.
+void check_same_eval(const fs::path& a, const fs::path& b) {
+  CHECK(slurp(a / "results.json") == slurp(b / "results.json"));
+  const auto ma = nlohmann::json::parse(slurp(a / "manifest.json")), mb = nlohmann::json::parse(slurp(b / "manifest.json"));
+  CHECK(ma["config"]["window_starts"] == mb["config"]["window_starts"]);
+  CHECK(ma["config"]["tokenizer"] == mb["config"]["tokenizer"]);
+  CHECK(ma["data"]["tokens"] == mb["data"]["tokens"]);
+  // the CSV row alike but for the data column and the two timings
+  auto row = [](const fs::path& d) {
+    std::vector<std::string> f;
+    std::stringstream ss(lines(slurp(d / "results.csv")).at(1));
+    for (std::string x; std::getline(ss, x, ',');) f.push_back(x);
+    f.erase(f.end() - 2, f.end());
+    f.erase(f.begin() + 2);
+    return f;
+  };
+  CHECK(row(a) == row(b));
+}
+
+TEST_CASE("eval --text: a UTF-8 file tokenized on the fly equals --data on the same tokens (.npy, llm.c)",
+          "[cli][eval][data]") {
+  std::string text;
+  for (int i = 0; i < 6; ++i)
+    text += "It is a truth universally acknowledged, that a single man in possession of a good fortune, must be "
+            "in want of a wife \xe2\x80\x94 caf\xc3\xa9 " + std::to_string(i) + ".\nA second line.\n\n";
+  const fs::path txt = scratch_dir() / "story.txt";
+  spit(txt, text);
+  {  // bytes: the tokens are the bytes
+    const std::string dir = sharp_model_dir("sharp-llama", bytes_llama());
+    std::vector<uint32_t> ids;
+    for (unsigned char c : text) ids.push_back(c);
+    const fs::path npy = write_token_npy("story-bytes.npy", ids, "<i4", 4);
+    const fs::path ot = scratch_dir() / "eval-text-bytes", on = scratch_dir() / "eval-npy-bytes";
+    const Result rt = run({"eval", "-m", dir, "-p", "lamp:4", "--text", txt.string(), "-n", "3", "--ctx", "40", "-o",
+                           ot.string(), "-q"});
+    INFO(flat(rt.err));
+    REQUIRE(rt.status == 0);
+    CHECK(rt.out.find("data         text " + txt.string() + " (" + std::to_string(ids.size()) + " tokens, tokenizer bytes)") !=
+          std::string::npos);
+    const Result rn = run({"eval", "-m", dir, "-p", "lamp:4", "-d", npy.string(), "-n", "3", "--ctx", "40", "-o",
+                           on.string(), "-q"});
+    INFO(flat(rn.err));
+    REQUIRE(rn.status == 0);
+    check_same_eval(ot, on);
+    const auto res = nlohmann::json::parse(slurp(ot / "results.json"));
+    CHECK(res["summary"]["kl_mean"].get<double>() > 0);  // a policy that changes something
+    const auto mt = nlohmann::json::parse(slurp(ot / "manifest.json")), mn = nlohmann::json::parse(slurp(on / "manifest.json"));
+    CHECK(mt["config"]["text"] == txt.string());
+    CHECK_FALSE(mt["config"].contains("data"));
+    CHECK(mn["config"]["data"] == npy.string());
+    CHECK(mt["data"]["sources"][0]["kind"] == "text");
+    CHECK(mt["data"]["sources"][0]["sha256"] == sha256_file(txt.string()));
+    CHECK(mn["data"]["sources"][0]["kind"] == "npy");
+    CHECK(mn["data"]["sources"][0]["sha256"] == sha256_file(npy.string()));
+  }
+  {  // gpt2 (the vocabulary implies it): <|endoftext|> before each document; as uint16 .npy and an llm.c shard
+    const std::string dir = model_dir("gpt2-vocab", gpt2_vocab());
+    const auto tok = make_tokenizer("gpt2");
+    std::vector<uint32_t> ids;
+    std::string_view body(text);
+    body.remove_suffix(1);  // text[:-1].split("\n\n")
+    for (size_t pos = 0; pos <= body.size();) {
+      const size_t end = std::min(body.find("\n\n", pos), body.size());
+      ids.push_back(kGpt2EndOfText);
+      for (uint32_t t : tok->encode(body.substr(pos, end - pos))) ids.push_back(t);
+      pos = end + 2;
+    }
+    const fs::path npy = write_token_npy("story-gpt2.npy", ids, "<u2", 2);
+    std::string bin;
+    for (int32_t h : std::vector<int32_t>{20240520, 1, int32_t(ids.size())}) bin.append(reinterpret_cast<const char*>(&h), 4);
+    bin.append(253 * 4, '\0');
+    for (uint32_t t : ids) bin += char(t & 0xff), bin += char(t >> 8);
+    const fs::path llmc = scratch_dir() / "story-gpt2.bin";
+    spit(llmc, bin);
+    const fs::path ot = scratch_dir() / "eval-text-gpt2", on = scratch_dir() / "eval-npy-gpt2",
+                   ob = scratch_dir() / "eval-llmc-gpt2";
+    for (auto [flag, path, out] : {std::tuple{"--text", txt, ot}, {"-d", npy, on}, {"-d", llmc, ob}}) {
+      const Result r = run({"eval", "-m", dir, "-p", "lamp:4", flag, path.string(), "-n", "2", "-o", out.string(), "-q"});
+      INFO(flat(r.err));
+      REQUIRE(r.status == 0);
+    }
+    check_same_eval(ot, on);
+    check_same_eval(ot, ob);
+    CHECK(nlohmann::json::parse(slurp(ob / "manifest.json"))["data"]["sources"][0]["kind"] == "llmc");
+  }
+}
+
+TEST_CASE("eval --text / .npy / llm.c: bad data is one line and status 2, before any forward pass",
+          "[cli][eval][data][errors]") {
+  const std::string dir = model_dir("bytes-gpt2", bytes_gpt2());
+  const fs::path bad = write_config("bad-utf8.txt", "ok \xc3\x28 then");
+  check_error(run({"eval", "-m", dir, "--text", bad.string()}), {"bad-utf8.txt", "not UTF-8: byte offset 3"});
+  check_error(run({"eval", "-m", dir, "--text", bad.string(), "-d", "kjv/test"}), {"--text", "--data"});
+  check_error(run({"eval", "-m", dir, "--text", (scratch_dir() / "none.txt").string()}), {"none.txt"});
+  std::vector<uint32_t> ids(200, 65);
+  ids[150] = 300;  // outside the model's 256 (and outside any window of -n 1 --ctx 8: checked all the same)
+  const fs::path npy = write_token_npy("oov.npy", ids, "<u2", 2);
+  check_error(run({"eval", "-m", dir, "-d", npy.string(), "-n", "1", "--ctx", "8"}),
+              {"oov.npy", "token 150 is 300", "[0, 256)"});
+  const fs::path f4 = write_token_npy("float.npy", {0, 0}, "<f4", 4);
+  check_error(run({"eval", "-m", dir, "-d", f4.string()}), {"float.npy", "npy dtype '<f4'"});
+  const fs::path bin = write_config("bad.bin", std::string(1024, '\0'));
+  check_error(run({"eval", "-m", dir, "-d", bin.string()}), {"bad.bin", "not an llm.c token shard (magic 0"});
+}
+
 TEST_CASE("eval: bad input is one line and status 2", "[cli][eval][errors]") {
   const std::string dir = model_dir("bytes-gpt2", bytes_gpt2());
   check_error(run({"eval", "-m", dir, "--ctx", "73"}), {"--ctx 73", "1..72"});

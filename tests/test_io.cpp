@@ -1,5 +1,6 @@
 // Files (core/file.h): atomic writes and their temporaries, SHA-256, bounded text reads, gzip,
-// NumPy .npy — each failure an InputError naming the file.
+// NumPy .npy — each failure an InputError naming the file; and the token files beside the corpora
+// (io/dataset.h): .npy token arrays, llm.c token shards, UTF-8 text files.
 #include <catch2/catch.hpp>
 
 #include <zlib.h>
@@ -10,6 +11,9 @@
 #include <vector>
 
 #include "core/file.h"
+#include "exp/manifest.h"
+#include "io/dataset.h"
+#include "io/tokenizer.h"
 #include "testutil.h"
 
 using namespace mantis;
@@ -160,4 +164,224 @@ TEST_CASE("io: .npy round trip and every malformed file named") {
   two += std::string(reinterpret_cast<const char*>(&hl), 4) + h + bytes.substr(bytes.size() - v.size() * 4);
   spit(d / "two.npy", two);
   CHECK(mantis::test::same_bits(read_npy_floats((d / "two.npy").string()).f4_data, v));
+}
+
+// ---- token data beside the corpora (io/dataset.h): .npy arrays, llm.c shards, text files ----------
+
+namespace {
+// A .npy (version 1.0) of raw little-endian `data` under any descriptor and shape ("(3,)", "(2, 2)").
+std::string npy_bytes(const std::string& descr, const std::string& shape, const std::string& data) {
+  std::string h = "{'descr': '" + descr + "', 'fortran_order': False, 'shape': " + shape + ", }";
+  h.append((64 - (10 + h.size() + 1) % 64) % 64, ' ');
+  h += '\n';
+  return std::string("\x93NUMPY\x01\x00", 8) + char(h.size() & 0xff) + char(h.size() >> 8) + h + data;
+}
+// The little-endian bytes of each value, `width` bytes each.
+template <class T>
+std::string le(const std::vector<T>& v, size_t width) {
+  std::string s;
+  for (T x : v)
+    for (size_t k = 0; k < width; ++k) s += char((uint64_t(int64_t(x)) >> (8 * k)) & 0xff);
+  return s;
+}
+// An llm.c token shard: 256 int32 (magic, version, count, zeros), then the tokens.
+std::string llmc_bytes(int32_t magic, int32_t version, int32_t count, const std::vector<uint32_t>& tokens,
+                       size_t width) {
+  std::vector<int32_t> header(256, 0);
+  header[0] = magic, header[1] = version, header[2] = count;
+  return le(header, 4) + le(tokens, width);
+}
+}  // namespace
+
+TEST_CASE("io: integer .npy arrays are read exactly in every accepted dtype; others are named") {
+  const fs::path d = scratch("io-npy-ints");
+  struct Case {
+    const char* descr;
+    size_t width;
+    std::vector<int64_t> values;
+  };
+  const std::vector<Case> cases{{"<i4", 4, {0, -2147483648LL, 2147483647, 7}},
+                                {"<i8", 8, {-5, int64_t(1) << 40, 0, 9223372036854775807LL}},
+                                {"<u2", 2, {0, 1, 65535, 50256}},
+                                {"<u4", 4, {0, 4000000000LL, 4294967295LL, 3}}};
+  for (const Case& c : cases) {
+    INFO(c.descr);
+    const fs::path p = d / "a.npy";
+    spit(p, npy_bytes(c.descr, "(4,)", le(c.values, c.width)));
+    const NpyInts a = read_npy_ints(p.string());
+    CHECK(a.descr == c.descr);
+    CHECK(a.shape == std::vector<int64_t>{4});
+    CHECK(a.data == c.values);
+  }
+  auto err = [&](const std::string& name, const std::string& bytes) {
+    spit(d / name, bytes);
+    return error_of([&] { read_npy_ints((d / name).string()); });
+  };
+  for (const char* bad : {"<f4", "<f8", ">i4", "|u1", "<i2", "<u8", "<f2"})
+    CHECK_THAT(err("bad.npy", npy_bytes(bad, "(2,)", std::string(16, '\0'))),
+               Contains("bad.npy") && Contains(std::string("npy dtype '") + bad + "'") && Contains("'<i4'"));
+  CHECK_THAT(err("short.npy", npy_bytes("<i8", "(3,)", std::string(20, '\0'))), Contains("data bytes for 3 values of <i8"));
+}
+
+TEST_CASE("io: --data reads .npy token arrays: 1-D, integer, every id in the vocabulary") {
+  const fs::path d = scratch("io-npy-tokens");
+  const auto bytes = make_tokenizer("bytes");
+  const std::vector<uint32_t> ids = {72, 105, 0, 255, 10, 10, 33};
+  for (auto [descr, width] : {std::pair{"<i4", 4}, {"<i8", 8}, {"<u2", 2}, {"<u4", 4}}) {
+    INFO(descr);
+    const fs::path p = d / (std::string("t") + descr[1] + descr[2] + ".npy");
+    spit(p, npy_bytes(descr, "(7,)", le(ids, size_t(width))));
+    const TokenData t = load_tokens(p.string(), *bytes, "/nonexistent-root");
+    CHECK(t.tokens == ids);
+    CHECK(t.tokenizer_id == "bytes");
+    REQUIRE(t.sources.size() == 1);
+    CHECK(t.sources[0].kind == SourceKind::npy);
+    CHECK(t.sources[0].name == p.string());
+    CHECK(t.sources[0].sha256 == sha256_file(p.string()));
+    CHECK(t.sources[0].tokens == 7);
+    const ojson j = data_sources_json(t);
+    CHECK(j[0]["kind"] == "npy");
+    CHECK(j[0]["sha256"] == sha256_file(p.string()));
+  }
+  auto err = [&](const std::string& name, const std::string& content) {
+    spit(d / name, content);
+    return error_of([&] { load_tokens((d / name).string(), *bytes, "/nonexistent-root"); });
+  };
+  CHECK_THAT(err("f4.npy", npy_bytes("<f4", "(2,)", le(std::vector<int32_t>{0, 0}, 4))),
+             Contains("f4.npy") && Contains("npy dtype '<f4'"));
+  CHECK_THAT(err("f8.npy", npy_bytes("<f8", "(1,)", std::string(8, '\0'))), Contains("f8.npy") && Contains("'<f8'"));
+  CHECK_THAT(err("be.npy", npy_bytes(">i4", "(1,)", std::string(4, '\0'))), Contains("be.npy") && Contains("'>i4'"));
+  CHECK_THAT(err("two.npy", npy_bytes("<i4", "(2, 2)", le(std::vector<int32_t>{1, 2, 3, 4}, 4))),
+             Contains("two.npy") && Contains("must be 1-D") && Contains("2 dimensions"));
+  CHECK_THAT(err("zero.npy", npy_bytes("<i4", "()", le(std::vector<int32_t>{1}, 4))),
+             Contains("zero.npy") && Contains("must be 1-D") && Contains("0 dimensions"));
+  CHECK_THAT(err("neg.npy", npy_bytes("<i8", "(3,)", le(std::vector<int64_t>{1, -1, 2}, 8))),
+             Contains("neg.npy") && Contains("token 1 is -1, negative"));
+  CHECK_THAT(err("big.npy", npy_bytes("<u2", "(3,)", le(std::vector<uint32_t>{1, 2, 256}, 2))),
+             Contains("big.npy") && Contains("token 2 is 256") && Contains("tokenizer 'bytes' [0, 256)"));
+  CHECK_THAT(err("huge.npy", npy_bytes("<i8", "(1,)", le(std::vector<int64_t>{int64_t(1) << 40}, 8))),
+             Contains("token 0 is 1099511627776"));
+  CHECK_THAT(err("fortran.npy", [] {
+               std::string b = npy_bytes("<i4", "(1,)", std::string(4, '\0'));
+               b.replace(b.find("False"), 5, "True");
+               b.insert(b.find('\n'), " ");  // the header keeps its length
+               return b;
+             }()),
+             Contains("Fortran order"));
+  CHECK_THAT(error_of([&] { load_tokens((d / "none.npy").string(), *bytes, "/nonexistent-root"); }), Contains("none.npy"));
+}
+
+TEST_CASE("io: --data reads llm.c token shards of both formats; every malformed header is named") {
+  const fs::path d = scratch("io-llmc");
+  const auto bytes = make_tokenizer("bytes");
+  const std::vector<uint32_t> ids = {0, 1, 200, 255, 65, 65};
+  // GPT-2's format (magic 20240520, version 1, uint16) and LLaMA-3's (20240801, 7, uint32)
+  for (auto [magic, version, width] : {std::tuple{20240520, 1, 2}, {20240801, 7, 4}}) {
+    INFO(magic);
+    const fs::path p = d / ("s" + std::to_string(magic) + ".bin");
+    spit(p, llmc_bytes(magic, version, 6, ids, size_t(width)));
+    CHECK(fs::file_size(p) == 1024 + 6 * size_t(width));
+    const TokenData t = load_tokens(p.string(), *bytes, "/nonexistent-root");
+    CHECK(t.tokens == ids);
+    REQUIRE(t.sources.size() == 1);
+    CHECK(t.sources[0].kind == SourceKind::llmc);
+    CHECK(t.sources[0].sha256 == sha256_file(p.string()));
+    CHECK(data_sources_json(t)[0]["kind"] == "llmc");
+  }
+  // an empty shard is read (0 tokens); a window of it is refused later (window_starts)
+  spit(d / "empty.bin", llmc_bytes(20240520, 1, 0, {}, 2));
+  CHECK(load_tokens((d / "empty.bin").string(), *bytes, "/nonexistent-root").tokens.empty());
+  // ids above 255 are GPT-2's: read with gpt2's vocabulary they would be fine, with bytes they are refused
+  const std::vector<uint32_t> wide = {50256, 3};
+  auto err = [&](const std::string& name, const std::string& content) {
+    spit(d / name, content);
+    return error_of([&] { load_tokens((d / name).string(), *bytes, "/nonexistent-root"); });
+  };
+  CHECK_THAT(err("vocab.bin", llmc_bytes(20240520, 1, 2, wide, 2)),
+             Contains("vocab.bin") && Contains("token 0 is 50256") && Contains("[0, 256)"));
+  CHECK_THAT(err("vocab7.bin", llmc_bytes(20240801, 7, 2, {3, 128000}, 4)), Contains("token 1 is 128000"));
+  CHECK_THAT(err("magic.bin", llmc_bytes(20240522, 1, 2, {1, 2}, 2)),
+             Contains("magic.bin") && Contains("not an llm.c token shard (magic 20240522"));
+  CHECK_THAT(err("v2.bin", llmc_bytes(20240520, 2, 2, {1, 2}, 4)),
+             Contains("v2.bin") && Contains("magic 20240520 has version 2 (expected 1)"));
+  CHECK_THAT(err("v1.bin", llmc_bytes(20240801, 1, 2, {1, 2}, 2)), Contains("magic 20240801 has version 1 (expected 7)"));
+  CHECK_THAT(err("negcount.bin", llmc_bytes(20240520, 1, -3, {1, 2}, 2)),
+             Contains("negcount.bin") && Contains("negative token count -3"));
+  CHECK_THAT(err("short.bin", llmc_bytes(20240520, 1, 3, {1, 2}, 2)),
+             Contains("short.bin") && Contains("3 tokens of 2 bytes should be 1030 bytes; the file has 1028"));
+  CHECK_THAT(err("long.bin", llmc_bytes(20240520, 1, 1, {1, 2}, 2)),
+             Contains("should be 1026 bytes; the file has 1028"));
+  CHECK_THAT(err("width.bin", llmc_bytes(20240520, 1, 2, {1, 2}, 4)),  // uint32 tokens under the uint16 magic
+             Contains("should be 1028 bytes; the file has 1032"));
+  CHECK_THAT(err("header.bin", llmc_bytes(20240520, 1, 0, {}, 2).substr(0, 1000)),
+             Contains("header.bin") && Contains("truncated llm.c token shard: 1000 bytes, shorter than the 1024-byte header"));
+  CHECK_THAT(err("nothing.bin", ""), Contains("nothing.bin") && Contains("0 bytes"));
+  fs::create_directories(d / "dir.bin");
+  CHECK_THAT(error_of([&] { load_tokens((d / "dir.bin").string(), *bytes, "/nonexistent-root"); }),
+             Contains("dir.bin") && Contains("is a directory"));
+  CHECK_THAT(error_of([&] { load_tokens((d / "none.bin").string(), *bytes, "/nonexistent-root"); }),
+             Contains("none.bin"));
+}
+
+TEST_CASE("io: text files are tokenized by the corpora's rule; invalid UTF-8 names its byte offset") {
+  const fs::path d = scratch("io-text");
+  const std::string text = "Caf\xc3\xa9 au lait.\nSecond line.\n\nA new document \xe2\x80\x94 with a dash.\n";
+  spit(d / "a.txt", text);
+  const auto bytes = make_tokenizer("bytes");
+  const TokenData b = load_text_tokens((d / "a.txt").string(), *bytes);
+  std::vector<uint32_t> want_bytes;  // each byte's value (char may be signed)
+  for (unsigned char c : text) want_bytes.push_back(c);
+  CHECK(b.tokens == want_bytes);
+  REQUIRE(b.sources.size() == 1);
+  CHECK(b.sources[0].kind == SourceKind::text);
+  CHECK(b.sources[0].sha256 == sha256_hex(text));
+  CHECK(b.sources[0].name == (d / "a.txt").string());
+  CHECK(data_sources_json(b)[0]["kind"] == "text");
+  // gpt2: <|endoftext|> before each blank-line-separated document, as the corpora
+  const auto gpt2 = make_tokenizer("gpt2");
+  std::vector<uint32_t> want = {kGpt2EndOfText};
+  for (uint32_t t : gpt2->encode("Caf\xc3\xa9 au lait.\nSecond line.")) want.push_back(t);
+  want.push_back(kGpt2EndOfText);
+  for (uint32_t t : gpt2->encode("A new document \xe2\x80\x94 with a dash.")) want.push_back(t);
+  CHECK(load_text_tokens((d / "a.txt").string(), *gpt2).tokens == want);
+  // a corpus split, decompressed, gives that split's tokens
+  const std::string root = std::string(MANTIS_SOURCE_DIR) + "/data";
+  spit(d / "kjv-test.txt", read_gzip(root + "/corpora/kjv/test.txt.gz"));
+  CHECK(load_text_tokens((d / "kjv-test.txt").string(), *gpt2).tokens == load_tokens("kjv/test", *gpt2, root).tokens);
+
+  // invalid UTF-8: the offset of the first byte that starts no well-formed sequence
+  struct Bad {
+    std::string bytes;
+    size_t offset;
+  };
+  const std::vector<Bad> bad{{"ok\xff", 2},             {"caf\xc3\xa9\xc3", 5},      // lone byte; cut sequence
+                             {"ab\xc0\xaf", 2},         {"\xe0\x80\xaf", 0},         // overlong
+                             {"xx\xed\xa0\x80", 2},     {"\xf4\x90\x80\x80 z", 0},   // surrogate; > U+10FFFF
+                             {"\xe2\x80\x94\x80", 3}};                               // a stray continuation byte
+  for (const Bad& x : bad) {
+    INFO(x.offset);
+    CHECK(utf8_invalid_offset(x.bytes) == x.offset);
+    spit(d / "bad.txt", x.bytes);
+    CHECK_THAT(error_of([&] { load_text_tokens((d / "bad.txt").string(), *bytes); }),
+               Contains("bad.txt") && Contains("not UTF-8: byte offset " + std::to_string(x.offset) + " "));
+  }
+  CHECK(utf8_invalid_offset(text) == std::string_view::npos);
+  CHECK(utf8_invalid_offset("\xf0\x9f\x98\x80\xf4\x8f\xbf\xbf") == std::string_view::npos);  // U+1F600, U+10FFFF
+  CHECK_THAT(error_of([&] { load_text_tokens((d / "none.txt").string(), *bytes); }),
+             Contains("text file") && Contains("none.txt"));
+  CHECK_THAT(error_of([&] { load_text_tokens(d.string(), *bytes); }), Contains("is a directory"));
+}
+
+TEST_CASE("io: the sources of the committed forms keep their fields (study keys written before 'kind')") {
+  const auto gpt2 = make_tokenizer("gpt2");
+  const std::string root = std::string(MANTIS_SOURCE_DIR) + "/data";
+  const TokenData shard = load_tokens("kjv/test", *gpt2, root), text = load_tokens("jargon/test", *gpt2, root);
+  CHECK(shard.sources[0].kind == SourceKind::shard);
+  CHECK(text.sources[0].kind == SourceKind::corpus);
+  for (const TokenData* t : {&shard, &text}) {
+    const ojson j = data_sources_json(*t);
+    std::vector<std::string> keys;
+    for (auto& [k, v] : j[0].items()) keys.push_back(k);
+    CHECK(keys == std::vector<std::string>{"name", "file", "sha256", "tokens"});
+  }
 }

@@ -53,9 +53,15 @@ Runner setup_eval(CLI::App& sub) {
       "the largest logit error, averaged over every position of every window");
   sub.add_option("--model,-m", o->model, kModelHelp)->required()->check(kPath);
   sub.add_option("--policy,-p", o->policy, kPolicyHelp)->capture_default_str();
-  sub.add_option("--data,-d", o->data,
-                 "train|validation|test (all corpora), <corpus>/<split> (austen, kjv, web, brown), or a .tok shard")
-      ->capture_default_str();
+  auto* data = sub.add_option("--data,-d", o->data,
+                               "train|validation|test (all corpora), <corpus>/<split> (austen, kjv, web, brown, "
+                               "jargon), a .tok shard, a .npy token array (1-D int32/int64/uint16/uint32) or an "
+                               "llm.c token shard (.bin)")
+                   ->capture_default_str();
+  sub.add_option("--text", o->text,
+                 "a UTF-8 text file instead of --data, tokenized on the fly with the model's tokenizer (--tokenizer)")
+      ->check(kPath)
+      ->excludes(data);
   sub.add_option("--seqs,-n", o->seqs, "windows, spread evenly over the data")->capture_default_str()->check(CLI::Range(1, 1000000));
   sub.add_option("--ctx,-T", o->ctx, "tokens per window (default: the model's context)")->check(CLI::Range(1, 1 << 24));
   sub.add_option("--tokenizer,-t", o->tokenizer, "tokenizer of the data (default: bytes for V = 256, gpt2 for V = 50257)");

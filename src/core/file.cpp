@@ -265,6 +265,24 @@ NpyArray read_npy(const std::string& path) {
   return NpyArray{h.shape, npy_data<float>(path, b, h)};
 }
 
+NpyInts read_npy_ints(const std::string& path) {
+  const std::string b = read_file(path);
+  const NpyHeader h = parse_npy(path, b);
+  auto widen = [&](auto tag) {
+    const auto v = npy_data<decltype(tag)>(path, b, h);
+    return std::vector<int64_t>(v.begin(), v.end());
+  };
+  NpyInts a{h.shape, h.descr, {}};
+  if (h.descr == "<i4") a.data = widen(int32_t{});
+  else if (h.descr == "<i8") a.data = widen(int64_t{});
+  else if (h.descr == "<u2") a.data = widen(uint16_t{});
+  else if (h.descr == "<u4") a.data = widen(uint32_t{});
+  else
+    throw InputError(fmt::format("{}: npy dtype '{}' (integer arrays are read as int32 '<i4', int64 '<i8', uint16 "
+                                 "'<u2' or uint32 '<u4')", path, h.descr));
+  return a;
+}
+
 std::string read_text_file(const std::string& path, const std::string& what, size_t max_bytes) {
   if (path.empty()) throw InputError(fmt::format("{}: the path is empty", what));
   std::error_code ec;

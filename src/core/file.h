@@ -55,6 +55,15 @@ struct NpyFloats {
   std::vector<double> f8_data;
 };
 NpyFloats read_npy_floats(const std::string& path);
+// Reads an integer array of one of the dtypes token arrays come in: '<i4', '<i8', '<u2', '<u4' (int32,
+// int64, uint16, uint32, little-endian: what numpy writes for them), every value exactly. Another
+// dtype (floats, big-endian, …), Fortran order or a size mismatch is an InputError naming it.
+struct NpyInts {
+  std::vector<int64_t> shape;
+  std::string descr;          // as the header gives it
+  std::vector<int64_t> data;  // every dtype above fits
+};
+NpyInts read_npy_ints(const std::string& path);
 
 // The contents of a text input (a format, policy or configuration file, a list of token ids):
 // InputError naming `what` and the path when the path is empty, a directory or unreadable, or when

@@ -77,7 +77,10 @@ EvalResult run_eval(const EvalOptions& o) {
   if (ctx < 1 || ctx > model.cfg.ctx)
     throw InputError(fmt::format("--ctx {} is outside 1..{} (the model's context)", ctx, model.cfg.ctx));
   const auto tok = tokenizer_for_model(o.tokenizer, model.cfg.vocab, "--tokenizer", o.model);
-  const TokenData data = load_tokens(o.data, *tok, data_root());
+  // Every id is checked against the tokenizer's vocabulary here (dataset.h), which is no larger
+  // than the model's (tokenizer_for_model): no id outside it reaches a forward pass.
+  const TokenData data = o.text.empty() ? load_tokens(o.data, *tok, data_root()) : load_text_tokens(o.text, *tok);
+  const std::string data_name = o.text.empty() ? o.data : o.text;  // what the report and the CSV call it
   const auto starts = window_starts(data.tokens.size(), size_t(o.seqs), size_t(ctx) + 1);
   const double load_s = total.seconds();
 
@@ -118,8 +121,8 @@ EvalResult run_eval(const EvalOptions& o) {
   std::string indented = pol;
   for (size_t p = 0; (p = indented.find('\n', p)) != std::string::npos; p += 14) indented.replace(p, 1, "\n             ");
   t += fmt::format("             {}\n", indented);
-  t += fmt::format("data         {} ({} tokens, tokenizer {}): {} windows of {} tokens + 1 target\n", o.data,
-                   data.tokens.size(), tok->id(), starts.size(), ctx);
+  t += fmt::format("data         {}{} ({} tokens, tokenizer {}): {} windows of {} tokens + 1 target\n",
+                   o.text.empty() ? "" : "text ", data_name, data.tokens.size(), tok->id(), starts.size(), ctx);
   t += fmt::format("{:<26}{:>16}{:>16}\n", "", "reference FP32", "policy");
   t += fmt::format("{:<26}{:>16.6f}{:>16.6f}\n", "perplexity", all.ppl_ref(), all.ppl_test());
   t += fmt::format("{:<26}{:>16}{:>16.6e}\n", "KL(ref || policy), nats", "", all.mean_kl());
@@ -148,7 +151,7 @@ EvalResult run_eval(const EvalOptions& o) {
                    {"model_config", config_json(model.cfg)},
                    {"policy", o.policy},
                    {"policy_description", pol},
-                   {"data", o.data},
+                   {o.text.empty() ? "data" : "text", data_name},
                    {"tokenizer", tok->id()},
                    {"seqs", o.seqs},
                    {"ctx", ctx},
@@ -174,7 +177,7 @@ EvalResult run_eval(const EvalOptions& o) {
         "nonfinite_positions,overflow,nan,inf,seconds_ref,seconds_policy\n";
     const std::string csv =
         csv_head + fmt::format("{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{:.3f},{:.3f}\n", csv_quote(o.model),
-                               csv_quote(o.policy), csv_quote(o.data), starts.size(), ctx, all.positions(),
+                               csv_quote(o.policy), csv_quote(data_name), starts.size(), ctx, all.positions(),
                                num(all.mean_kl()), num(all.flip_rate()), all.flips(), num(all.ppl_ref()),
                                num(all.ppl_test()), num(all.max_abs_error()), all.nonfinite_positions(),
                                health.total().overflow, health.total().nan, health.total().inf, ref_s, test_s);

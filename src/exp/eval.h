@@ -16,6 +16,7 @@ struct EvalOptions {
   std::string model;                 // a checkpoint (checkpoint.h load_model)
   std::string policy = "native";     // policy.h policy_from_spec
   std::string data = "validation";   // dataset.h load_tokens
+  std::string text;                  // non-empty: this UTF-8 file instead of `data` (dataset.h load_text_tokens)
   int seqs = 16, ctx = 0;            // windows; tokens per window (0: the model's context)
   std::string tokenizer;             // empty: the one the model's vocabulary implies (windows.h)
   std::string out;                   // non-empty: write OUT/results.csv, results.json, manifest.json

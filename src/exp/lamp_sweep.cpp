@@ -258,8 +258,8 @@ LampSweepResult run_lamp_sweep(const LampSweepOptions& o) {
   const int layers = model.cfg.layers;
   for (const Cell& cell : cells) policy_of(c, cell).check(model.cfg);  // every setting, before any thread
 
-  ojson src = ojson::array();
-  for (auto& s : data.sources) src.push_back({{"name", s.name}, {"sha256", s.sha256}, {"tokens", s.tokens}});
+  ojson src = data_sources_json(data);  // without "file": where this checkout keeps it is no part of the key
+  for (auto& s : src) s.erase("file");
   const ojson model_key = model_files_json(c.model, true);
   const ojson data_key = {{"tokenizer", tok->id()}, {"sources", src}, {"ctx", ctx}, {"window_starts", starts}};
   std::map<size_t, Matrix<float>> ref_cache;  // window → FP32 logits [T,V]

@@ -145,8 +145,10 @@ std::string host_name() {
 
 ojson data_sources_json(const TokenData& d) {
   ojson a = ojson::array();
-  for (auto& s : d.sources)
+  for (auto& s : d.sources) {
     a.push_back({{"name", s.name}, {"file", s.origin}, {"sha256", s.sha256}, {"tokens", s.tokens}});
+    if (s.kind != SourceKind::shard && s.kind != SourceKind::corpus) a.back()["kind"] = to_string(s.kind);
+  }
   return a;
 }
 

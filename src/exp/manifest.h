@@ -29,7 +29,9 @@ ojson build_json();  // {"type", "compiler", "flags", "native", "isa": [compiled
 ojson cpu_json();    // {"model", "isa": [SIMD-related flags of /proc/cpuinfo], "hardware_threads"}
 std::string host_name();
 
-// The data a command read: [{"name", "file", "sha256", "tokens"}, …] (dataset.h TokenSource).
+// The data a command read: [{"name", "file", "sha256", "tokens"[, "kind"]}, …] (dataset.h TokenSource).
+// "kind" is absent for the two kinds that existed before it (a .tok shard, a corpus's text; the file
+// name tells them apart), so the study keys written then stay valid; present for npy, llmc and text.
 ojson data_sources_json(const TokenData& d);
 // What a training configuration's data is, for study keys: {"train": […], "validation": […]} of
 // data_sources_json without "file" — not where this checkout keeps it, so a cell keyed by it is

@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <map>
 #include <mutex>
+#include <span>
 #include <nlohmann/json.hpp>
 
 #include "core/format.h"  // InputError
@@ -90,7 +91,80 @@ std::vector<uint32_t> tokenize_text(const std::string& text, const Tokenizer& to
   return out;
 }
 
+// The ids of a file that records no tokenizer (.npy, llm.c), checked against the run's tokenizer.
+std::vector<uint32_t> checked_ids(const std::string& path, std::span<const int64_t> ids, const Tokenizer& tok) {
+  std::vector<uint32_t> out(ids.size());
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (ids[i] < 0) throw InputError(fmt::format("{}: token {} is {}, negative", path, i, ids[i]));
+    if (ids[i] >= int64_t(tok.vocab_size()))
+      throw InputError(fmt::format("{}: token {} is {}, outside the vocabulary of tokenizer '{}' [0, {})", path, i,
+                                   ids[i], tok.id(), tok.vocab_size()));
+    out[i] = uint32_t(ids[i]);
+  }
+  return out;
+}
+
+std::vector<uint32_t> read_npy_tokens(const std::string& path, const Tokenizer& tok) {
+  const NpyInts a = read_npy_ints(path);
+  if (a.shape.size() != 1)
+    throw InputError(fmt::format("{}: a token array must be 1-D; this one has {} dimensions", path, a.shape.size()));
+  return checked_ids(path, a.data, tok);
+}
+
+// llm.c's token shards (dataset.h): (magic, version) → token width in bytes.
+constexpr int32_t kLlmcHeaderInts = 256;
+constexpr struct {
+  int32_t magic, version;
+  size_t width;
+} kLlmcFormats[] = {{20240520, 1, 2}, {20240801, 7, 4}};
+
+std::vector<uint32_t> read_llmc_tokens(const std::string& path, const Tokenizer& tok) {
+  auto fail = [&](const std::string& why) { return InputError(fmt::format("{}: {}", path, why)); };
+  std::error_code ec;
+  if (fs::is_directory(path, ec)) throw fail("is a directory, not an llm.c token shard");
+  if (!fs::is_regular_file(path, ec)) throw fail("is not a regular file, not an llm.c token shard");
+  const std::string b = read_file(path);
+  constexpr size_t header = kLlmcHeaderInts * 4;
+  if (b.size() < header)
+    throw fail(fmt::format("truncated llm.c token shard: {} bytes, shorter than the {}-byte header", b.size(), header));
+  auto word = [&](size_t i) {
+    uint32_t v = 0;
+    for (int k = 0; k < 4; ++k) v |= uint32_t(uint8_t(b[4 * i + size_t(k)])) << (8 * k);
+    return int32_t(v);
+  };
+  const int32_t magic = word(0), version = word(1), count = word(2);
+  const auto* f = std::find_if(std::begin(kLlmcFormats), std::end(kLlmcFormats),
+                               [&](auto& x) { return x.magic == magic; });
+  if (f == std::end(kLlmcFormats))
+    throw fail(fmt::format("not an llm.c token shard (magic {}; 20240520: GPT-2, 20240801: LLaMA-3)", magic));
+  if (version != f->version)
+    throw fail(fmt::format("llm.c token shard of magic {} has version {} (expected {})", magic, version, f->version));
+  if (count < 0) throw fail(fmt::format("llm.c token shard header gives a negative token count {}", count));
+  const size_t want = header + size_t(count) * f->width;
+  if (b.size() != want)
+    throw fail(fmt::format("llm.c token shard of {} tokens of {} bytes should be {} bytes; the file has {}", count,
+                           f->width, want, b.size()));
+  std::vector<int64_t> ids(static_cast<size_t>(count));
+  for (size_t i = 0; i < ids.size(); ++i) {
+    uint32_t v = 0;
+    for (size_t k = 0; k < f->width; ++k) v |= uint32_t(uint8_t(b[header + i * f->width + k])) << (8 * k);
+    ids[i] = v;
+  }
+  return checked_ids(path, ids, tok);
+}
+
 }  // namespace
+
+const char* to_string(SourceKind k) {
+  switch (k) {
+    case SourceKind::shard: return "shard";
+    case SourceKind::corpus: return "corpus";
+    case SourceKind::npy: return "npy";
+    case SourceKind::llmc: return "llmc";
+    case SourceKind::text: return "text";
+  }
+  return "?";
+}
 
 std::vector<uint32_t> tokenize_split(const std::string& corpus, const std::string& split, const Tokenizer& tok,
                                      const std::string& root) {
@@ -109,9 +183,16 @@ TokenData load_tokens(const std::string& spec, const Tokenizer& tok, const std::
     if (s.tokenizer_id != tok.id())
       throw InputError(fmt::format("{}: tokens of tokenizer '{}', but this run uses '{}'", path, s.tokenizer_id,
                                    tok.id()));
-    d.sources.push_back({name, path, sha256_file(path), s.tokens.size()});
+    d.sources.push_back({name, path, sha256_file(path), s.tokens.size(), SourceKind::shard});
     d.tokens.insert(d.tokens.end(), s.tokens.begin(), s.tokens.end());
   };
+  // Token files that record no tokenizer, by their extension (dataset.h).
+  if (spec.ends_with(".npy") || spec.ends_with(".bin")) {
+    const bool npy = spec.ends_with(".npy");
+    d.tokens = npy ? read_npy_tokens(spec, tok) : read_llmc_tokens(spec, tok);
+    d.sources.push_back({spec, spec, sha256_file(spec), d.tokens.size(), npy ? SourceKind::npy : SourceKind::llmc});
+    return d;
+  }
   std::vector<std::pair<std::string, std::string>> parts;  // (corpus, split)
   if (const size_t slash = spec.find('/'); slash != std::string::npos) {
     parts.emplace_back(spec.substr(0, slash), spec.substr(slash + 1));
@@ -137,9 +218,24 @@ TokenData load_tokens(const std::string& spec, const Tokenizer& tok, const std::
     }
     std::string sha;
     const auto t = tokenize_text(split_text(corpus, split, root, &sha), tok);
-    d.sources.push_back({name, fmt::format("{}/corpora/{}/{}.txt.gz", root, corpus, split), sha, t.size()});
+    d.sources.push_back(
+        {name, fmt::format("{}/corpora/{}/{}.txt.gz", root, corpus, split), sha, t.size(), SourceKind::corpus});
     d.tokens.insert(d.tokens.end(), t.begin(), t.end());
   }
+  return d;
+}
+
+TokenData load_text_tokens(const std::string& path, const Tokenizer& tok) {
+  const std::string text = read_text_file(path, "text file", kTextFileMaxBytes);
+  if (const size_t bad = utf8_invalid_offset(text); bad != std::string::npos)
+    throw InputError(fmt::format("{}: not UTF-8: byte offset {} (0x{:02X}) starts no well-formed sequence", path, bad,
+                                 uint8_t(text[bad])));
+  const bool corpus_rule = tok.id() == "gpt2" || tok.id() == "bytes";
+  TokenData d{.tokens = corpus_rule ? tokenize_text(text, tok) : tok.encode(text),
+              .tokenizer_id = tok.id(),
+              .vocab_size = tok.vocab_size(),
+              .sources = {}};
+  d.sources.push_back({path, path, sha256_hex(text), d.tokens.size(), SourceKind::text});
   return d;
 }
 

@@ -759,6 +759,16 @@ std::string model_tokenizer_json(const std::string& model_path) {
   return fs::is_regular_file(t, ec) ? t.string() : std::string();
 }
 
+size_t utf8_invalid_offset(std::string_view s) {
+  const auto* p = reinterpret_cast<const unsigned char*>(s.data());
+  for (size_t i = 0; i < s.size();) {
+    const CodePoint cp = next_code_point(p + i, s.size() - i);
+    if (p[i] >= 0x80 && cp.len == 1) return i;  // a non-ASCII byte read alone: no well-formed sequence starts here
+    i += cp.len;
+  }
+  return std::string_view::npos;
+}
+
 std::vector<std::string_view> gpt2_pretokenize(std::string_view utf8) {
   std::vector<std::string_view> words;
   pretokenize(utf8, [&](size_t off, size_t len) { words.push_back(utf8.substr(off, len)); });

@@ -81,6 +81,10 @@ std::vector<std::string> tokenizer_names();
 // directly holds encoder.json (MANTIS_DATA_DIR set to the gpt2 directory).
 std::string gpt2_data_dir();
 
+// The offset of the first byte of `s` that is not part of a well-formed UTF-8 sequence (the rule
+// above: RFC 3629), or std::string_view::npos when `s` is well-formed UTF-8.
+size_t utf8_invalid_offset(std::string_view s);
+
 // The GPT-2 pre-tokenizer alone: the regex matches, in order; they concatenate to `utf8`.
 std::vector<std::string_view> gpt2_pretokenize(std::string_view utf8);
 // The LLaMA-3 pre-tokenizer alone (tokenizer.json's Split), the same way.
