@@ -879,12 +879,19 @@ ModelConfig load_model_config(const std::string& path) {
   throw std::logic_error("config_kind");
 }
 
+namespace {
+// DIR, created if needed, for a checkpoint's files.
+fs::path output_dir(const std::string& dir) {
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec || !fs::is_directory(dir, ec)) throw InputError(fmt::format("cannot create directory {}: {}", dir, ec.message()));
+  return fs::path(dir);
+}
+}  // namespace
+
 void save_model(const Model& m, const std::string& dir) {
   validate(m);
-  const fs::path d(dir);
-  std::error_code ec;
-  fs::create_directories(d, ec);
-  if (ec || !fs::is_directory(d, ec)) throw InputError(fmt::format("cannot create directory {}: {}", dir, ec.message()));
+  const fs::path d = output_dir(dir);
 
   // tensors in parameter_shapes order, contiguous F32 data (io/safetensors.h)
   std::vector<TensorView> views;
@@ -943,10 +950,7 @@ std::string hf_config_json_text(const ModelConfig& c) { return hf_config_json(c)
 
 void save_model_hf(const Model& m, const std::string& dir) {
   validate(m);
-  const fs::path d(dir);
-  std::error_code ec;
-  fs::create_directories(d, ec);
-  if (ec || !fs::is_directory(d, ec)) throw InputError(fmt::format("cannot create directory {}: {}", dir, ec.message()));
+  const fs::path d = output_dir(dir);
 
   std::vector<TensorView> views;
   std::vector<Tensor> converted;  // the tensors whose layout differs from ours (kept alive for views)
