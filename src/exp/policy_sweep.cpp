@@ -14,6 +14,7 @@
 #include "core/toml.h"
 #include "exp/bootstrap.h"
 #include "exp/manifest.h"
+#include "exp/study_windows.h"
 #include "io/checkpoint.h"
 #include "io/dataset.h"
 #include "io/windows.h"
@@ -231,30 +232,20 @@ PolicySweepResult run_policy_sweep(const PolicySweepOptions& o) {
   so.out = res.out, so.progress = o.progress, so.log = o.log;
   check_cell_choice(cells.size(), so);
 
-  const Model model = load_model(c.model);
-  const int ctx = c.ctx == 0 ? model.cfg.ctx : c.ctx;
-  if (ctx < 1 || ctx > model.cfg.ctx) throw InputError(fmt::format("ctx {} is outside 1..{}", ctx, model.cfg.ctx));
-  const auto tok = tokenizer_for_model(c.tokenizer, model.cfg.vocab, "tokenizer = \"…\" in " + o.config, c.model);
-  const TokenData data = load_tokens(c.data, *tok, data_root());
-  const auto starts = window_starts(data.tokens.size(), size_t(c.seqs), size_t(ctx) + 1);
+  StudyWindows ws = open_study_windows(c.model, c.ctx, c.tokenizer, c.data, c.seqs,
+                                      "tokenizer = \"…\" in " + o.config, o.forward);
+  const Model& model = ws.model;
+  const int ctx = ws.ctx;
+  const TokenData& data = ws.data;
+  const std::vector<size_t>& starts = ws.starts;
+  const ojson &model_key = ws.model_key, &data_key = ws.data_key;
+  auto reference = [&](size_t w) -> const Matrix<float>& { return ws.reference(w); };
   const int layers = model.cfg.layers;
   std::vector<Policy> policies;
   for (const Cell& cell : cells) {  // every entry compiled against the model, before any thread
     policies.push_back(policy_of(c, base, cell));
     (void)PolicyPlan(policies.back(), model.cfg);
   }
-
-  ojson src = data_sources_json(data);
-  for (auto& s : src) s.erase("file");
-  const ojson model_key = model_files_json(c.model, true);
-  const ojson data_key = {{"tokenizer", tok->id()}, {"sources", src}, {"ctx", ctx}, {"window_starts", starts}};
-  std::map<size_t, Matrix<float>> ref_cache;  // window → FP32 logits [T,V], shared by every cell
-  auto reference = [&](size_t w) -> const Matrix<float>& {
-    auto it = ref_cache.find(w);
-    if (it != ref_cache.end()) return it->second;
-    return ref_cache.emplace(w, forward_on(o.forward, model, window_at(data.tokens, starts[w], ctx).inputs, Policy{}))
-        .first->second;
-  };
 
   StudyPlan plan;
   plan.label = "policy sweep";
@@ -365,8 +356,7 @@ PolicySweepResult run_policy_sweep(const PolicySweepOptions& o) {
   man["semantics"] = kPolicySweepSemantics;
   man["model"] = c.model;
   man["model_files"] = model_files_json(c.model);
-  man["data"] = {{"spec", c.data}, {"tokenizer", tok->id()}, {"sources", src}, {"windows", starts.size()}, {"ctx", ctx},
-                 {"window_starts", starts}};
+  man["data"] = ws.manifest_data(c.data);
   man["intervals"] = {{"method", "percentile bootstrap over windows (paired across cells), 95 %"},
                       {"resamples", kBootstrapResamples}, {"seed", kBootstrapSeed}};
   man["cells"] = cells.size();
