@@ -1,6 +1,6 @@
 #!/bin/sh
 # tools/figures.py on a result set of every kind: the committed μ-sweep, LAMP, optimizer and GNMR
-# sets, and an eval set and a training run made here; checks that each wrote its PNG(s) and that a
+# sets, and an eval set, a training run, a policy sweep and a benchmark made here; checks that each wrote its PNG(s) and that a
 # set changed after its manifest is refused. Usage: run_figures.sh SOURCE_ROOT MANTIS_BIN.
 # Exit 77 (SKIP) without matplotlib.
 set -eu
@@ -24,11 +24,12 @@ sites = ["attn.qk", "mlp.fc"]
 mu = [3, 7]
 EOF2
 "$bin" sweep "$out/sweep.toml" --out "$out/policy" -q >/dev/null
+"$bin" bench round --n 10000 --reps 1 -j 1 --out "$out/bench" -q >/dev/null  # the table's drawing, not its numbers
 $py tools/figures.py experiments/mu-sweep tests/data/lamp-small tests/data/optim-small tests/data/gnmr-small \
-  "$out/eval" "$out/train" "$out/policy" --out "$out/figs" >"$out/printed.txt"
+  "$out/eval" "$out/train" "$out/policy" "$out/bench" --out "$out/figs" >"$out/printed.txt"
 cat "$out/printed.txt"
 for f in mu-sweep-dot-error-vs-gamma mu-sweep-gemm-error-vs-gamma lamp-small-kl-vs-recompute \
-  optim-small-val-curves gnmr-small-val-curves eval-windows train-training policy-kl; do
+  optim-small-val-curves gnmr-small-val-curves eval-windows train-training policy-kl bench-table; do
   p="$out/figs/$f.png"
   test -s "$p" || { echo "FAIL: no $f.png"; exit 1; }
   head -c 8 "$p" | od -An -tx1 | grep -q "89 50 4e 47 0d 0a 1a 0a" || { echo "FAIL: $f.png is not a PNG"; exit 1; }
