@@ -106,6 +106,9 @@ class Rounding(unittest.TestCase):
             mantis.round(np.arange(3), "bf16")
         with self.assertRaisesRegex(mantis.Error, "out has shape"):
             mantis.round(np.ones(3, np.float32), "bf16", out=np.ones(4, np.float32))
+        z = np.ones(8, np.float32)
+        with self.assertRaisesRegex(mantis.Error, "overlaps"):
+            mantis.round(z[1:], "bf16", out=z[:-1])
         with self.assertRaisesRegex(mantis.Error, "rounding"):
             mantis.round(np.ones(3, np.float32), "bf16", mode="nearest-ish")
 

@@ -93,12 +93,23 @@ def _float_array(x, what="x"):
     return _np.ascontiguousarray(a)
 
 
+def _check_out(a, out, call):
+    """out= may be x itself, or memory x does not share: a partial overlap would read elements the
+    call has already overwritten."""
+    if out is None:
+        return
+    if not isinstance(out, _np.ndarray) or not (out.flags.c_contiguous and out.flags.writeable):
+        raise Error(f"{call}: out must be a writeable C-contiguous numpy array")
+    same = out.__array_interface__["data"][0] == a.__array_interface__["data"][0]
+    if not same and _np.shares_memory(out, a):
+        raise Error(f"{call}: out overlaps x without being x (give x itself, or separate memory)")
+
+
 def round(x, fmt, mode="rne", seed=0, stream=0, index0=0, out=None, sr_bits=32):
     """x rounded to ``fmt`` (float32 / float64 array; the result has x's dtype, float64 where the
     format does not fit binary32, or is written into ``out``, which may be x itself)."""
     a = _float_array(x)
-    if out is not None and not (out.flags.c_contiguous and out.flags.writeable):
-        raise Error("round: out must be a writeable C-contiguous array")
+    _check_out(a, out, "round")
     return _mantis.round(a, _format(fmt), mode, seed, stream, index0, sr_bits, out)
 
 
@@ -112,6 +123,7 @@ def quantize(x, scheme, mode="rne", seed=0, stream=0, out=None, sr_bits=32, stat
     as `mantis quantize`); element (i, j) rounds with word (seed, stream, i·cols + j).
     stats=True also returns the scales and block counts (what `mantis quantize --json` prints)."""
     a = _float_array(x)
+    _check_out(a, out, "quantize")
     y, st = _mantis.quantize(a, _scheme(scheme), mode, seed, stream, sr_bits, out)
     return (y, st) if stats else y
 

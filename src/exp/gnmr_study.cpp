@@ -353,10 +353,7 @@ GnmrStudyResult run_gnmr_study(const GnmrStudyOptions& o) {
   res.out = o.out.empty() ? c.out : o.out;
   if (res.out.empty()) throw InputError(fmt::format("{}: no output directory (set out = \"…\" or --out)", c.path));
   res.cells = cells.size();
-  StudyOptions so;
-  static_cast<CellChoice&>(so) = o;
-  so.out = res.out, so.progress = o.progress, so.log = o.log;
-  check_cell_choice(cells.size(), so);
+  const StudyOptions so = study_options(o, cells.size(), res.out, o.progress, o.log);
   // every (model, arm) configuration and its controller, before any cell runs
   for (auto& cell : cells) {
     const TrainConfig t = cell_config(c, cell);

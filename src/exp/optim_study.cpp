@@ -483,10 +483,7 @@ OptimStudyResult run_optim_study(const OptimStudyOptions& o) {
   res.out = o.out.empty() ? c.out : o.out;
   if (res.out.empty()) throw InputError(fmt::format("{}: no output directory (set out = \"…\" or --out)", c.path));
   res.cells = cells.size();
-  StudyOptions so;
-  static_cast<CellChoice&>(so) = o;
-  so.out = res.out, so.progress = o.progress, so.log = o.log;
-  check_cell_choice(cells.size(), so);
+  const StudyOptions so = study_options(o, cells.size(), res.out, o.progress, o.log);
   // The data's SHA-256s per model, read once (the keys name them).
   std::map<size_t, ojson> data;
   auto data_of = [&](size_t m) -> const ojson& {

@@ -227,10 +227,7 @@ PolicySweepResult run_policy_sweep(const PolicySweepOptions& o) {
   res.out = o.out.empty() ? c.out : o.out;
   res.cells = cells.size();
   if (res.out.empty()) throw InputError(fmt::format("{}: no output directory: set out = \"…\" or pass --out", o.config));
-  StudyOptions so;
-  static_cast<CellChoice&>(so) = o;
-  so.out = res.out, so.progress = o.progress, so.log = o.log;
-  check_cell_choice(cells.size(), so);
+  const StudyOptions so = study_options(o, cells.size(), res.out, o.progress, o.log);
 
   StudyWindows ws = open_study_windows(c.model, c.ctx, c.tokenizer, c.data, c.seqs,
                                       "tokenizer = \"…\" in " + o.config, o.forward);

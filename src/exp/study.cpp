@@ -230,6 +230,15 @@ void check_cell_choice(size_t cells, const CellChoice& o) {
     throw InputError(fmt::format("--cell {}: the sweep has cells 0..{} (see --cells)", o.cell, cells - 1));
 }
 
+StudyOptions study_options(const CellChoice& c, size_t cells, const std::string& out, ProgressMode progress,
+                           std::FILE* log) {
+  StudyOptions so;
+  static_cast<CellChoice&>(so) = c;
+  so.out = out, so.progress = progress, so.log = log;
+  check_cell_choice(cells, so);
+  return so;
+}
+
 StudyRun run_study(const StudyPlan& plan, const StudyOptions& o) {
   const Stopwatch total;
   check_cell_choice(plan.cells, o);

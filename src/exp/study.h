@@ -129,5 +129,9 @@ void check_cell_choice(size_t cells, const CellChoice& o);
 // InputError before any cell is computed: a bad --cell, --merge with --cell, an uncreatable
 // directory, a stored cell of another key (without overwrite).
 StudyRun run_study(const StudyPlan& plan, const StudyOptions& o);
+// A study's options from its command's cell choice, checked against its cell count (check_cell_choice)
+// before the study loads what its cells need.
+StudyOptions study_options(const CellChoice& c, size_t cells, const std::string& out, ProgressMode progress,
+                           std::FILE* log);
 
 }  // namespace mantis
