@@ -49,6 +49,15 @@ set -e
   { cat "$d/alone.err" >&2; fail "a binary without data: exit $rc"; }
 [ "$(printf 'Hello world' | MANTIS_DATA_DIR=$root/share/mantis/data "$d/alone/mantis" tokenize)" = "15496 995" ] ||
   fail "MANTIS_DATA_DIR"
+# ... but needs none for token files: an eval of a byte-level model on an llm.c token shard.
+/usr/bin/python3 -c '
+import struct, sys
+ids = list(sys.argv[2].encode())
+h = struct.pack("<256i", 20240520, 1, len(ids), *([0] * 253))
+open(sys.argv[1], "wb").write(h + struct.pack("<%dH" % len(ids), *ids))
+' "$d/t.bin" "In the beginning God created the heaven and the earth. And the earth was without form, and void."
+"$d/alone/mantis" eval --model "$src/models/llama-bytes" --data "$d/t.bin" --seqs 1 --ctx 32 --policy lamp:4 \
+  --out "$d/ev" -q >/dev/null 2>"$d/ev.err" || { cat "$d/ev.err" >&2; fail "a binary without data on a token file"; }
 
 # The C++ library through pkg-config, mantis.pc's prefix moved to where DESTDIR put it (only its
 # own: --define-variable would move those of the packages it requires too).

@@ -79,7 +79,7 @@ EvalResult run_eval(const EvalOptions& o) {
   const auto tok = tokenizer_for_model(o.tokenizer, model.cfg.vocab, "--tokenizer", o.model);
   // Every id is checked against the tokenizer's vocabulary here (dataset.h), which is no larger
   // than the model's (tokenizer_for_model): no id outside it reaches a forward pass.
-  const TokenData data = o.text.empty() ? load_tokens(o.data, *tok, data_root()) : load_text_tokens(o.text, *tok);
+  const TokenData data = o.text.empty() ? load_tokens(o.data, *tok) : load_text_tokens(o.text, *tok);
   const std::string data_name = o.text.empty() ? o.data : o.text;  // what the report and the CSV call it
   const auto starts = window_starts(data.tokens.size(), size_t(o.seqs), size_t(ctx) + 1);
   const double load_s = total.seconds();

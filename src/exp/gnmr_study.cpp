@@ -374,7 +374,7 @@ GnmrStudyResult run_gnmr_study(const GnmrStudyOptions& o) {
   if (!c.also_validate.empty()) {
     const auto tok = make_tokenizer(cell_config(c, cells[0]).tokenizer);
     for (const std::string& spec : c.also_validate) {
-      ojson a = data_sources_json(load_tokens(spec, *tok, data_root()));
+      ojson a = data_sources_json(load_tokens(spec, *tok));
       for (auto& src : a) src.erase("file");
       also[spec] = a;
     }

@@ -156,7 +156,7 @@ ojson training_data_key(const std::string& train_config_path) {
   const TrainConfig t = load_train_config(train_config_path);
   const auto tok = make_tokenizer(t.tokenizer);
   auto sources = [&](const std::string& split) {
-    ojson a = data_sources_json(load_tokens(split, *tok, data_root()));
+    ojson a = data_sources_json(load_tokens(split, *tok));
     for (auto& s : a) s.erase("file");
     return a;
   };

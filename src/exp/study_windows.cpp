@@ -29,7 +29,7 @@ StudyWindows open_study_windows(const std::string& model, int ctx, const std::st
   if (s.ctx < 1 || s.ctx > s.model.cfg.ctx)
     throw InputError(fmt::format("ctx {} is outside 1..{}", s.ctx, s.model.cfg.ctx));
   s.tok = tokenizer_for_model(tokenizer, s.model.cfg.vocab, where, model);
-  s.data = load_tokens(data, *s.tok, data_root());
+  s.data = load_tokens(data, *s.tok);
   s.starts = window_starts(s.data.tokens.size(), size_t(seqs), size_t(s.ctx) + 1);
   s.sources = data_sources_json(s.data);
   for (auto& src : s.sources) src.erase("file");

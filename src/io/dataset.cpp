@@ -176,7 +176,7 @@ std::string shard_path(const std::string& root, const std::string& tokenizer_id,
   return fmt::format("{}/shards/{}/{}/{}.tok", root, tokenizer_id, corpus, split);
 }
 
-TokenData load_tokens(const std::string& spec, const Tokenizer& tok, const std::string& root) {
+TokenData load_tokens(const std::string& spec, const Tokenizer& tok, std::string root) {
   TokenData d{.tokens = {}, .tokenizer_id = tok.id(), .vocab_size = tok.vocab_size(), .sources = {}};
   auto add_shard = [&](const std::string& name, const std::string& path) {
     TokenShard s = read_shard(path);
@@ -211,6 +211,7 @@ TokenData load_tokens(const std::string& spec, const Tokenizer& tok, const std::
   }
   for (auto& [corpus, split] : parts) {
     check_names(corpus, split);
+    if (root.empty()) root = data_root();
     const std::string name = corpus + "/" + split, shard = shard_path(root, tok.id(), corpus, split);
     if (fs::is_regular_file(shard, ec)) {
       add_shard(name, shard);

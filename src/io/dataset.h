@@ -73,7 +73,9 @@ struct TokenData {
   uint32_t vocab_size = 0;
   std::vector<TokenSource> sources;
 };
-TokenData load_tokens(const std::string& spec, const Tokenizer& tok, const std::string& root);
+// `root`: the data root for corpus names; empty: data_root(), looked up only when a corpus is named (so
+// token files need no data root).
+TokenData load_tokens(const std::string& spec, const Tokenizer& tok, std::string root = {});
 // The tokens of one UTF-8 text file (the rule above); one source of kind text.
 TokenData load_text_tokens(const std::string& path, const Tokenizer& tok);
 // The most bytes load_text_tokens reads (so /dev/zero or an endless FIFO cannot exhaust memory).

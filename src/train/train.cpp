@@ -75,8 +75,8 @@ Trainer::Trainer(TrainConfig c, TrainController* controller)
   policy_.check(c_.model);
   // The data first: ctx is checked against it before the model (wpe is [ctx, dim]) is allocated.
   const auto tok = make_tokenizer(c_.tokenizer);
-  train_ = load_tokens(c_.train_data, *tok, data_root());
-  val_ = load_tokens(c_.val_data, *tok, data_root());
+  train_ = load_tokens(c_.train_data, *tok);
+  val_ = load_tokens(c_.val_data, *tok);
   const size_t T = size_t(c_.model.ctx);
   if (train_.tokens.size() <= T + 1)
     throw InputError(fmt::format("training data '{}' holds {} tokens; a sequence needs {}", c_.train_data,
@@ -250,7 +250,7 @@ StepRecord Trainer::step() {
 double Trainer::validation_loss() { return mean_loss(val_.tokens, val_starts_); }
 
 double Trainer::validation_loss_on(const std::string& spec) const {
-  const TokenData d = load_tokens(spec, *make_tokenizer(c_.tokenizer), data_root());
+  const TokenData d = load_tokens(spec, *make_tokenizer(c_.tokenizer));
   try {
     return mean_loss(d.tokens, window_starts(d.tokens.size(), size_t(c_.val_seqs), size_t(c_.model.ctx) + 1));
   } catch (const InputError& e) {
