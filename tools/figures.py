@@ -29,7 +29,10 @@ from collections import defaultdict
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from results import ResultSetError, verify_result_set  # noqa: E402
 
-import matplotlib  # noqa: E402
+try:
+    import matplotlib  # noqa: E402
+except ImportError:
+    sys.exit(f"figures: matplotlib is not installed for {sys.executable} (Debian: apt install python3-matplotlib)")
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
