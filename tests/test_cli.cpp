@@ -435,7 +435,7 @@ TEST_CASE("sweep writes its results atomically", "[cli][sweep]") {
                                 "# tiny sweep\nmu = [2, 8]\nlengths = [16, 64]\ngemm_shapes = [[4, 4, 32]]\n"
                                 "trials = 3\nseed = 1\nrounding = \"rne\"\ndistribution = \"normal\"\n");
   const fs::path out = scratch_dir() / "sweep-out" / "nested";
-  for (int pass = 0; pass < 2; ++pass) {  // the second run replaces the first run's files
+  for (int pass = 0; pass < 2; ++pass) {  // the second run reuses the stored cells and replaces the set's files
     const auto r = run({"sweep", cfg.string(), "--out", out.string(), "--threads", "2"});
     INFO(flat(r.out + r.err));
     REQUIRE(r.status == 0);
@@ -444,8 +444,8 @@ TEST_CASE("sweep writes its results atomically", "[cli][sweep]") {
     std::vector<std::string> names;
     for (const auto& e : fs::directory_iterator(out)) names.push_back(e.path().filename().string());
     std::sort(names.begin(), names.end());
-    // one result set, and no temporary files left
-    CHECK(names == std::vector<std::string>{"manifest.json", "results.csv", "results.json"});
+    // one result set beside its cells, and no temporary files left
+    CHECK(names == std::vector<std::string>{"cells", "manifest.json", "results.csv", "results.json"});
     CHECK(slurp(out / "manifest.json").find("\"results.csv\": \"") != std::string::npos);  // its SHA-256
     const auto csv = lines(slurp(out / "results.csv"));
     REQUIRE(csv.size() == 1 + 2 * 3);
@@ -609,6 +609,40 @@ TEST_CASE("manifests: sweep and bench record the command, commit, build, CPU, se
   const auto bm = nlohmann::json::parse(slurp(bout / "manifest.json"));
   check_manifest_header(bm, "mantis bench gemm");
   CHECK(nlohmann::json::parse(slurp(bout / "results.json"))["results"][0]["shape"][0] == 8);
+}
+
+TEST_CASE("mu-sweep cells: shards and a merge give the unsharded result set; keys, partial merges", "[cli][sweep]") {
+  const auto cfg = write_config("cells.toml", "mu = [3, 7, 10]\nlengths = [16, 64]\ngemm_shapes = [[4, 4, 16]]\ntrials = 3\n");
+  const fs::path full = scratch_dir() / "mu-full", sh = scratch_dir() / "mu-shards";
+  fs::remove_all(full), fs::remove_all(sh);
+  REQUIRE(run({"mu-sweep", cfg.string(), "--out", full.string(), "-q"}).status == 0);
+  const auto list = run({"mu-sweep", cfg.string(), "--cells"});
+  CHECK(list.out == "0\tps3\n1\tps7\n2\tps10\n");
+  for (const char* k : {"0/2", "1/2"}) {
+    const auto r = run({"mu-sweep", cfg.string(), "--out", sh.string(), "--shard", k, "-q"});
+    INFO(flat(r.err));
+    REQUIRE(r.status == 0);
+    CHECK(r.out.find("computed") != std::string::npos);
+    CHECK(!fs::exists(sh / "results.csv"));
+  }
+  // a merge with a cell missing is refused, and marked when allowed
+  fs::rename(sh / "cells" / "1.json", sh / "one.json");
+  check_error(run({"mu-sweep", cfg.string(), "--out", sh.string(), "--merge", "-q"}), {"1"});
+  REQUIRE(run({"mu-sweep", cfg.string(), "--out", sh.string(), "--merge", "--allow-partial", "-q"}).status == 0);
+  const auto partial = nlohmann::json::parse(slurp(sh / "manifest.json"));
+  CHECK(partial["partial"] == true);
+  CHECK(partial["cells_missing"] == nlohmann::json::array({1}));
+  CHECK(slurp(sh / "results.csv").find("\n7,") == std::string::npos);
+  fs::rename(sh / "one.json", sh / "cells" / "1.json");
+  REQUIRE(run({"mu-sweep", cfg.string(), "--out", sh.string(), "--merge", "-q"}).status == 0);
+  CHECK(slurp(sh / "results.csv") == slurp(full / "results.csv"));
+  CHECK(nlohmann::json::parse(slurp(sh / "results.json"))["results"] ==
+        nlohmann::json::parse(slurp(full / "results.json"))["results"]);
+  CHECK(nlohmann::json::parse(slurp(sh / "manifest.json"))["partial"] == false);
+  // a stored cell of another configuration names the differing field; a choice of cells needs --out
+  const auto other = write_config("cells.toml", "mu = [3, 7, 10]\nlengths = [16, 64]\ngemm_shapes = [[4, 4, 16]]\ntrials = 4\n");
+  check_error(run({"mu-sweep", other.string(), "--out", sh.string(), "-q"}), {"cells/0.json", "trials", "--overwrite"});
+  check_error(run({"mu-sweep", cfg.string(), "--shard", "0/2"}), {"--out"});
 }
 
 namespace {

@@ -615,6 +615,7 @@ int run_bench(const BenchArgs& a) {
   if (!a.out.empty()) {
     write_result_set(a.out, {{"results.json", ojson{{"results", results}}.dump(1) + "\n"}}, man);
     if (!a.json) std::printf("wrote %s/results.json and %s/manifest.json\n", a.out.c_str(), a.out.c_str());
+    report_figures(a.out, a.json ? stderr : stdout);  // --json: stdout is the JSON
   }
   return 0;
 }
@@ -648,6 +649,7 @@ Runner setup_bench(CLI::App& sub) {
   sub.add_option("--model", a->model, "forward: measure this checkpoint (--ctx caps its context) instead")->check(kPath);
   add_json(sub, a->json, "print JSON ({\"results\": […], \"manifest\": {…}}) instead of a table");
   add_out(sub, a->out, "also write DIR/results.json and DIR/manifest.json (one result set)");
+  add_figures(sub);
   sub.add_option("--reps", a->reps, "timed repetitions (median)")->capture_default_str()->check(CLI::Range(1, 100000));
   // a list here (each count is measured), unlike the shared --threads
   sub.add_option("--threads,-j", a->threads, "thread counts to measure (comma-separated)")

@@ -56,7 +56,8 @@ int run_study(const GnmrArgs& a) {
   GnmrStudyOptions o = a.so;
   o.config = a.study, o.out = a.out;
   o.progress = shared().progress_mode();
-  run_gnmr_study(o);
+  const GnmrStudyResult r = run_gnmr_study(o);
+  if (r.merged) report_figures(r.out);
   return 0;
 }
 
@@ -77,6 +78,7 @@ Runner setup_gnmr(CLI::App& sub) {
   add_json(sub, a->json, "replay: print one JSON object (steps, units, recovered, exceeded, eligible, held)");
   sub.add_flag("--cells", a->list, "study: list the cells (index, name) and exit");
   add_cell_choice(sub, a->so, "study: ");
+  add_figures(sub);
   add_slurm(sub, a->slurm);
   add_threads(sub);
   add_progress(sub);

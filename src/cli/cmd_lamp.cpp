@@ -29,6 +29,7 @@ Runner setup_lamp(CLI::App& sub) {
   add_cell_choice(sub, o);
   add_slurm(sub, a->slurm);
   add_out(sub, o.out, "output directory (overrides the config's out)");
+  add_figures(sub);
   add_device(sub, a->device);
   add_threads(sub);
   add_progress(sub);
@@ -46,7 +47,8 @@ Runner setup_lamp(CLI::App& sub) {
     o.progress = shared().progress_mode();
     o.device = a->device.device == "cuda" ? "cuda/" + a->device.attention : "cpu";
     o.forward = device_forward(a->device);
-    run_lamp_sweep(o);
+    const LampSweepResult r = run_lamp_sweep(o);
+    if (r.merged) report_figures(r.out);
     return 0;
   };
 }

@@ -66,6 +66,7 @@ Runner setup_eval(CLI::App& sub) {
   sub.add_option("--ctx,-T", o->ctx, "tokens per window (default: the model's context)")->check(CLI::Range(1, 1 << 24));
   sub.add_option("--tokenizer,-t", o->tokenizer, "tokenizer of the data (default: bytes for V = 256, gpt2 for V = 50257)");
   add_out(sub, o->out, "write DIR/results.csv, DIR/results.json, DIR/manifest.json (atomically)");
+  add_figures(sub);
   auto dev = std::make_shared<DeviceArgs>();
   add_device(sub, *dev);
   add_threads(sub);
@@ -79,6 +80,7 @@ Runner setup_eval(CLI::App& sub) {
     std::string text = r.report;
     if (!e.out.empty()) text += fmt::format("wrote {0}/results.csv, {0}/results.json, {0}/manifest.json\n", e.out);
     std::fwrite(text.data(), 1, text.size(), stdout);
+    report_figures(e.out);
     return 0;
   };
 }

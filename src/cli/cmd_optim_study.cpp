@@ -30,6 +30,7 @@ Runner setup_optim_study(CLI::App& sub) {
   sub.add_flag("--in-process", a->in_process,
                "run every cell in this process (peak RSS is then the process's, not the cell's)");
   add_out(sub, o.out, "output directory (overrides the config's out)");
+  add_figures(sub);
   add_threads(sub);
   add_progress(sub);
   return [a] {
@@ -46,7 +47,8 @@ Runner setup_optim_study(CLI::App& sub) {
     o.isolate = !a->in_process;
     o.threads = shared().threads;
     o.progress = shared().progress_mode();
-    run_optim_study(o);
+    const OptimStudyResult r = run_optim_study(o);
+    if (r.merged) report_figures(r.out);
     return 0;
   };
 }

@@ -13,23 +13,31 @@ namespace mantis::cli {
 namespace {
 
 struct SweepArgs {
-  MuSweepOptions mu;
-  PolicySweepOptions policy;  // config and out are mu's
+  MuSweepOptions mu;          // config and out; the cell choice is policy's (for either sweep)
+  PolicySweepOptions policy;
   bool list = false;
   DeviceArgs device;
   SlurmArgs slurm;
 };
 
 int run_mu(const SweepArgs& a) {
-  const CellChoice& c = a.policy;
-  if (c.cell >= 0 || c.shards > 0 || c.merge_only || a.list || !a.slurm.emit.empty())
-    throw InputError(fmt::format("{}: the μ-sweep has no cells (--cells, --cell, --shard, --merge, --emit-slurm are "
-                                 "for policy sweeps: a configuration with sites = [...])", a.mu.config));
   if (a.device.device != "cpu") throw InputError("the μ-sweep runs on the CPU (--device cuda is for policy sweeps)");
+  if (a.list) {
+    const auto names = mu_sweep_cells(read_mu_sweep(a.mu.config));
+    for (size_t i = 0; i < names.size(); ++i) fmt::print("{}\t{}\n", i, names[i]);
+    return 0;
+  }
+  if (!a.slurm.emit.empty()) {
+    (void)read_mu_sweep(a.mu.config);
+    if (a.mu.out.empty()) throw InputError("--emit-slurm needs --out DIR (where the shards' cells meet)");
+    return emit_slurm(a.slurm, a.policy);
+  }
   MuSweepOptions m = a.mu;
+  static_cast<CellChoice&>(m) = a.policy;
   m.progress = shared().progress_mode();
   const MuSweepResult r = run_mu_sweep(m);
   std::fwrite(r.report.data(), 1, r.report.size(), stdout);
+  if (r.merged) report_figures(m.out);
   return 0;
 }
 
@@ -48,15 +56,20 @@ int run_policy(const SweepArgs& a) {
   o.progress = shared().progress_mode();
   o.device = a.device.device == "cuda" ? "cuda/" + a.device.attention : "cpu";
   o.forward = device_forward(a.device);
-  run_policy_sweep(o);
+  const PolicySweepResult r = run_policy_sweep(o);
+  if (r.merged) report_figures(r.out);
   return 0;
 }
 
 void add_mu_options(CLI::App& sub, SweepArgs& a) {
   sub.add_option("config", a.mu.config, "TOML configuration")->required()->check(kPath);
-  add_out(sub, a.mu.out, "write DIR/results.csv, results.json and manifest.json (one result set)");
+  add_out(sub, a.mu.out, "write DIR/results.csv, results.json and manifest.json (one result set; the cells in DIR/cells)");
+  add_figures(sub);
   add_threads(sub);
   add_progress(sub);
+  sub.add_flag("--cells", a.list, "list the cells (index, name) and exit");
+  add_cell_choice(sub, a.policy);
+  add_slurm(sub, a.slurm);
 }
 
 }  // namespace
@@ -68,9 +81,6 @@ Runner setup_sweep(CLI::App& sub) {
       "accumulation × operand scheme, each combination a cell evaluated against FP32 on the same windows; resumable "
       "cells, shards, Slurm; src/exp/policy_sweep.h), or the μ-sweep of dot products and GEMMs (mu-sweep)");
   add_mu_options(sub, *a);
-  sub.add_flag("--cells", a->list, "policy sweep: list the cells (index, name) and exit");
-  add_cell_choice(sub, a->policy, "policy sweep: ");
-  add_slurm(sub, a->slurm);
   add_device(sub, a->device);
   return [a] { return is_policy_sweep(a->mu.config) ? run_policy(*a) : run_mu(*a); };
 }

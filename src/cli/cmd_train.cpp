@@ -84,6 +84,7 @@ int run_train(const TrainArgs& a) {
   fmt::print("done: {} steps, {:.1f} s, validation loss {:.4f} (perplexity {:.3f}); optimizer state {} bytes; {}\n",
              tr.next_step(), sw.seconds(), val, std::exp(val), tr.optimizer().state_bytes(), c.out);
   for (auto& line : tr.controller().summary()) fmt::print("controller: {}\n", line);
+  report_figures(c.out);
   return 0;
 }
 
@@ -97,6 +98,7 @@ Runner setup_train(CLI::App& sub) {
   sub.add_option("config", a->config, "training configuration (TOML)")->required()->check(kPath);
   sub.add_option("--resume", a->resume, "continue the run in DIR from its latest checkpoint (bit-identical)")->check(kPath);
   add_out(sub, a->out, "output directory (overrides the config's out)");
+  add_figures(sub);
   add_threads(sub);
   add_progress(sub, "no progress bar");
   return [a] { return run_train(*a); };

@@ -1,8 +1,10 @@
 #include "common.h"
 
+#include "exp/figures.h"
 #include "exp/manifest.h"  // command_args
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -109,6 +111,16 @@ void add_quiet(CLI::App& sub, const std::string& help) { sub.add_flag("--quiet,-
 void add_progress(CLI::App& sub, const std::string& quiet_help) {
   add_quiet(sub, quiet_help);
   sub.add_flag("--progress", shared().progress, "progress bar on stderr even when it is not a terminal");
+}
+void add_figures(CLI::App& sub) {
+  sub.add_flag("--no-figures", shared().no_figures,
+               "do not draw the results' PNG(s) (tools/figures.py; also MANTIS_NO_FIGURES=1)");
+}
+void report_figures(const std::string& dir, std::FILE* to) {
+  if (dir.empty() || !figures_wanted(shared().no_figures)) return;
+  const Figures f = draw_figures(dir);
+  if (!f.written.empty()) fmt::print(to, "figures: {}\n", fmt::join(f.written, " "));
+  if (!f.problem.empty()) fmt::print(stderr, "figures not drawn: {} (--no-figures: do not try)\n", f.problem);
 }
 void add_rounding(CLI::App& sub, RoundingArgs& r, const std::string& what, const std::string& sr_help) {
   sub.add_option("--format,-f", r.format, what + format_help())->required();

@@ -71,6 +71,7 @@ struct SharedOptions {
   int threads = 0;     // 0: OpenMP's default
   bool quiet = false;  // no progress
   bool progress = false;  // the progress bar even when stderr is not a terminal
+  bool no_figures = false;  // --no-figures (exp/figures.h)
   ProgressMode progress_mode() const { return mantis::progress_mode(quiet, progress); }
 };
 SharedOptions& shared();
@@ -78,6 +79,10 @@ void add_threads(CLI::App& sub, const std::string& help = "CPU threads (default:
 void add_quiet(CLI::App& sub, const std::string& help = "no progress");
 // --quiet and --progress: the progress reporter's (core/progress.h) two switches.
 void add_progress(CLI::App& sub, const std::string& quiet_help = "no progress");
+// --no-figures; and after a command has written the result set in `dir`, its PNG(s) (exp/figures.h):
+// "figures: PATH …" on stdout, or one line on stderr saying why none were drawn (the results stand).
+void add_figures(CLI::App& sub);
+void report_figures(const std::string& dir, std::FILE* to = stdout);
 // --format, --rounding, --seed, --stream, --sr-bits: rounding to a format (round, dot, verify).
 // `what` prefixes the format's and the mode's help ("accumulator ").
 struct RoundingArgs {

@@ -32,34 +32,46 @@ std::vector<fs::path> own_files() {
   return files;
 }
 
-// A build tree's marker, or an install's share/mantis/data, in `dir` or above it.
+// What a build tree's marker, or an install's share/mantis, in `dir` or above it, makes the shared
+// root: the source root, or <prefix>/share/mantis (each holds data/ and tools/).
 std::string find_from(const fs::path& file) {
   std::error_code ec;
   for (fs::path dir = file.parent_path(); !dir.empty(); dir = dir.parent_path()) {
     if (std::ifstream marker(dir / "mantis-source-root.txt"); marker) {
       std::string root;
       std::getline(marker, root);
-      if (!root.empty()) return (fs::path(root) / "data").string();
+      if (!root.empty()) return root;
     }
-    if (fs::is_directory(dir / "share" / "mantis" / "data", ec)) return (dir / "share" / "mantis" / "data").string();
+    if (fs::is_directory(dir / "share" / "mantis" / "data", ec)) return (dir / "share" / "mantis").string();
     if (dir == dir.root_path()) break;
   }
   return {};
+}
+
+// The shared root found from this code's files; InputError "<what>: … where it looked; <fix>".
+std::string shared_root(const char* what, const char* fix) {
+  std::string looked;
+  for (const fs::path& f : own_files()) {
+    if (std::string r = find_from(f); !r.empty()) return r;
+    looked += (looked.empty() ? "" : ", ") + f.parent_path().string();
+  }
+  throw InputError(fmt::format("{}: no build tree (mantis-source-root.txt) or install (share/mantis/data) is in or "
+                               "above {}; {}",
+                               what, looked.empty() ? "this program's directory" : looked, fix));
 }
 
 }  // namespace
 
 std::string data_root() {
   if (const char* e = std::getenv("MANTIS_DATA_DIR"); e != nullptr && *e != '\0') return e;
-  std::string looked;
-  for (const fs::path& f : own_files()) {
-    if (std::string r = find_from(f); !r.empty()) return r;
-    looked += (looked.empty() ? "" : ", ") + f.parent_path().string();
-  }
-  throw InputError(fmt::format("no data root: MANTIS_DATA_DIR is unset and no build tree (mantis-source-root.txt) "
-                               "or install (share/mantis/data) is in or above {}; set MANTIS_DATA_DIR to a "
-                               "directory like the source tree's data/",
-                               looked.empty() ? "this program's directory" : looked));
+  const std::string r = shared_root("no data root",
+                                    "MANTIS_DATA_DIR is unset: set it to a directory like the source tree's data/");
+  return (fs::path(r) / "data").string();
+}
+
+std::string tools_dir() {
+  const std::string r = shared_root("no figure scripts", "install mantis (meson install) or run its build tree's binary");
+  return (fs::path(r) / "tools").string();
 }
 
 }  // namespace mantis

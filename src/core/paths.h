@@ -18,4 +18,8 @@ namespace mantis {
 //   3. else an InputError naming where it looked.
 std::string data_root();
 
+// The directory of the figure scripts (tools/figures.py, tools/results.py): <source root>/tools in a
+// build tree, <prefix>/share/mantis/tools in an install (found as in 2. above); InputError otherwise.
+std::string tools_dir();
+
 }  // namespace mantis

@@ -24,6 +24,9 @@ namespace mantis {
 
 namespace {
 
+// Bumped whenever a change of mantis alters what a cell computes from the same key.
+constexpr int kMuSweepSemantics = 1;
+
 // The Philox stream of one random vector / matrix: a hash of (kind, size, trial, which) only.
 uint64_t mix(uint64_t x) {  // splitmix64's finaliser
   x += 0x9E3779B97F4A7C15ull;
@@ -102,16 +105,17 @@ ojson row_json(const MuSweepRow& r) {
           {"kind", r.gemm ? "gemm" : "dot"},
           {"shape", {r.shape[0], r.shape[1], r.shape[2]}},
           {"trials", r.trials},
-          {"median_rel_err", r.med},
-          {"min_rel_err", r.min},
-          {"max_rel_err", r.max},
-          {"gamma", r.gamma}};
+          {"median_rel_err", json_number(r.med)},
+          {"min_rel_err", json_number(r.min)},
+          {"max_rel_err", json_number(r.max)},
+          {"gamma", json_number(r.gamma)}};
 }
 MuSweepRow row_of(const ojson& j) {
   const auto& s = j["shape"];
   return {j["mu"].get<int>(), j["kind"] == "gemm", {s[0].get<uint64_t>(), s[1].get<uint64_t>(), s[2].get<uint64_t>()},
-          j["trials"].get<int>(), j["median_rel_err"].get<double>(), j["min_rel_err"].get<double>(),
-          j["max_rel_err"].get<double>(), j["gamma"].get<double>()};
+          j["trials"].get<int>(), json_to_double(j["median_rel_err"], "median_rel_err"),
+          json_to_double(j["min_rel_err"], "min_rel_err"), json_to_double(j["max_rel_err"], "max_rel_err"),
+          json_to_double(j["gamma"], "gamma")};
 }
 
 MuSweepRow summarise(int mu, bool gemm, std::array<uint64_t, 3> shape, int trials, const std::vector<double>& v,
@@ -193,9 +197,19 @@ MuSweepConfig read_mu_sweep(const std::string& path) {
   return c;
 }
 
+std::vector<std::string> mu_sweep_cells(const MuSweepConfig& c) {
+  std::vector<std::string> names;
+  for (int mu : c.mu) names.push_back(fmt::format("ps{}", mu));
+  return names;
+}
+
 MuSweepResult run_mu_sweep(const MuSweepOptions& o) {
   const MuSweepConfig c = read_mu_sweep(o.config);
   namespace fs = std::filesystem;
+  if (o.out.empty() && !o.merges())
+    throw InputError(fmt::format("{}: --cell, --shard and --merge need --out DIR (where the cells are kept)", o.config));
+  StudyOptions so = study_options(o, c.mu.size(), o.out, o.progress, nullptr);
+  so.persistent = !o.out.empty();
   if (!o.out.empty()) {
     std::error_code ec;
     fs::create_directories(o.out, ec);
@@ -208,28 +222,46 @@ MuSweepResult run_mu_sweep(const MuSweepOptions& o) {
   Stopwatch clock;
   const int nt = threads_now();
 
-  // The dot products' inputs and exact values, shared by every μ.
+  // The dot products' inputs and exact values, shared by every μ (made once, when a cell first needs them).
   const size_t L = c.lengths.size(), T = size_t(c.trials);
   std::vector<std::vector<float>> xs(L * T), ys(L * T);
   std::vector<DD> exact(L * T);
-  // exact_dot only uses its own MPFR variables; MPFR's flags are global unless it is thread-safe.
-  parallel_for((long long)(L * T), nt, oracle_thread_safe(), [&](long long idx) {
-    const size_t li = size_t(idx) / T;
-    const int t = int(size_t(idx) % T);
-    const size_t n = c.lengths[li];
-    xs[idx].resize(n);
-    ys[idx].resize(n);
-    fill_random(xs[idx].data(), n, c.dist, c.seed, data_stream(0, n, t, 0));
-    fill_random(ys[idx].data(), n, c.dist, c.seed, data_stream(0, n, t, 1));
-    exact[idx] = exact_dot(xs[idx].data(), ys[idx].data(), n);
-  });
+  bool have_data = false;
+  auto make_data = [&] {
+    // exact_dot only uses its own MPFR variables; MPFR's flags are global unless it is thread-safe.
+    parallel_for((long long)(L * T), nt, oracle_thread_safe(), [&](long long idx) {
+      const size_t li = size_t(idx) / T;
+      const int t = int(size_t(idx) % T);
+      const size_t n = c.lengths[li];
+      xs[idx].resize(n);
+      ys[idx].resize(n);
+      fill_random(xs[idx].data(), n, c.dist, c.seed, data_stream(0, n, t, 0));
+      fill_random(ys[idx].data(), n, c.dist, c.seed, data_stream(0, n, t, 1));
+      exact[idx] = exact_dot(xs[idx].data(), ys[idx].data(), n);
+    });
+    have_data = true;
+  };
 
   StudyPlan plan;
   plan.label = "sweep";
   plan.cells = c.mu.size();
   plan.unit = "cells";
   plan.name = [&](size_t mi) { return fmt::format("ps{}", c.mu[mi]); };
+  plan.key = [&](size_t mi) {
+    ojson k{{"semantics", kMuSweepSemantics},
+            {"mu", c.mu[mi]},
+            {"lengths", c.lengths},
+            {"gemm_shapes", c.shapes},
+            {"trials", c.trials},
+            {"gemm_trials", c.gemm_trials},
+            {"seed", c.seed},
+            {"rounding", to_string(c.rounding)},
+            {"sr_bits", specs[mi].sr_bits},
+            {"distribution", dist_name(c.dist)}};
+    return k;
+  };
   plan.compute = [&](size_t mi, const std::function<void()>& tick) {
+    if (!have_data) make_data();
     const int mu = c.mu[mi];
     ojson rows = ojson::array();
     std::vector<double> errs(L * T);
@@ -275,17 +307,30 @@ MuSweepResult run_mu_sweep(const MuSweepOptions& o) {
     tick();
     return ojson{{"rows", rows}};
   };
-  StudyOptions so;
-  so.persistent = false;
-  so.progress = o.progress;
-  so.log = nullptr;
   const StudyRun run = run_study(plan, so);
 
   MuSweepResult res;
   res.threads = nt;
-  for (const auto& cell : run.cells)
-    for (const ojson& r : (*cell)["rows"]) res.rows.push_back(row_of(r));
+  res.cells = c.mu.size(), res.computed = run.computed.size(), res.missing = run.missing;
   res.seconds = clock.seconds();
+  if (!run.merge) {
+    res.report = fmt::format("computed {} of {} cells into {}/cells (merge with --merge)\n", run.computed.size(),
+                             c.mu.size(), o.out);
+    return res;
+  }
+  std::vector<size_t> present;  // the μ indices merged
+  for (size_t mi = 0; mi < run.cells.size(); ++mi) {
+    if (!run.cells[mi]) continue;
+    present.push_back(mi);
+    try {
+      const ojson& rows = (*run.cells[mi]).at("rows");
+      if (!rows.is_array() || rows.size() != L + c.shapes.size()) throw InputError("not one row per length and shape");
+      for (const ojson& r : rows) res.rows.push_back(row_of(r));
+    } catch (const std::exception& e) {
+      throw InputError(fmt::format("{}: malformed rows ({}): use --overwrite to recompute", cell_path(o.out, mi),
+                                   e.what()));
+    }
+  }
   const auto& ordered = res.rows;
 
   // ---- table
@@ -296,19 +341,19 @@ MuSweepResult run_mu_sweep(const MuSweepOptions& o) {
       "strict accumulation in ps<μ>", to_string(c.rounding), dist_name(c.dist), c.trials, c.gemm_trials, c.seed);
   auto header = [&] {
     std::string h = fmt::format("{:>3}", "μ");
-    for (size_t j = 0; j < cols; ++j) h += fmt::format(" {:>14}", label(ordered[j]));
+    for (size_t j = 0; j < cols && j < ordered.size(); ++j) h += fmt::format(" {:>14}", label(ordered[j]));
     return h + "\n";
   };
   out += "\nmedian relative error (dot: |dot − exact| / |exact|; GEMM: ‖C − C64‖_F / ‖C64‖_F)\n" + header();
-  for (size_t mi = 0; mi < c.mu.size(); ++mi) {
-    out += fmt::format("{:>3}", c.mu[mi]);
-    for (size_t j = 0; j < cols; ++j) out += fmt::format(" {:>14.3e}", ordered[mi * cols + j].med);
+  for (size_t p = 0; p < present.size(); ++p) {
+    out += fmt::format("{:>3}", c.mu[present[p]]);
+    for (size_t j = 0; j < cols; ++j) out += fmt::format(" {:>14.3e}", ordered[p * cols + j].med);
     out += "\n";
   }
   out += "\nrne bound γ_n ≈ n·2^-(μ+1) (GEMM: n = K)\n" + header();
-  for (size_t mi = 0; mi < c.mu.size(); ++mi) {
-    out += fmt::format("{:>3}", c.mu[mi]);
-    for (size_t j = 0; j < cols; ++j) out += fmt::format(" {:>14.3e}", ordered[mi * cols + j].gamma);
+  for (size_t p = 0; p < present.size(); ++p) {
+    out += fmt::format("{:>3}", c.mu[present[p]]);
+    for (size_t j = 0; j < cols; ++j) out += fmt::format(" {:>14.3e}", ordered[p * cols + j].gamma);
     out += "\n";
   }
   out += fmt::format("\nelapsed {:.2f} s on {} thread{}\n", res.seconds, nt, nt == 1 ? "" : "s");
@@ -337,9 +382,17 @@ MuSweepResult run_mu_sweep(const MuSweepOptions& o) {
     man["config_file"] = o.config;
     man["config_sha256"] = sha256_file(o.config);
     man["seeds"] = {{"data", c.seed}};
+    man["semantics"] = kMuSweepSemantics;
+    man["cells"] = c.mu.size();
+    man["partial"] = !run.missing.empty();
+    man["cells_missing"] = run.missing;
     man["timings_s"] = {{"total", res.seconds}};
     write_result_set(o.out, {{"results.csv", csv}, {"results.json", doc.dump(2) + "\n"}}, man);
-    out += fmt::format("wrote {0}/results.csv, {0}/results.json and {0}/manifest.json\n", o.out);
+    out += fmt::format("wrote {0}/results.csv, {0}/results.json and {0}/manifest.json{1}\n", o.out,
+                       run.missing.empty() ? ""
+                                           : fmt::format(" (PARTIAL: {} of {} cells missing, marked in the manifest)",
+                                                         run.missing.size(), c.mu.size()));
+    res.merged = true;
   }
   return res;
 }

@@ -6,7 +6,9 @@
 // dot product (summed exactly with MPFR, kept as a double-double). For each GEMM shape M×N×K: the
 // relative Frobenius-norm error of the strict ps<μ> GEMM against a binary64 GEMM of the same data.
 // The data of (n, trial) and of (shape, trial) do not depend on μ, so every μ sees the same inputs.
-// One cell per μ (study.h, kept in memory): the rows of that μ.
+// One cell per μ (study.h): the rows of that μ. With an output directory the cells are stored in
+// OUT/cells/<i>.json under a key of everything they depend on (so a run resumes, shards with
+// --shard k/N or --cell i, and merges with --merge); without one they are kept in memory.
 #pragma once
 
 #include <array>
@@ -18,6 +20,7 @@
 #include "core/format.h"
 #include "core/progress.h"
 #include "core/sample.h"
+#include "exp/study.h"  // CellChoice
 
 namespace mantis {
 
@@ -43,17 +46,24 @@ struct MuSweepRow {
   double med, min, max, gamma;
 };
 
-struct MuSweepOptions {
+struct MuSweepOptions : CellChoice {
   std::string config;
-  std::string out;  // non-empty: OUT/results.csv, results.json, manifest.json (one result set)
+  std::string out;  // non-empty: OUT/cells/, and OUT/results.csv, results.json, manifest.json (one result set)
   ProgressMode progress = ProgressMode::automatic;
 };
 struct MuSweepResult {
-  std::vector<MuSweepRow> rows;  // per μ: the dot rows, then the GEMM rows
-  std::string report;            // the terminal tables
+  std::vector<MuSweepRow> rows;  // per μ merged: the dot rows, then the GEMM rows
+  std::string report;            // the terminal tables (merged), or what this run computed
+  size_t cells = 0, computed = 0;
+  bool merged = false;
+  std::vector<size_t> missing;   // --allow-partial merges: the cells (μ indices) absent
   double seconds = 0;
   int threads = 1;
 };
+// The cells' names, ps<μ>, in order.
+std::vector<std::string> mu_sweep_cells(const MuSweepConfig& c);
+// InputError (before anything is computed) for a bad configuration, a cell choice without --out, or
+// a stored cell of another key.
 MuSweepResult run_mu_sweep(const MuSweepOptions& o);
 
 }  // namespace mantis
