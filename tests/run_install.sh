@@ -23,6 +23,7 @@ case $bindir in /*) bin=$d/root$bindir/mantis ;; *) bin=$root/$bindir/mantis ;; 
 case $libdir in /*) lib=$d/root$libdir ;; *) lib=$root/$libdir ;; esac
 [ -x "$bin" ] || fail "no installed binary at $bin"
 [ -f "$root/share/mantis/data/gpt2/encoder.json" ] || fail "no installed data under $root/share/mantis/data"
+[ -f "$root/share/mantis/tools/figures.py" ] || fail "no installed figure scripts under $root/share/mantis/tools"
 
 # Nothing of the source or build tree is compiled in (the build root holds the source root's path
 # or is beside it: both are checked).
@@ -58,6 +59,12 @@ open(sys.argv[1], "wb").write(h + struct.pack("<%dH" % len(ids), *ids))
 ' "$d/t.bin" "In the beginning God created the heaven and the earth. And the earth was without form, and void."
 "$d/alone/mantis" eval --model "$src/models/llama-bytes" --data "$d/t.bin" --seqs 1 --ctx 32 --policy lamp:4 \
   --out "$d/ev" -q >/dev/null 2>"$d/ev.err" || { cat "$d/ev.err" >&2; fail "a binary without data on a token file"; }
+# The installed binary draws its figures with the installed scripts (where matplotlib is).
+if /usr/bin/python3 -c 'import matplotlib' 2>/dev/null; then
+  MANTIS_NO_FIGURES= "$bin" eval --model "$src/models/llama-bytes" --data "$d/t.bin" --seqs 1 --ctx 32 --policy lamp:4 \
+    --out "$d/ev2" -q >/dev/null 2>"$d/ev2.err" || { cat "$d/ev2.err" >&2; fail "the installed binary's eval"; }
+  [ -s "$d/ev2/ev2-windows.png" ] || { cat "$d/ev2.err" >&2; fail "the installed binary drew no figure"; }
+fi
 
 # The C++ library through pkg-config, mantis.pc's prefix moved to where DESTDIR put it (only its
 # own: --define-variable would move those of the packages it requires too).
