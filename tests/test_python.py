@@ -322,5 +322,50 @@ class Torch(unittest.TestCase):
         self.assertTrue(torch.allclose(out[0].transpose(0, 1), want, rtol=1e-5, atol=1e-6))
 
 
+class GilRelease(unittest.TestCase):
+    """Long calls release the GIL: another Python thread runs while they compute. The switch
+    interval is set to 10 s, so a thread waiting for the GIL gets it only when the running thread
+    gives it up (a blocking or GIL-releasing call), not by time slicing: a call that kept the GIL
+    would let the other thread count nothing. The pure-Python control shows exactly that."""
+
+    def test_long_calls_let_other_threads_run(self):
+        import threading
+        import time
+        count, stop, started = [0], threading.Event(), threading.Event()
+
+        def spin():
+            started.set()
+            while not stop.is_set():
+                count[0] += 1
+                time.sleep(0.0002)
+
+        x = np.random.default_rng(3).standard_normal(1 << 21).astype(np.float32)
+        a = np.random.default_rng(4).standard_normal((192, 192)).astype(np.float32)
+        model = mantis.load_model(MODELS[0])
+        calls = {
+            "round": lambda: mantis.round(x, "ps4", mode="sr", seed=1),
+            "quantize": lambda: mantis.quantize(x, "mxfp4"),
+            "gemm": lambda: mantis.gemm(a, a, acc="ps8"),
+            "logits": lambda: mantis.logits(model, list(range(1, 120)), "lamp:4"),
+        }
+        old = sys.getswitchinterval()
+        sys.setswitchinterval(10.0)
+        t = threading.Thread(target=spin)
+        try:
+            t.start()
+            started.wait()
+            c0 = count[0]
+            sum(i * i for i in range(200000))  # holds the GIL for a while: the spinner must not run
+            self.assertEqual(count[0], c0, "the spinner ran while the GIL was held: the test cannot tell")
+            for name, call in calls.items():
+                before = count[0]
+                call()
+                with self.subTest(call=name):
+                    self.assertGreater(count[0], before, f"mantis.{name} kept the GIL")
+        finally:
+            stop.set()
+            sys.setswitchinterval(old)
+            t.join()
+
 if __name__ == "__main__":
     unittest.main(verbosity=2)
