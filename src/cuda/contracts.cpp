@@ -12,6 +12,7 @@
 #include "cuda/cuda.h"
 #include "cuda/device.h"
 #include "optim/adamw_step.h"
+#include "optim/gefen.h"
 
 namespace mantis {
 
@@ -177,6 +178,60 @@ void adamw_contract(ContractTally& tl, double scale) {
     }
 }
 
+// Gefen: tensors of every period shape (P = 1 with Q a divisor ≤ 256, P = Q over rows, a prime
+// length, a single element), the codebook learned from the first gradients (as the optimizer does),
+// three steps with and without weight decay; p, idx, mag and v compared after every step. The CPU
+// side is the optimizer's own per-block code (gefen_block.h) with its reference nearest-code rule.
+void gefen_contract(ContractTally& tl, double scale) {
+  struct Shape {
+    size_t n, P;
+  };
+  const std::vector<Shape> shapes = {{1, 1}, {1000, 1}, {6 * 768, 768}, {scaled(300'007, scale), 1}, {64 * 96, 96}};
+  std::vector<std::vector<float>> g0;
+  std::vector<size_t> periods;
+  for (size_t s = 0; s < shapes.size(); ++s) {
+    g0.emplace_back(shapes[s].n);
+    fill_random(g0.back().data(), shapes[s].n, Distribution::normal, 11, 100 + s);
+    periods.push_back(shapes[s].P);
+  }
+  std::vector<std::span<const float>> spans(g0.begin(), g0.end());
+  const std::vector<float> C = gefen_learn_codebook(spans, periods);
+  gpu::Array<float> dC(C);
+  for (size_t s = 0; s < shapes.size(); ++s)
+    for (bool wd : {false, true}) {
+      const size_t n = shapes[s].n, P = shapes[s].P, Q = gefen_magnitude_block(n, P);
+      std::vector<float> p(n), mag(n / Q, 0.0f), v(n / P, 0.0f), g = g0[s], m(Q), st(Q / P);
+      std::vector<uint8_t> idx(n, 0);
+      std::vector<uint32_t> c(Q);
+      fill_random(p.data(), n, Distribution::normal, 11, 200 + s);
+      gpu::Array<float> dp(p), dmag(mag), dv(v), dg(n), dm(n), dst(n / P);
+      gpu::Array<uint8_t> didx(idx);
+      gpu::Array<uint32_t> dc(n);
+      auto codes = [&C](const float* x, size_t k, uint32_t* out) {
+        for (size_t e = 0; e < k; ++e) out[e] = gefen_nearest(C.data(), uint32_t(C.size()), x[e]);
+      };
+      for (uint64_t t = 1; t <= 3; ++t) {
+        if (t > 1) fill_random(g.data(), n, Distribution::normal, 11, 300 + 10 * s + t);
+        if (n > 3) g[1] = 0.0f, g[2] = 1e-30f, g[3] = -1e20f;
+        const double lr = 1e-3, bc1 = 1 - std::pow(0.9, double(t)), bc2 = 1 - std::pow(0.999, double(t));
+        GefenScalars k{};
+        k.b2 = 0.999f, k.a2 = float(1 - 0.999), k.w = float(1 - 0.9), k.inv_bc1 = float(1 / bc1);
+        k.bc2_sqrt = float(std::sqrt(bc2)), k.eps = 1e-8f, k.lr = float(lr), k.decay = float(1 - lr * 0.1), k.wd = wd;
+        for (size_t q = 0; q < n / Q; ++q)
+          gefen_update_block(q, P, Q, p.data(), g.data(), idx.data(), mag.data(), v.data(), C.data(), k, m.data(),
+                             c.data(), st.data(), codes);
+        dg.upload(g.data(), n);
+        gpu::gefen_step(dp.get(), dg.get(), didx.get(), dmag.get(), dv.get(), n, P, Q, dC.get(), k, dm.get(), dc.get(),
+                        dst.get(), gpu::Stream());
+        const std::string what = fmt::format("n={} P={} Q={} wd={} step {}", n, P, Q, wd, t);
+        tl.compare(what + " p", p.data(), dp.to_vector().data(), n, Agreement::bit_exact, 0);
+        tl.compare(what + " idx", idx.data(), didx.to_vector().data(), n, Agreement::bit_exact, 0);
+        tl.compare(what + " mag", mag.data(), dmag.to_vector().data(), mag.size(), Agreement::bit_exact, 0);
+        tl.compare(what + " v", v.data(), dv.to_vector().data(), v.size(), Agreement::bit_exact, 0);
+      }
+    }
+}
+
 }  // namespace
 
 void add_round_contracts(std::vector<Contract>& t) {
@@ -208,6 +263,10 @@ void add_gemm_contracts(std::vector<Contract>& t) {
 void add_optimizer_contracts(std::vector<Contract>& t) {
   t.push_back({"optim/adamw", Agreement::bit_exact, 0, "",
                "n ∈ {1, 1000, 300003} × weight decay on/off × 3 steps; p, m, v after each step", adamw_contract});
+  t.push_back({"optim/gefen", Agreement::bit_exact, 0, "",
+               "P = 1 (Q = 1, 250, 1 of a prime n), P = Q = 768 and 96, n = 1 × weight decay on/off × 3 steps, the "
+               "codebook learned from the first gradients; p, idx, mag, v after each step",
+               gefen_contract});
 }
 
 const std::vector<Contract>& gpu_contracts() {

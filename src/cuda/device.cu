@@ -4,6 +4,7 @@
 #include "common.cuh"
 #include "cuda/device.h"
 #include "optim/adamw_step.h"
+#include "optim/gefen_block.h"
 
 namespace mantis::gpu {
 
@@ -62,6 +63,34 @@ void adamw_step(float* p, float* m, float* v, const float* g, size_t n, const Ad
                 const Stream& s) {
   if (n == 0) return;
   adamw_kernel<<<blocks_for(n), kThreads, 0, native(s)>>>(p, m, v, g, n, c, decay);
+  MANTIS_CUDA_CHECK_LAUNCH();
+}
+
+namespace {
+
+// gefen_nearest for each element: the reference rule, which the CPU's NearestCode table equals.
+struct NearestCodes {
+  const float* C;
+  MANTIS_HD void operator()(const float* x, size_t n, uint32_t* out) const {
+    for (size_t e = 0; e < n; ++e) out[e] = gefen_nearest(C, 256, x[e]);
+  }
+};
+
+__global__ void gefen_kernel(float* p, const float* g, uint8_t* idx, float* mag, float* v, size_t nq, size_t P,
+                             size_t Q, const float* C, GefenScalars k, float* m, uint32_t* c, float* st) {
+  const size_t stride = size_t(gridDim.x) * blockDim.x, nv = Q / P;
+  for (size_t q = size_t(blockIdx.x) * blockDim.x + threadIdx.x; q < nq; q += stride)
+    gefen_update_block(q, P, Q, p, g, idx, mag, v, C, k, m + q * Q, c + q * Q, st + q * nv, NearestCodes{C});
+}
+
+}  // namespace
+
+void gefen_step(float* p, const float* g, uint8_t* idx, float* mag, float* v, size_t n, size_t P, size_t Q,
+                const float* C, const GefenScalars& k, float* m, uint32_t* c, float* st, const Stream& s) {
+  if (n == 0) return;
+  if (P == 0 || Q == 0 || n % Q != 0 || Q % P != 0 || (P != 1 && P != Q))
+    throw std::invalid_argument("gefen_step: P must be 1 or Q, and Q must divide n");
+  gefen_kernel<<<blocks_for(n / Q), kThreads, 0, native(s)>>>(p, g, idx, mag, v, n / Q, P, Q, C, k, m, c, st);
   MANTIS_CUDA_CHECK_LAUNCH();
 }
 

@@ -16,6 +16,7 @@
 #include "core/gemm.h"
 #include "core/round_array.h"
 #include "optim/adamw_step.h"
+#include "optim/gefen_block.h"
 
 namespace mantis::gpu {
 
@@ -93,6 +94,12 @@ void sgemm(const float* A, const float* B, float* C, size_t M, size_t N, size_t 
 // One AdamW step on n parameters (adamw_step.h): p, m, v updated in place from g.
 void adamw_step(float* p, float* m, float* v, const float* g, size_t n, const AdamWScalars& c, bool decay,
                 const Stream& s);
+
+// One Gefen step on one tensor of n elements with period P and magnitude block Q (gefen.h;
+// gefen_block.h, one thread per Q-block): p, idx [n], mag [n/Q], v [n/P] updated in place from g
+// [n]; C the codebook [256]; scratch m [n] and c [n] (floats / codes), st [n/P]. All device pointers.
+void gefen_step(float* p, const float* g, uint8_t* idx, float* mag, float* v, size_t n, size_t P, size_t Q,
+                const float* C, const GefenScalars& k, float* m, uint32_t* c, float* st, const Stream& s);
 
 // Device memory copy of n bytes (the rounding benchmark's ceiling).
 void copy_device(void* dst, const void* src, size_t bytes, const Stream& s);

@@ -19,129 +19,9 @@ std::vector<float> gefen_learn_codebook(const std::vector<std::span<const float>
   return learn_gefen_codebook(counts, kGefenCodebookSize).codes;
 }
 
-namespace {
-
-int64_t ceil_log2(int64_t x) {  // ATen's utils::CeilLog2
-  if (x <= 2) return 1;
-  int64_t b = 0;
-  for (uint64_t v = uint64_t(x - 1); v; v >>= 1) ++b;
-  return b;
-}
-
-// ATen's multi_row_sum + row_sum over `size` elements of L lanes (element e at x + e·L): 4
-// interleaved accumulators (ilp), each a 4-level cascade of 2^level_power-element chunks.
-// Sq: the elements are the squares x·x (binary32) of what x holds, as torch's temporary g·g.
-template <size_t L, bool Sq>
-void torch_row_sum(const float* x, int64_t size, float out[L]) {
-  constexpr int64_t ilp = 4, levels = 4;
-  const int64_t size_ilp = size / ilp;
-  const int64_t power = std::max<int64_t>(4, ceil_log2(size_ilp) / levels), step = int64_t(1) << power;
-  const int64_t mask = step - 1;
-  float acc[levels][ilp][L] = {};
-  auto add = [&](float* a, const float* b) {
-    for (size_t l = 0; l < L; ++l) a[l] += b[l];
-  };
-  auto load = [&](float* a, const float* b) {
-    for (size_t l = 0; l < L; ++l) a[l] += Sq ? b[l] * b[l] : b[l];
-  };
-  int64_t i = 0;
-  while (i + step <= size_ilp) {
-    for (int64_t j = 0; j < step; ++j)
-      for (int64_t k = 0; k < ilp; ++k) load(acc[0][k], x + ((i + j) * ilp + k) * int64_t(L));
-    i += step;
-    for (int64_t j = 1; j < levels; ++j) {
-      for (int64_t k = 0; k < ilp; ++k) {
-        add(acc[j][k], acc[j - 1][k]);
-        for (size_t l = 0; l < L; ++l) acc[j - 1][k][l] = 0;
-      }
-      if ((i & (mask << (j * power))) != 0) break;
-    }
-  }
-  for (; i < size_ilp; ++i)
-    for (int64_t k = 0; k < ilp; ++k) load(acc[0][k], x + (i * ilp + k) * int64_t(L));
-  for (int64_t j = 1; j < levels; ++j)
-    for (int64_t k = 0; k < ilp; ++k) add(acc[0][k], acc[j][k]);
-  for (int64_t e = size_ilp * ilp; e < size; ++e) load(acc[0][0], x + e * int64_t(L));
-  for (int64_t k = 1; k < ilp; ++k) add(acc[0][0], acc[0][k]);
-  for (size_t l = 0; l < L; ++l) out[l] = acc[0][0][l];
-}
-
-template <bool Sq>
-float torch_sum(const float* x, size_t n) {
-  constexpr size_t L = kGefenTorchLanes;
-  if (n < L) {  // ATen's scalar path: the same cascade over single floats
-    float r[1];
-    torch_row_sum<1, Sq>(x, int64_t(n), r);
-    return r[0];
-  }
-  const size_t vs = n / L;
-  float lanes[L];
-  torch_row_sum<L, Sq>(x, int64_t(vs), lanes);
-  float fin = 0;
-  for (size_t k = vs * L; k < n; ++k) fin += Sq ? x[k] * x[k] : x[k];
-  for (size_t l = 0; l < L; ++l) fin += lanes[l];
-  return fin;
-}
-
-}  // namespace
-
-float gefen_torch_sum(const float* x, size_t n) { return torch_sum<false>(x, n); }
+float gefen_torch_sum(const float* x, size_t n) { return gefen_aten_sum<false>(x, n); }
 
 namespace {
-
-// The pieces of Gefen's update of one Q-block (the order and operations of gefen.h), each a loop
-// without branches over pointers that do not overlap, so that they vectorise.
-struct K {
-  float b2, a2, w, inv_bc1, bc2_sqrt, eps, lr, decay;
-  bool wd;
-};
-
-// P = 1: v_i and s_i of every element.
-void block_second_moment(const float* __restrict g, float* __restrict v, size_t Q, const K& k, float* __restrict st) {
-  for (size_t j = 0; j < Q; ++j) {
-    v[j] = std::fma(g[j] * g[j], k.a2, k.b2 * v[j]);
-    const float h = std::sqrt(v[j]) / k.bc2_sqrt + k.eps;
-    st[j] = (1.0f / h) * k.inv_bc1;
-  }
-}
-
-// m_i = lerp(C[idx_i]·mag_old, g_i, w) into m; returns max |m_i| (16 lanes: the max of
-// non-negative values is the same in any order, and NaNs are skipped either way).
-float block_momentum(const float* __restrict g, const uint8_t* __restrict idx, const float* __restrict C, float mag_old,
-                     float w, size_t Q, float* __restrict m) {
-  if (std::abs(w) < 0.5f) {
-    for (size_t i = 0; i < Q; ++i) {
-      const float mo = C[idx[i]] * mag_old;
-      m[i] = std::fma(w, g[i] - mo, mo);
-    }
-  } else {
-    for (size_t i = 0; i < Q; ++i) {
-      const float mo = C[idx[i]] * mag_old;
-      m[i] = std::fma(w - 1.0f, g[i] - mo, g[i]);
-    }
-  }
-  float lane[16] = {}, mx = 0;
-  size_t i = 0;
-  for (; i + 16 <= Q; i += 16)
-    for (size_t l = 0; l < 16; ++l) lane[l] = std::max(lane[l], std::abs(m[i + l]));
-  for (; i < Q; ++i) mx = std::max(mx, std::abs(m[i]));
-  for (float l : lane) mx = std::max(mx, l);
-  return mx;
-}
-
-// idx_i ← c_i; θ_i ← θ_i·decay (if wd); θ_i ← θ_i − ((C[c_i]·mx)·s)·lr, s = st[i] (per_element) or st[0].
-void block_apply(float* __restrict p, uint8_t* __restrict idx, const uint32_t* __restrict c, const float* __restrict C,
-                 const float* __restrict st, bool per_element, float mx, const K& k, size_t Q) {
-  for (size_t i = 0; i < Q; ++i) idx[i] = uint8_t(c[i]);
-  if (k.wd)
-    for (size_t i = 0; i < Q; ++i) p[i] *= k.decay;
-  if (per_element) {
-    for (size_t i = 0; i < Q; ++i) p[i] = p[i] - ((C[int32_t(c[i])] * mx) * st[i]) * k.lr;
-  } else {
-    const float s0 = st[0];
-    for (size_t i = 0; i < Q; ++i) p[i] = p[i] - ((C[int32_t(c[i])] * mx) * s0) * k.lr;
-  }
-}
 
 struct Slot {
   std::string name;
@@ -179,7 +59,7 @@ class Gefen final : public Optimizer {
     else if (c_.relearn_every > 0 && t_ % c_.relearn_every == 0) relearn(g);
     ++t_;
     const double bc1 = 1 - std::pow(c_.beta1, double(t_)), bc2 = 1 - std::pow(c_.beta2, double(t_));
-    K k;
+    GefenScalars k{};
     k.b2 = float(c_.beta2), k.a2 = float(1 - c_.beta2), k.w = float(1 - c_.beta1);
     k.inv_bc1 = float(1 / bc1), k.bc2_sqrt = float(std::sqrt(bc2)), k.eps = float(c_.eps), k.lr = float(lr);
     k.decay = float(1 - lr * c_.weight_decay);
@@ -273,38 +153,19 @@ class Gefen final : public Optimizer {
     }
   }
 
-  // The update of one tensor, per Q-block: its P-blocks' s_b, the new m (block_momentum), the
-  // codes of m/mag (NearestCode), then decay and the parameter (block_apply).
-  void update(Slot& s, float* p, const float* g, const K& k, const NearestCode& nc) const {
+  // The update of one tensor, one Q-block at a time (gefen_block.h), the codes by NearestCode.
+  void update(Slot& s, float* p, const float* g, const GefenScalars& k, const NearestCode& nc) const {
     const size_t P = s.P, Q = s.Q, nq = s.n / Q, nv = Q / P;  // nv: P-blocks per Q-block (1, or Q when P = 1)
     const float* C = codebook_.data();
-    uint8_t* idx = s.idx.data();
-    float *mag = s.mag.data(), *v = s.v.data();
+    auto codes = [&nc](const float* x, size_t n, uint32_t* out) { nc.codes(x, n, out); };
 #pragma omp parallel if (s.n > 16384)
     {
       std::vector<float> mbuf(Q), sbuf(nv);  // [Q] m, then m/mag; [nv] s_b
       std::vector<uint32_t> cbuf(Q);         // [Q] the new codes
 #pragma omp for schedule(static)
-      for (size_t q = 0; q < nq; ++q) {
-        const size_t i0 = q * Q;
-        float *st = sbuf.data(), *mb = mbuf.data();
-        if (P == 1) {
-          block_second_moment(g + i0, v + i0, Q, k, st);
-        } else {  // Q = P: one P-block
-          const float ms = torch_sum<true>(g + i0, P) / float(P);
-          v[q] = std::fma(ms, k.a2, k.b2 * v[q]);
-          const float h = std::sqrt(v[q]) / k.bc2_sqrt + k.eps;
-          st[0] = (1.0f / h) * k.inv_bc1;
-        }
-        const float mx = block_momentum(g + i0, idx + i0, C, mag[q], k.w, Q, mb);
-        mag[q] = mx;
-        if (mx > 0)  // x = m/mag, or 0 (a loop each: a division under ?: does not vectorise)
-          for (size_t e = 0; e < Q; ++e) mb[e] = mb[e] / mx;
-        else
-          std::fill(mb, mb + Q, 0.0f);
-        nc.codes(mb, Q, cbuf.data());
-        block_apply(p + i0, idx + i0, cbuf.data(), C, st, P == 1, mx, k, Q);
-      }
+      for (size_t q = 0; q < nq; ++q)
+        gefen_update_block(q, P, Q, p, g, s.idx.data(), s.mag.data(), s.v.data(), C, k, mbuf.data(), cbuf.data(),
+                           sbuf.data(), codes);
     }
   }
 

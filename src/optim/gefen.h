@@ -52,6 +52,7 @@
 #include <string>
 #include <vector>
 
+#include "optim/gefen_block.h"  // the update of one block, shared with the CUDA kernel
 #include "optim/gefen_period.h"
 #include "optim/nearest_code.h"  // gefen_nearest_code: idx_i's rule
 #include "optim/optimizer.h"
@@ -75,7 +76,7 @@ OptimizerEntry gefen_entry();
 // cascade of 2^max(4, ⌈log2(⌊n/L⌋/4)⌉/4)-vector chunks), then the scalar tail from 0 in order,
 // then the L lanes in order; for n < L the same row_sum over single floats. Checked against
 // torch.mean(x·x, dim=1) · n on Gaussian rows of n = 1 … 5000: equal in every case.
-inline constexpr size_t kGefenTorchLanes = 8;
+// (gefen_block.h: gefen_aten_sum, kGefenTorchLanes.)
 float gefen_torch_sum(const float* x, size_t n);
 
 // The codebook learned from gradients (each flattened) with their periods: the histogram over all

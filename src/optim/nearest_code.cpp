@@ -1,15 +1,14 @@
 #include "optim/nearest_code.h"
 
+#include "optim/gefen_block.h"  // gefen_nearest
+
 #include <algorithm>
 #include <cmath>
 
 namespace mantis {
 
 uint8_t gefen_nearest_code(std::span<const float> C, float x) {
-  const size_t k = size_t(std::lower_bound(C.begin(), C.end(), x) - C.begin());
-  const size_t last = C.size() - 1;
-  const size_t left = k == 0 ? 0 : std::min(k - 1, last), right = std::min(k, last);
-  return uint8_t(std::abs(x - C[left]) <= std::abs(x - C[right]) ? left : right);
+  return uint8_t(gefen_nearest(C.data(), uint32_t(C.size()), x));  // the rule, shared with the GPU kernel
 }
 
 namespace {
