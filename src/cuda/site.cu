@@ -48,6 +48,24 @@ void round_operand(const OperandStep& o, float* x, size_t rows, size_t cols, uin
   cuda_detail::quantize_scheme_device(bp, x, x, stream, 0, nullptr, nullptr, work.get(), native(s));
 }
 
+// The call's scratch, kept between calls of this host thread and only grown, so that a forward pass
+// does not cudaMalloc / cudaFree (which synchronises the whole device) for every GEMM.
+struct SiteScratch {
+  Array<float> A, B;                    // the operands' rounded copies
+  Array<double> C;                      // the emulated GEMM's accumulator values
+  Array<cuda_detail::SchemeWork> work;  // scheme operands' scratch
+};
+SiteScratch& site_scratch() {
+  thread_local SiteScratch s;
+  return s;
+}
+template <class T>
+T* at_least(Array<T>& a, size_t n) {
+  if (a.size() < n) a = Array<T>();  // free first: the old and new buffers need not coexist
+  if (a.size() < n) a = Array<T>(n);
+  return a.get();
+}
+
 }  // namespace
 
 void site_gemm(const SitePlan& p, const float* A, const float* B, bool bt, float* out, size_t M, size_t N, size_t K,
@@ -55,39 +73,39 @@ void site_gemm(const SitePlan& p, const float* A, const float* B, bool bt, float
   if (M == 0 || N == 0) return;
   const cudaStream_t cs = native(s);
   const bool rounds_operands = p.input || p.input_a || p.input_b || (p.gemm && p.gemm->input);
-  Array<float> Ar, Br;  // [M,K], [K,N]: the operands' rounded copies (A and B are never written)
-  Array<cuda_detail::SchemeWork> work;  // scheme operands' scratch
+  SiteScratch& sc = site_scratch();
+  float *Ar = nullptr, *Br = nullptr;  // [M,K], [K,N]: the operands' rounded copies (A and B are never written)
   const float *a = A, *b = B;
   bool b_transposed = bt;
   if (p.gemm || rounds_operands) {
-    Ar = Array<float>(M * K);
-    MANTIS_CUDA_CHECK(cudaMemcpyAsync(Ar.get(), A, M * K * sizeof(float), cudaMemcpyDeviceToDevice, cs));
-    Br = Array<float>(K * N);
+    Ar = at_least(sc.A, M * K);
+    MANTIS_CUDA_CHECK(cudaMemcpyAsync(Ar, A, M * K * sizeof(float), cudaMemcpyDeviceToDevice, cs));
+    Br = at_least(sc.B, K * N);
     if (bt) {
-      transpose_kernel<<<blocks_for(K * N), kThreads, 0, cs>>>(B, Br.get(), N, K);
+      transpose_kernel<<<blocks_for(K * N), kThreads, 0, cs>>>(B, Br, N, K);
       MANTIS_CUDA_CHECK_LAUNCH();
     } else {
-      MANTIS_CUDA_CHECK(cudaMemcpyAsync(Br.get(), B, K * N * sizeof(float), cudaMemcpyDeviceToDevice, cs));
+      MANTIS_CUDA_CHECK(cudaMemcpyAsync(Br, B, K * N * sizeof(float), cudaMemcpyDeviceToDevice, cs));
     }
-    a = Ar.get(), b = Br.get(), b_transposed = false;
-    if (p.input_a) round_operand(*p.input_a, Ar.get(), M, K, stream + kStreamA, work, s);
-    if (p.input_b) round_operand(*p.input_b, Br.get(), K, N, stream + kStreamB, work, s);
+    a = Ar, b = Br, b_transposed = false;
+    if (p.input_a) round_operand(*p.input_a, Ar, M, K, stream + kStreamA, sc.work, s);
+    if (p.input_b) round_operand(*p.input_b, Br, K, N, stream + kStreamB, sc.work, s);
   }
   if (p.gemm) {  // emulated: gemm rounds the inputs itself (streams + kStreamA, + kStreamB)
-    Array<double> C(M * N);  // [M,N] the accumulator values
-    gemm(*p.gemm, Ar.get(), Br.get(), C.get(), M, N, K, stream, s);
-    finish_kernel<double><<<blocks_for(M * N), kThreads, 0, cs>>>(C.get(), out, M, N, divisor, bias);
+    double* C = at_least(sc.C, M * N);  // [M,N] the accumulator values
+    gemm(*p.gemm, Ar, Br, C, M, N, K, stream, s);
+    finish_kernel<double><<<blocks_for(M * N), kThreads, 0, cs>>>(C, out, M, N, divisor, bias);
   } else {
     if (p.input) {
-      round(Ar.get(), M * K, p.input->plan, stream + kStreamA, 0, s);
-      round(Br.get(), K * N, p.input->plan, stream + kStreamB, 0, s);
+      round(Ar, M * K, p.input->plan, stream + kStreamA, 0, s);
+      round(Br, K * N, p.input->plan, stream + kStreamB, 0, s);
     }
     sgemm(a, b, out, M, N, K, s, b_transposed);
     if (divisor != 1.0f || bias) finish_kernel<float><<<blocks_for(M * N), kThreads, 0, cs>>>(out, out, M, N, divisor, bias);
   }
   MANTIS_CUDA_CHECK_LAUNCH();
   if (p.output) round(out, M * N, p.output->plan, stream + kStreamOutput, 0, s);
-  s.synchronize();  // the scratch arrays are freed on return
+  s.synchronize();  // the scratch is this thread's next call's, maybe on another stream
 }
 
 }  // namespace mantis::gpu
