@@ -273,7 +273,9 @@ TEST_CASE("eval: metrics over every position of every window, results and manife
   CHECK(res["sequences"][2]["start"].get<size_t>() == starts[2]);
   const auto csv = lines(slurp(out / "results.csv"));
   REQUIRE(csv.size() == 2);
-  CHECK(csv[0].rfind("model,policy,data,seqs,ctx,positions,kl_mean", 0) == 0);
+  // column names carry their unit as the last suffix (study.h)
+  CHECK(csv[0] == "model,policy,data,seqs,ctx_tokens,positions,kl_mean_nats,flip_rate,flips,ppl_ref,ppl_test,"
+                  "max_abs_logit_error,nonfinite_positions,overflow,nan,inf,ref_seconds,policy_seconds");
 
   const auto man = nlohmann::json::parse(slurp(out / "manifest.json"));
   CHECK(man["config"]["policy"] == "lamp:4");
@@ -685,7 +687,7 @@ TEST_CASE("lamp sweep: per-window data, intervals, per-layer rates and site heal
   const double ratio = res[2]["kl"].get<double>() > 0 ? res[1]["kl"].get<double>() / res[2]["kl"].get<double>() : 0;
   CHECK(res[2]["kl_ratio"].get<double>() == Approx(ratio).epsilon(1e-12));
   const auto csv = lines(slurp(out / "results.csv"));
-  CHECK_THAT(csv[0], Catch::Contains("kl_lo,kl_hi,kl_ratio,kl_ratio_lo,kl_ratio_hi"));
+  CHECK_THAT(csv[0], Catch::Contains(",kl_nats,kl_lo_nats,kl_hi_nats,kl_ratio,kl_ratio_lo,kl_ratio_hi,"));
   CHECK_THAT(csv[0], Catch::Contains("recompute_rate_l0,recompute_rate_l1"));
   // the result set: the manifest lists every file's SHA-256
   const auto man = nlohmann::json::parse(slurp(out / "manifest.json"));

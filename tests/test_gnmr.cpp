@@ -433,11 +433,16 @@ bits = 8{}
   const std::string res = (dir / "res").string();
   verify_result_set(res);
   const std::string summary = read_text_file(res + "/summary.csv", "summary");
+  // losses in nats, named so (study.h: the unit is the column name's last suffix)
+  CHECK(summary.starts_with("model,arm,seeds,mean_final_val_loss_nats,t_lo_nats,t_hi_nats,boot_lo_nats,boot_hi_nats,"
+                            "ppl,ppl_lo,ppl_hi,"));
+  CHECK(read_text_file(res + "/curves.csv", "curves").starts_with("model,arm,seed,step,val_loss_nats\n"));
   CHECK(summary.find("tiny,static4,2,") != std::string::npos);
   CHECK(summary.find("tiny,gnmr4to8,1,") != std::string::npos);
   // random: 2 of the 8 units every step → recovery rate 0.25 exactly
   CHECK(summary.find("tiny,random4to8,2,") != std::string::npos);
   const std::string results = read_text_file(res + "/results.csv", "results");
+  CHECK(results.starts_with("model,arm,seed,steps,final_val_loss_nats,final_val_ppl,median_step_seconds,"));
   CHECK(results.find(",random,8,12,0,0,0.25,") != std::string::npos);
   CHECK(results.find(",static4,") != std::string::npos);
   const std::string recs = read_text_file(res + "/recoveries.csv", "recoveries");
@@ -476,10 +481,11 @@ TEST_CASE("gnmr study: also_validate measures the final model on other data, key
     CHECK(cell["also_val"]["jargon/validation"].get<double>() != cell["final_val_loss"].get<double>());
   }
   const std::string summary = read_text_file((dir / "res" / "summary.csv").string(), "summary");
-  CHECK(summary.find(",interval,val_loss[kjv/validation],t_lo[kjv/validation],t_hi[kjv/validation],"
-                     "val_loss[jargon/validation],") != std::string::npos);
+  CHECK(summary.find(",interval,val_loss_nats[kjv/validation],t_lo_nats[kjv/validation],t_hi_nats[kjv/validation],"
+                     "val_loss_nats[jargon/validation],") != std::string::npos);
   const std::string results = read_text_file((dir / "res" / "results.csv").string(), "results");
-  CHECK(results.find("loss_spikes,val_loss[kjv/validation],val_loss[jargon/validation]\n") != std::string::npos);
+  CHECK(results.find("loss_spikes,val_loss_nats[kjv/validation],val_loss_nats[jargon/validation]\n") !=
+        std::string::npos);
   // the stored cells carry the extra data in their keys: a changed list refuses them
   write_file_atomic(study, fmt::format("out = \"{}\"\nmodels = [\"{}\"]\nseeds = [1, 2]\n"
                                        "also_validate = [\"kjv/validation\"]\n[[arm]]\nname = \"fp32\"\n",

@@ -112,7 +112,7 @@ TEST_CASE("every registered optimizer: checkpoint round trip and bit-identical r
       CHECK(one.log().back().state_bytes == one.optimizer().state_bytes());
       // log.csv's last column: state_bytes after each step
       const std::string csv = read_file(dir + "/log.csv");
-      CHECK(csv.starts_with("step,loss,val_loss,lr,grad_norm,tokens,seconds,state_bytes\n"));
+      CHECK(csv.starts_with("step,loss_nats,val_loss_nats,lr,grad_norm,tokens,seconds,state_bytes\n"));
       CHECK(csv.ends_with("," + std::to_string(one.optimizer().state_bytes()) + "\n"));
       // the checkpoint records the optimizer's name and exact state bytes
       const auto j = nlohmann::json::parse(read_file(dir + "/checkpoint-00000004/trainer.json"));

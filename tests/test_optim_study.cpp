@@ -382,6 +382,13 @@ TEST_CASE("optimizer study: keyed cells, resume, --cell shards + merge equal to 
   for (const char* f : {"curves.csv", "gefen_error.csv", "gefen_distortion.csv", "gefen_periods.csv"})
     CHECK(slurp(one / f) == slurp(shards / f));
   CHECK(deterministic_results(one / "results.csv") == deterministic_results(shards / "results.csv"));
+  // column names carry their unit as the last suffix (study.h): losses in nats, periods in elements
+  auto header = [&](const char* f) { return slurp(one / f).substr(0, slurp(one / f).find('\n')); };
+  CHECK(header("results.csv").starts_with("model,optimizer,variant,seed,steps,final_val_loss_nats,final_val_ppl,"));
+  CHECK(header("curves.csv") == "model,optimizer,variant,seed,step,val_loss_nats");
+  CHECK(header("summary.csv").starts_with("model,optimizer,seeds,mean_final_val_loss_nats,t_lo_nats,t_hi_nats,"
+                                          "boot_lo_nats,boot_hi_nats,ppl,ppl_lo,ppl_hi,"));
+  CHECK(header("gefen_periods.csv") == "model,optimizer,variant,seed,tensor,period_elements,state_bytes");
 
   // the cells: curves, applied keys, bytes per parameter
   const ojson c0 = read_cell(cell_path(one.string(), 0)), c2 = read_cell(cell_path(one.string(), 2));

@@ -160,10 +160,11 @@ TEST_CASE("slurm: the study command without cell, thread or Slurm options; the s
 
 TEST_CASE("merge: result sets into one long CSV with units and provenance; a changed set is refused") {
   const fs::path a = scratch("merge-a"), b = scratch("merge-b");
-  write_result_set(a.string(), {{"results.csv", "cell,name,kind,mu,kl,ppl,seconds\n0,\"fp32, ref\",fp32,,0.0,4.5,1.25\n"
+  write_result_set(a.string(), {{"results.csv", "cell,name,kind,mu,kl_nats,ppl,seconds\n"
+                                                "0,\"fp32, ref\",fp32,,0.0,4.5,1.25\n"
                                                 "1,uniform ps4,uniform,4,0.0155,5.03,1.5\n"}},
                    ojson{{"generator", "mantis lamp sweep"}, {"git_commit", "abc"}, {"model", "models/m"}});
-  write_result_set(b.string(), {{"results.csv", "model,optimizer,seed,final_val_loss,state_bytes,peak_rss_bytes\n"
+  write_result_set(b.string(), {{"results.csv", "model,optimizer,seed,final_val_loss_nats,state_bytes,peak_rss_bytes\n"
                                                 "m2,gefen,1,2.5,1024,4096\n"}},
                    ojson{{"generator", "mantis optim-study"}, {"git_commit", "def"}});
   const std::string csv = merge_result_sets({a.string(), b.string()});
@@ -173,15 +174,26 @@ TEST_CASE("merge: result sets into one long CSV with units and provenance; a cha
   REQUIRE(lines.size() == 1 + 3 + 3 + 3);  // kl, ppl, seconds per LAMP row; three metrics of the optim row
   CHECK(lines[0] == "source,generator,git_commit,row,model,policy,mu,site,design,metric,value,unit");
   const std::string pa = a.string(), pb = b.string();
-  CHECK(lines[1] == pa + ",mantis lamp sweep,abc,0,models/m,,,,\"cell=0;name=fp32, ref;kind=fp32\",kl,0.0,nats");
+  CHECK(lines[1] == pa + ",mantis lamp sweep,abc,0,models/m,,,,\"cell=0;name=fp32, ref;kind=fp32\",kl_nats,0.0,nats");
   CHECK(lines[3] == pa + ",mantis lamp sweep,abc,0,models/m,,,,\"cell=0;name=fp32, ref;kind=fp32\",seconds,1.25,s");
   CHECK(lines[5] == pa + ",mantis lamp sweep,abc,1,models/m,,4,,cell=1;name=uniform ps4;kind=uniform,ppl,5.03,perplexity");
-  CHECK(lines[7] == pb + ",mantis optim-study,def,0,m2,,,,optimizer=gefen;seed=1,final_val_loss,2.5,nats");
+  CHECK(lines[7] == pb + ",mantis optim-study,def,0,m2,,,,optimizer=gefen;seed=1,final_val_loss_nats,2.5,nats");
   CHECK(lines[8] == pb + ",mantis optim-study,def,0,m2,,,,optimizer=gefen;seed=1,state_bytes,1024,bytes");
   CHECK(metric_unit("recompute_rate") == "1");
   CHECK(metric_unit("median_step_seconds") == "s");
   CHECK(metric_unit("loss_spikes") == "count");
   CHECK(metric_unit("flux") == "unknown");
+  // the unit is the name's last suffix (study.h), a bracketed qualifier after it
+  CHECK(metric_unit("kl_lo_nats") == "nats");
+  CHECK(metric_unit("t_hi_nats") == "nats");
+  CHECK(metric_unit("val_loss_nats[kjv/validation]") == "nats");
+  CHECK(metric_unit("ctx_tokens") == "tokens");
+  CHECK(metric_unit("period_elements") == "elements");
+  CHECK(metric_unit("ref_seconds") == "s");
+  CHECK(metric_unit("peak_rss_bytes") == "bytes");
+  CHECK(metric_unit("bytes_per_param") == "bytes/param");
+  CHECK(metric_unit("kl_ratio_lo") == "1");
+  CHECK(metric_unit("max_abs_logit_error") == "logit");
   std::ofstream(b / "results.csv", std::ios::app) << "m3,adamw,2,2.6,1,1\n";
   CHECK_THAT(error_of([&] { merge_result_sets({a.string(), b.string()}); }), Catch::Contains("results.csv"));
   CHECK_THAT(error_of([&] { merge_result_sets({(a / "none").string()}); }), Catch::Contains("manifest"));

@@ -159,7 +159,7 @@ def curves(d, out, tag, written, group_cols, title):
     lines = defaultdict(list)
     for r in _rows(path):
         key = " ".join(r[c] for c in group_cols if r.get(c))
-        lines[key].append((_num(r["step"]), _num(r["val_loss"])))
+        lines[key].append((_num(r["step"]), _num(r["val_loss_nats"])))
     fig, ax = plt.subplots(figsize=(6, 4))
     for i, (key, pts) in enumerate(sorted(lines.items())):
         pts.sort()
@@ -174,8 +174,8 @@ def curves(d, out, tag, written, group_cols, title):
 def train_log(d, out, tag, written):
     rows = _rows(os.path.join(d, "log.csv"))
     fig, ax = plt.subplots(figsize=(6, 4))
-    ax.plot([_num(r["step"]) for r in rows], [_num(r["loss"]) for r in rows], "-", lw=0.8, label="training loss")
-    val = [(_num(r["step"]), _num(r["val_loss"])) for r in rows if r.get("val_loss")]
+    ax.plot([_num(r["step"]) for r in rows], [_num(r["loss_nats"]) for r in rows], "-", lw=0.8, label="training loss")
+    val = [(_num(r["step"]), _num(r["val_loss_nats"])) for r in rows if r.get("val_loss_nats")]
     ax.plot([v[0] for v in val], [v[1] for v in val], "o-", label="validation loss")
     ax.set_xlabel("step")
     ax.set_ylabel("loss (nats per token)")

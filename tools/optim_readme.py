@@ -41,8 +41,8 @@ def main(d):
         print("| optimizer | seeds | final val loss (95 % t) | ppl | state B/param | vs AdamW | step ms | peak RSS MiB |")
         print("|---|---:|---|---:|---:|---:|---:|---:|")
         for r in rows:
-            lo, hi = num(r["t_lo"]), num(r["t_hi"])
-            loss = num(r["mean_final_val_loss"])
+            lo, hi = num(r["t_lo_nats"]), num(r["t_hi_nats"])
+            loss = num(r["mean_final_val_loss_nats"])
             iv = f"{loss:.4f} [{lo:.4f}, {hi:.4f}]" if r["interval"] == "t95" and is_finite(lo, hi) else f"{loss:.4f} (single seed)"
             bpp = num(r["bytes_per_param"])
             rel = f"{base / bpp:.2f}×" if is_finite(base, bpp) and bpp > 0 else ""

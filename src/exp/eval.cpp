@@ -173,8 +173,8 @@ EvalResult run_eval(const EvalOptions& o) {
     fs::create_directories(o.out, ec);
     if (ec || !fs::is_directory(o.out, ec)) throw InputError(fmt::format("cannot create directory {}", o.out));
     const std::string csv_head =
-        "model,policy,data,seqs,ctx,positions,kl_mean,flip_rate,flips,ppl_ref,ppl_test,max_abs_logit_error,"
-        "nonfinite_positions,overflow,nan,inf,seconds_ref,seconds_policy\n";
+        "model,policy,data,seqs,ctx_tokens,positions,kl_mean_nats,flip_rate,flips,ppl_ref,ppl_test,"
+        "max_abs_logit_error,nonfinite_positions,overflow,nan,inf,ref_seconds,policy_seconds\n";
     const std::string csv =
         csv_head + fmt::format("{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{:.3f},{:.3f}\n", csv_quote(o.model),
                                csv_quote(o.policy), csv_quote(data_name), starts.size(), ctx, all.positions(),

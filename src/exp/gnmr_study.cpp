@@ -154,15 +154,18 @@ uint64_t spikes(const ojson& losses) {
 void write_merged(const GnmrStudyConfig& c, const std::vector<GnmrStudyCell>& cells, const StudyRun& run,
                   const std::string& out, bool partial, std::FILE* log) {
   std::string also_head, also_sum_head;  // one column per also_validate spec (summary: mean, t interval)
-  for (const std::string& spec : c.also_validate)
-    also_head += ",val_loss[" + spec + "]", also_sum_head += ",val_loss[" + spec + "],t_lo[" + spec + "],t_hi[" + spec + "]";
+  for (const std::string& spec : c.also_validate) {
+    also_head += ",val_loss_nats[" + spec + "]";
+    also_sum_head += ",val_loss_nats[" + spec + "],t_lo_nats[" + spec + "],t_hi_nats[" + spec + "]";
+  }
   auto also_of = [&](const ojson& r, const std::string& spec) {
     return r.contains("also_val") && r["also_val"].contains(spec) ? json_to_double(r["also_val"][spec], "also_val")
                                                                   : std::nan("");
   };
-  std::string results = "model,arm,seed,steps,final_val_loss,final_val_ppl,median_step_seconds,controller,units,"
-                        "recovered,exceeded,eligible,recovery_rate,exceedance_rate,loss_spikes" + also_head + "\n";
-  std::string curves = "model,arm,seed,step,val_loss\n", recs = "model,arm,seed,step,unit\n";
+  std::string results = "model,arm,seed,steps,final_val_loss_nats,final_val_ppl,median_step_seconds,controller,"
+                        "units,recovered,exceeded,eligible,recovery_rate,exceedance_rate,loss_spikes" + also_head +
+                        "\n";
+  std::string curves = "model,arm,seed,step,val_loss_nats\n", recs = "model,arm,seed,step,unit\n";
   std::vector<std::pair<std::string, std::string>> groups;
   std::map<std::pair<std::string, std::string>, std::vector<const ojson*>> members;
   ojson jcells = ojson::array();
@@ -197,8 +200,9 @@ void write_merged(const GnmrStudyConfig& c, const std::vector<GnmrStudyCell>& ce
     members[gk].push_back(&r);
     jcells.push_back(r);
   }
-  std::string summary = "model,arm,seeds,mean_final_val_loss,t_lo,t_hi,boot_lo,boot_hi,ppl,ppl_lo,ppl_hi,"
-                        "recovery_rate,exceedance_rate,loss_spikes,median_step_seconds,interval" + also_sum_head + "\n";
+  std::string summary = "model,arm,seeds,mean_final_val_loss_nats,t_lo_nats,t_hi_nats,boot_lo_nats,boot_hi_nats,"
+                        "ppl,ppl_lo,ppl_hi,recovery_rate,exceedance_rate,loss_spikes,median_step_seconds,interval" +
+                        also_sum_head + "\n";
   ojson jsum = ojson::array();
   for (auto& gk : groups) {
     std::vector<double> loss, rec, exc, spk, secs;

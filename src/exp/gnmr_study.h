@@ -27,8 +27,9 @@
 // bootstrap intervals over seeds, perplexity, mean recovery rate = recovered / (steps·units),
 // mean exceedance rate = exceeded / eligible, mean loss spikes — steps t ≥ 11 whose training loss
 // exceeds 1.1 × the mean of the 10 before — and the median step time; per also_validate spec
-// the mean loss with its t interval, columns val_loss[SPEC], t_lo[SPEC], t_hi[SPEC]; results.csv:
-// val_loss[SPEC] per cell), results.json, manifest.json.
+// the mean loss with its t interval, columns val_loss_nats[SPEC], t_lo_nats[SPEC],
+// t_hi_nats[SPEC]; results.csv: val_loss_nats[SPEC] per cell), results.json, manifest.json. Losses
+// are in nats, their columns named so (study.h's convention: final_val_loss_nats, t_lo_nats, …).
 #pragma once
 
 #include <cstdint>

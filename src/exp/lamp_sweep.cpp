@@ -357,9 +357,9 @@ LampSweepResult run_lamp_sweep(const LampSweepOptions& o) {
   };
 
   ojson rows = ojson::array();
-  std::string csv = "cell,name,kind,mu,rule,tau,random_control,kl,kl_lo,kl_hi,kl_ratio,kl_ratio_lo,kl_ratio_hi,"
-                    "flip_rate,ppl_ref,ppl,max_abs_logit_error,recompute_rate,nonfinite_positions,overflow,nan,inf,"
-                    "seconds";
+  std::string csv = "cell,name,kind,mu,rule,tau,random_control,kl_nats,kl_lo_nats,kl_hi_nats,kl_ratio,kl_ratio_lo,"
+                    "kl_ratio_hi,flip_rate,ppl_ref,ppl,max_abs_logit_error,recompute_rate,nonfinite_positions,overflow,"
+                    "nan,inf,seconds";
   for (int l = 0; l < layers; ++l) csv += fmt::format(",recompute_rate_l{}", l);
   csv += "\n";
   auto s = [](const ojson& x) { return x.is_null() ? std::string() : x.is_string() ? x.get<std::string>() : x.dump(); };

@@ -64,17 +64,22 @@ const std::set<std::string> kDesign = {"cell", "mu", "tau", "seed", "random_cont
 
 }  // namespace
 
-std::string metric_unit(const std::string& c) {
-  if (c == "seconds" || ends_with(c, "_s") || ends_with(c, "_seconds") || has(c, "seconds_")) return "s";
-  if (ends_with(c, "bytes") || has(c, "bytes_")) return c == "bytes_per_param" ? "bytes/param" : "bytes";
+std::string metric_unit(const std::string& column) {
+  // The unit is the name's last suffix (study.h), before a bracketed qualifier (val_loss_nats[kjv/test]).
+  const std::string c = column.substr(0, column.find('['));
+  if (c == "seconds" || ends_with(c, "_seconds") || ends_with(c, "_s")) return "s";
+  if (c == "bytes_per_param") return "bytes/param";
+  if (c == "bytes" || ends_with(c, "_bytes")) return "bytes";
+  if (ends_with(c, "_nats")) return "nats";
+  if (c == "tokens" || ends_with(c, "_tokens")) return "tokens";
+  if (ends_with(c, "_elements")) return "elements";
   if (has(c, "spikes") || ends_with(c, "_count")) return "count";
-  if (c.rfind("kl", 0) == 0 && !has(c, "ratio")) return "nats";
-  if (has(c, "loss")) return "nats";
   if (c.rfind("ppl", 0) == 0 || has(c, "_ppl")) return "perplexity";
   if (has(c, "rate") || has(c, "ratio") || has(c, "rel_err") || has(c, "fraction") || c == "gamma") return "1";
   if (has(c, "logit")) return "logit";
   static const std::set<std::string> counts = {"overflow", "nan", "inf", "units", "recovered", "exceeded", "eligible",
-                                               "params", "nonfinite_positions", "positions", "tokens", "windows"};
+                                               "params", "nonfinite_positions", "positions", "windows", "flips",
+                                               "seqs"};
   if (counts.count(c)) return "count";
   return "unknown";
 }

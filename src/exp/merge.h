@@ -10,8 +10,10 @@
 
 namespace mantis {
 
-// The unit of a results.csv column by its name ("s", "bytes", "nats", "count", "1" for ratios and
-// rates, …); "unknown" when the name does not say.
+// The unit of a results.csv column by its name: its last suffix (study.h: `_seconds` → "s",
+// `_bytes` → "bytes", `_nats` → "nats", `_tokens` → "tokens", `_elements` → "elements"; a bracketed
+// qualifier after it is ignored), else what a dimensionless name is ("count", "perplexity", "1" for
+// ratios and rates, "logit"); "unknown" when the name does not say.
 std::string metric_unit(const std::string& column);
 
 // The merged CSV (header: source,generator,git_commit,row,model,policy,mu,site,design,metric,value,unit).

@@ -224,12 +224,12 @@ ojson spawn_cell(const OptimStudyOptions& o, const std::string& out, size_t i) {
 
 void write_merged(const OptimStudyConfig& c, const std::vector<OptimStudyCell>& cells, const StudyRun& run,
                   const std::string& out, bool partial, std::FILE* log) {
-  std::string results = "model,optimizer,variant,seed,steps,final_val_loss,final_val_ppl,params,state_bytes,"
+  std::string results = "model,optimizer,variant,seed,steps,final_val_loss_nats,final_val_ppl,params,state_bytes,"
                         "bytes_per_param,median_step_seconds,peak_rss_bytes,rss_scope,applied\n";
-  std::string curves = "model,optimizer,variant,seed,step,val_loss\n";
+  std::string curves = "model,optimizer,variant,seed,step,val_loss_nats\n";
   std::string gerr = "model,optimizer,variant,seed,step,role,rel_error\n";
   std::string gdist = "model,optimizer,variant,seed,step,bins,distortion_step0,distortion_relearned\n";
-  std::string gper = "model,optimizer,variant,seed,tensor,period,state_bytes\n";
+  std::string gper = "model,optimizer,variant,seed,tensor,period_elements,state_bytes\n";
   ojson jcells = ojson::array();
   // (model, label) → per-seed values, in cell order
   std::vector<std::pair<std::string, std::string>> groups;
@@ -267,8 +267,8 @@ void write_merged(const OptimStudyConfig& c, const std::vector<OptimStudyCell>& 
     members[gk].push_back(&r);
     jcells.push_back(r);
   }
-  std::string summary = "model,optimizer,seeds,mean_final_val_loss,t_lo,t_hi,boot_lo,boot_hi,ppl,ppl_lo,ppl_hi,"
-                        "bytes_per_param,median_step_seconds,peak_rss_bytes,interval\n";
+  std::string summary = "model,optimizer,seeds,mean_final_val_loss_nats,t_lo_nats,t_hi_nats,boot_lo_nats,"
+                        "boot_hi_nats,ppl,ppl_lo,ppl_hi,bytes_per_param,median_step_seconds,peak_rss_bytes,interval\n";
   ojson jsum = ojson::array();
   for (auto& gk : groups) {
     std::vector<double> loss, bpp, secs;

@@ -39,12 +39,13 @@
 //      on that histogram (learn_gefen_codebook; O(K·B²) per measurement).
 //  (c) per tensor: its period, its state bytes; the P = 1 tensors' total state bytes and params.
 //
-// Merge: results.csv (a row per cell), curves.csv (step, val_loss per cell), summary.csv (per
+// Merge: results.csv (a row per cell), curves.csv (step, val_loss_nats per cell), summary.csv (per
 // model and optimizer or variant: seeds, mean final val loss with a 95 % Student-t interval and
 // a bootstrap percentile interval over seeds — "single-seed" where there is one — and the
 // perplexity exp(mean loss) with exp of the t interval, mean state bytes per parameter, median
-// step time, peak RSS), gefen_error.csv, gefen_distortion.csv, gefen_periods.csv, results.json
-// (every cell and the summary), manifest.json: one result set (study.h).
+// step time, peak RSS), gefen_error.csv, gefen_distortion.csv, gefen_periods.csv (period_elements:
+// the block length P in elements), results.json (every cell and the summary), manifest.json: one
+// result set (study.h). Losses are in nats, their columns named so (final_val_loss_nats, t_lo_nats, …).
 #pragma once
 
 #include <cstdint>

@@ -306,8 +306,8 @@ PolicySweepResult run_policy_sweep(const PolicySweepOptions& o) {
   // merge: every stored cell's numbers checked, then one result set with bootstrap intervals
   const Bootstrap boot(starts.size(), kBootstrapResamples, kBootstrapSeed);
   ojson rows = ojson::array();
-  std::string csv = "cell,name,site,format,rounding,accumulation,scheme,kl,kl_lo,kl_hi,flip_rate,ppl_ref,ppl,"
-                    "max_abs_logit_error,nonfinite_positions,overflow,nan,inf,seconds\n";
+  std::string csv = "cell,name,site,format,rounding,accumulation,scheme,kl_nats,kl_lo_nats,kl_hi_nats,flip_rate,"
+                    "ppl_ref,ppl,max_abs_logit_error,nonfinite_positions,overflow,nan,inf,seconds\n";
   auto s = [](const ojson& x) { return x.is_null() ? std::string() : x.is_string() ? x.get<std::string>() : x.dump(); };
   for (size_t i = 0; i < cells.size(); ++i) {
     if (!run.cells[i]) continue;

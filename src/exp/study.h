@@ -20,6 +20,18 @@
 // written last with the SHA-256 of every file of the set under "files". A reader that finds no
 // manifest, or a file whose SHA-256 differs, has an interrupted or mixed set and must refuse it
 // (verify_result_set here; tools/results.py for Python readers).
+//
+// Column names. A CSV column (results, summaries, curves, training logs) whose numbers have a unit
+// carries it as the last suffix of its name: `_seconds` (or `seconds`), `_bytes`
+// (`bytes_per_param`: bytes per parameter), `_nats` (KL divergences and cross-entropy losses,
+// natural log: `kl_nats`, `val_loss_nats`, and their interval ends `kl_lo_nats`, `t_lo_nats`, …),
+// `_tokens` (`ctx_tokens`, or `tokens`), `_elements` (`period_elements`); a bracketed qualifier
+// follows the unit (`val_loss_nats[kjv/validation]`). A column without one is dimensionless: counts
+// (`steps`, `positions`, `flips`, `overflow`, `units`, …), `*_rate` fractions, ratios, perplexities
+// (`ppl*`), relative errors, `gamma`, `lr`, `grad_norm`, activation statistics, design values
+// (`mu`, `tau`, `seed`); `max_abs_logit_error` names its unit, logits. JSON keys (results.json,
+// cells) are the in-memory names and carry no unit. merge.h's metric_unit() reads the unit back
+// from the name.
 #pragma once
 
 #include <nlohmann/json.hpp>

@@ -277,7 +277,7 @@ double Trainer::mean_loss(const std::vector<uint32_t>& tokens, const std::vector
 void Trainer::write_logs() const {
   std::error_code ec;
   fs::create_directories(c_.out, ec);
-  std::string log = "step,loss,val_loss,lr,grad_norm,tokens,seconds,state_bytes\n";
+  std::string log = "step,loss_nats,val_loss_nats,lr,grad_norm,tokens,seconds,state_bytes\n";
   for (auto& r : log_)
     log += fmt::format("{},{},{},{},{},{},{:.4f},{}\n", r.step, fmt_num(r.loss), fmt_num(r.val_loss), fmt_num(r.lr),
                        fmt_num(r.grad_norm), r.tokens, r.seconds,

@@ -23,9 +23,10 @@
 //
 // Output directory OUT:
 //   config.toml            the configuration the run was started with
-//   log.csv                step,loss,val_loss,lr,grad_norm,tokens,seconds,state_bytes (val_loss empty
-//                          when not run; state_bytes: the optimizer's after the step, empty for rows
-//                          resumed from a checkpoint that did not record it)
+//   log.csv                step,loss_nats,val_loss_nats,lr,grad_norm,tokens,seconds,state_bytes (the
+//                          mean cross-entropies in nats; val_loss_nats empty when not run;
+//                          state_bytes: the optimizer's after the step, empty for rows resumed
+//                          from a checkpoint that did not record it)
 //   units.csv              step,layer,unit,bits,grad_norm,act_rms,act_absmax,quant_rel_rms (bits: k, 0 when
 //                          exact, or the scheme's name)
 //   checkpoint-<step>/     model.safetensors + config.json (checkpoint.h), adapters.safetensors ([lora]:
