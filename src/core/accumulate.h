@@ -45,13 +45,7 @@ MANTIS_HD double strict_value(double acc, float a, float b) {
 MANTIS_HD double sum_value(double acc, double x) { return add_round_odd(acc, x); }
 
 // blocked: one step of the chunk's sum, c + a·b rounded once to binary32 (RNE).
-MANTIS_HD float chunk_step(float c, float a, float b) {
-#if defined(__CUDA_ARCH__)
-  return __fmaf_rn(a, b, c);
-#else
-  return std::fma(a, b, c);
-#endif
-}
+MANTIS_HD float chunk_step(float c, float a, float b) { return hd_fma(a, b, c); }
 
 MANTIS_HD size_t chunk_count(size_t K, size_t kb) { return (K + kb - 1) / kb; }
 

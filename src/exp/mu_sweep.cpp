@@ -68,6 +68,13 @@ std::string label(const MuSweepRow& r) {
 
 const char* dist_name(Distribution d) { return d == Distribution::uniform01 ? "uniform01" : "normal"; }
 
+// The settings every μ shares (in the results' config and in every cell's key).
+ojson shared_settings(const MuSweepConfig& c) {
+  return {{"lengths", c.lengths},    {"gemm_shapes", c.shapes},          {"trials", c.trials},
+          {"gemm_trials", c.gemm_trials}, {"seed", c.seed},               {"rounding", to_string(c.rounding)},
+          {"distribution", dist_name(c.dist)}};
+}
+
 GemmSpec spec_for(const MuSweepConfig& c, int mu) {
   GemmSpec s;
   s.acc = format_lookup(fmt::format("ps{}", mu));
@@ -248,16 +255,8 @@ MuSweepResult run_mu_sweep(const MuSweepOptions& o) {
   plan.unit = "cells";
   plan.name = [&](size_t mi) { return fmt::format("ps{}", c.mu[mi]); };
   plan.key = [&](size_t mi) {
-    ojson k{{"semantics", kMuSweepSemantics},
-            {"mu", c.mu[mi]},
-            {"lengths", c.lengths},
-            {"gemm_shapes", c.shapes},
-            {"trials", c.trials},
-            {"gemm_trials", c.gemm_trials},
-            {"seed", c.seed},
-            {"rounding", to_string(c.rounding)},
-            {"sr_bits", specs[mi].sr_bits},
-            {"distribution", dist_name(c.dist)}};
+    ojson k{{"semantics", kMuSweepSemantics}, {"mu", c.mu[mi]}, {"sr_bits", specs[mi].sr_bits}};
+    k.update(shared_settings(c));
     return k;
   };
   plan.compute = [&](size_t mi, const std::function<void()>& tick) {
@@ -367,15 +366,8 @@ MuSweepResult run_mu_sweep(const MuSweepOptions& o) {
                          r.shape[2], r.trials, r.med, r.min, r.max, r.gamma);
       rows.push_back(row_json(r));
     }
-    ojson cfg{{"file", o.config},
-              {"mu", c.mu},
-              {"lengths", c.lengths},
-              {"gemm_shapes", c.shapes},
-              {"trials", c.trials},
-              {"gemm_trials", c.gemm_trials},
-              {"seed", c.seed},
-              {"rounding", to_string(c.rounding)},
-              {"distribution", dist_name(c.dist)}};
+    ojson cfg{{"file", o.config}, {"mu", c.mu}};
+    cfg.update(shared_settings(c));
     if (c.sr_bits) cfg["sr_bits"] = *c.sr_bits;
     ojson doc{{"mantis_version", MANTIS_VERSION}, {"config", cfg}, {"elapsed_s", res.seconds}, {"results", rows}};
     ojson man = manifest_header("mantis sweep");

@@ -37,11 +37,7 @@ MANTIS_HD void adamw_element(float& p, float& m, float& v, float g, const AdamWS
   if (decay) p *= c.decay;
   m = c.b1 * m + c.a1 * g;
   v = c.b2 * v + c.a2 * g * g;
-#if defined(__CUDA_ARCH__)
-  const float denom = sqrtf(v) / c.bc2_sqrt + c.eps;
-#else
-  const float denom = std::sqrt(v) / c.bc2_sqrt + c.eps;
-#endif
+  const float denom = hd_sqrt(v) / c.bc2_sqrt + c.eps;
   p -= c.step_size * (m / denom);
 }
 

@@ -9,11 +9,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#if !defined(__CUDA_ARCH__)
-#include <cmath>
-#endif
-
-#include "core/hd.h"
+#include "core/hd.h"  // MANTIS_HD, hd_fma, hd_sqrt, hd_abs
 
 namespace mantis {
 
@@ -28,27 +24,6 @@ struct GefenScalars {
   bool wd;            // weight decay applies to this tensor
 };
 
-MANTIS_HD float gefen_fma(float a, float b, float c) {
-#if defined(__CUDA_ARCH__)
-  return fmaf(a, b, c);
-#else
-  return std::fma(a, b, c);
-#endif
-}
-MANTIS_HD float gefen_sqrt(float x) {
-#if defined(__CUDA_ARCH__)
-  return sqrtf(x);
-#else
-  return std::sqrt(x);
-#endif
-}
-MANTIS_HD float gefen_abs(float x) {
-#if defined(__CUDA_ARCH__)
-  return fabsf(x);
-#else
-  return std::abs(x);
-#endif
-}
 // std::max's rule (a NaN b keeps a), spelled out for both compilers.
 MANTIS_HD float gefen_max(float a, float b) { return a < b ? b : a; }
 
@@ -124,8 +99,8 @@ MANTIS_HD float gefen_aten_sum(const float* x, size_t n) {
 MANTIS_HD void gefen_second_moment_each(const float* __restrict g, float* __restrict v, size_t Q,
                                         const GefenScalars& k, float* __restrict st) {
   for (size_t j = 0; j < Q; ++j) {
-    v[j] = gefen_fma(g[j] * g[j], k.a2, k.b2 * v[j]);
-    const float h = gefen_sqrt(v[j]) / k.bc2_sqrt + k.eps;
+    v[j] = hd_fma(g[j] * g[j], k.a2, k.b2 * v[j]);
+    const float h = hd_sqrt(v[j]) / k.bc2_sqrt + k.eps;
     st[j] = (1.0f / h) * k.inv_bc1;
   }
 }
@@ -133,8 +108,8 @@ MANTIS_HD void gefen_second_moment_each(const float* __restrict g, float* __rest
 // P > 1 (Q = P): the block's one v and s.
 MANTIS_HD float gefen_second_moment_block(const float* g, float& v, size_t P, const GefenScalars& k) {
   const float ms = gefen_aten_sum<true>(g, P) / float(P);
-  v = gefen_fma(ms, k.a2, k.b2 * v);
-  const float h = gefen_sqrt(v) / k.bc2_sqrt + k.eps;
+  v = hd_fma(ms, k.a2, k.b2 * v);
+  const float h = hd_sqrt(v) / k.bc2_sqrt + k.eps;
   return (1.0f / h) * k.inv_bc1;
 }
 
@@ -143,22 +118,22 @@ MANTIS_HD float gefen_second_moment_block(const float* g, float& v, size_t P, co
 MANTIS_HD float gefen_momentum_block(const float* __restrict g, const uint8_t* __restrict idx,
                                      const float* __restrict C, float mag_old, float w, size_t Q,
                                      float* __restrict m) {
-  if (gefen_abs(w) < 0.5f) {
+  if (hd_abs(w) < 0.5f) {
     for (size_t i = 0; i < Q; ++i) {
       const float mo = C[idx[i]] * mag_old;
-      m[i] = gefen_fma(w, g[i] - mo, mo);
+      m[i] = hd_fma(w, g[i] - mo, mo);
     }
   } else {
     for (size_t i = 0; i < Q; ++i) {
       const float mo = C[idx[i]] * mag_old;
-      m[i] = gefen_fma(w - 1.0f, g[i] - mo, g[i]);
+      m[i] = hd_fma(w - 1.0f, g[i] - mo, g[i]);
     }
   }
   float lane[16] = {}, mx = 0;
   size_t i = 0;
   for (; i + 16 <= Q; i += 16)
-    for (size_t l = 0; l < 16; ++l) lane[l] = gefen_max(lane[l], gefen_abs(m[i + l]));
-  for (; i < Q; ++i) mx = gefen_max(mx, gefen_abs(m[i]));
+    for (size_t l = 0; l < 16; ++l) lane[l] = gefen_max(lane[l], hd_abs(m[i + l]));
+  for (; i < Q; ++i) mx = gefen_max(mx, hd_abs(m[i]));
   for (size_t l = 0; l < 16; ++l) mx = gefen_max(mx, lane[l]);
   return mx;
 }
@@ -181,7 +156,7 @@ MANTIS_HD uint32_t gefen_nearest(const float* C, uint32_t K, float x) {
     else n = half;
   }
   const uint32_t last = K - 1, left = lo == 0 ? 0 : (lo - 1 < last ? lo - 1 : last), right = lo < last ? lo : last;
-  return gefen_abs(x - C[left]) <= gefen_abs(x - C[right]) ? left : right;
+  return hd_abs(x - C[left]) <= hd_abs(x - C[right]) ? left : right;
 }
 
 // idx_i ← c_i; θ_i ← θ_i·decay (if wd); θ_i ← θ_i − ((C[c_i]·mx)·s)·lr, s = st[i] (per_element) or st[0].
