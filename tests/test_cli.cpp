@@ -700,7 +700,7 @@ TEST_CASE("optim replay: --json fields; bad input is one line, exit 2", "[cli][o
   CHECK(fs::file_size(out) > 0);
 
   auto one_line_error = [&](const Result& e, const std::string& what) {
-    INFO(e.err);
+    INFO(flat(e.err));
     CHECK(e.status == 2);
     CHECK(e.out.empty());
     CHECK(std::count(e.err.begin(), e.err.end(), '\n') == 1);
@@ -759,7 +759,7 @@ TEST_CASE("bench optim: every optimizer beside AdamW at each thread count, and t
   CHECK(js[1]["optimizer"] == "gefen");  // registry order
   CHECK(js[2]["optimizer"] == "sm3");
   const auto lion = run({"bench", "optim", "--optimizers", "lion"});
-  INFO(lion.err);
+  INFO(flat(lion.err));
   CHECK(lion.status == 2);
   CHECK(std::count(lion.err.begin(), lion.err.end(), '\n') == 1);
   CHECK(lion.err.find("bench optim --optimizers: [optimizer] name = 'lion'") != std::string::npos);

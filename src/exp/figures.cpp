@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -54,11 +55,13 @@ Figures draw_figures(const std::string& dir) {
   for (auto& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
   pid_t pid = 0;
-  const int err = posix_spawn(&pid, python.c_str(), &fa, nullptr, argv.data(), environ);
+  const int err = posix_spawnp(&pid, python.c_str(), &fa, nullptr, argv.data(), environ);  // a bare name: PATH
   posix_spawn_file_actions_destroy(&fa);
   ::close(fd);
   int status = 0;
-  if (err == 0) ::waitpid(pid, &status, 0);
+  if (err == 0)
+    while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+    }
   std::string out;
   try {
     out = read_file(log);
