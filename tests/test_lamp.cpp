@@ -434,6 +434,36 @@ TEST_CASE("softmax_row equals the CPU attention's softmax (vectorised numerators
   }
 }
 
+TEST_CASE("online_softmax_nan says when softmax_row gives NaNs (and it never gives ±inf)", "[attention_row]") {
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+  const float specials[] = {inf, -inf, nan, 3e38f, -3e38f, 0.0f};
+  uint64_t nan_rows = 0, finite_rows = 0;
+  for (int r = 0; r < 2000; ++r) {
+    const size_t n = size_t(1 + (r * 7) % 23);
+    std::vector<float> x(n);
+    for (size_t j = 0; j < n; ++j) {
+      const uint32_t w = random_word(8, uint64_t(r), j);
+      // one row in eight all −inf; otherwise specials at a rate that varies by row
+      x[j] = r % 8 == 0 ? -inf
+             : w % 16 < uint32_t(r % 5)  ? specials[(w >> 8) % 6]
+                                          : float((double(w >> 4) / 268435456.0 - 0.5) * 40);
+    }
+    std::vector<float> p = x;
+    softmax_row(p.data(), int64_t(n));
+    SiteHealth want;
+    for (float v : p) health_count_nonfinite(want, v);
+    OnlineSoftmax<float> s;
+    float scale, add;
+    for (float v : x) online_softmax_step(s, v, scale, add);
+    INFO("row " << r);
+    CHECK(want.inf == 0);
+    CHECK(want.nan == (online_softmax_nan(s) ? n : 0));
+    (want.nan ? nan_rows : finite_rows) += 1;
+  }
+  CHECK(nan_rows > 100);  // both outcomes are exercised
+  CHECK(finite_rows > 100);
+}
+
 TEST_CASE("the online softmax (flash) equals softmax·V up to the summation order", "[attention_row]") {
   const int64_t d = 8;
   for (int r = 0; r < 100; ++r) {
@@ -481,6 +511,30 @@ Matrix<float> kernel_input(Eigen::Index rows, Eigen::Index cols, float lo, float
   return m;
 }
 
+// A policy whose attention sites leave their range on provoking(…) data: scores
+// saturating at fp6_e3m2's 28, the softmax's e3m2 input overflowing to inf (NaN rows), and (with an
+// emulated attn.pv) outputs beyond e4m3b11fnuz's 30 becoming NaN.
+void provoke_overflow(Policy& p, bool pv_emulated) {
+  p.all[int(Site::attn_qk)].output = format_lookup("fp6_e3m2");
+  p.all[int(Site::softmax)].input = format_lookup("e3m2");
+  if (pv_emulated) p.all[int(Site::attn_pv)].output = format_lookup("e4m3b11fnuz");
+}
+
+// provoke: every seventh query row ×30, so that its scores leave those ranges and the others' stay.
+Matrix<float> provoking(Matrix<float> q, bool provoke) {
+  if (provoke)
+    for (Eigen::Index i = 3; i < q.rows(); i += 7) q.row(i) *= 30.0f;
+  return q;
+}
+
+void check_health(const char* site, const SiteHealth& cpu, const SiteHealth& kernel) {
+  INFO(site << ": cpu " << cpu.overflow << "/" << cpu.nan << "/" << cpu.inf << " kernel " << kernel.overflow << "/"
+            << kernel.nan << "/" << kernel.inf);
+  CHECK(cpu.overflow == kernel.overflow);
+  CHECK(cpu.nan == kernel.nan);
+  CHECK(cpu.inf == kernel.inf);
+}
+
 }  // namespace
 
 TEST_CASE("the GPU kernels' steps run serially equal the CPU attention (materialised: bit for bit)",
@@ -489,13 +543,15 @@ TEST_CASE("the GPU kernels' steps run serially equal the CPU attention (material
   for (const Shape sh : {Shape{1, 1, 1, 8}, Shape{17, 2, 2, 8}, Shape{70, 4, 1, 8}, Shape{130, 1, 1, 16}})
     for (int mu : {4, 10})
       for (Rounding mode : {Rounding::rne, Rounding::sr})
-        for (int variant = 0; variant < 4; ++variant) {
+        for (int variant = 0; variant < 8; ++variant) {
+          const bool provoke = variant >= 4;  // the site health's events, and their counts
           Policy p = kernel_policy(mu, mode, true, variant % 2 == 1, 3);
-          if (variant >= 1) {
+          if (provoke) provoke_overflow(p, true);
+          if (variant % 4 >= 1) {
             p.lamp = LampSpec{};
-            p.lamp->rule = variant == 2 ? LampRule::relaxed : LampRule::strict;
-            p.lamp->tau = variant == 2 ? 0.03 : 0.01;
-            p.lamp->length_scaled = variant == 3, p.lamp->random_control = variant == 3, p.lamp->seed = 4;
+            p.lamp->rule = variant % 4 == 2 ? LampRule::relaxed : LampRule::strict;
+            p.lamp->tau = variant % 4 == 2 ? 0.03 : 0.01;
+            p.lamp->length_scaled = variant % 4 == 3, p.lamp->random_control = variant % 4 == 3, p.lamp->seed = 4;
             p.lamp->recompute = format_lookup("fp32");
           }
           INFO("T " << sh.T << " NH " << sh.NH << " NKV " << sh.NKV << " mu " << mu << " mode " << int(mode)
@@ -503,21 +559,26 @@ TEST_CASE("the GPU kernels' steps run serially equal the CPU attention (material
           ModelConfig c;
           c.arch = Arch::llama, c.layers = 1, c.heads = int(sh.NH), c.kv_heads = int(sh.NKV), c.dim = int(sh.NH * sh.HS);
           const PolicyPlan pol(p, c);
-          const Matrix<float> q = kernel_input(sh.T, sh.NH * sh.HS, -2, 2, 1), k = kernel_input(sh.T, sh.NKV * sh.HS, -2, 2, 2);
-          const Matrix<float> v = kernel_input(sh.T, sh.NKV * sh.HS, 0.5f, 1.5f, 3);
+          const Matrix<float> q = provoking(kernel_input(sh.T, sh.NH * sh.HS, -2, 2, 1), provoke);
+          const Matrix<float> k = kernel_input(sh.T, sh.NKV * sh.HS, -2, 2, 2);
+          const Matrix<float> v = provoke ? kernel_input(sh.T, sh.NKV * sh.HS, 10, 40, 3)
+                                          : kernel_input(sh.T, sh.NKV * sh.HS, 0.5f, 1.5f, 3);
           Matrix<float> out(sh.T, sh.NH * sh.HS);
           std::vector<Matrix<float>> probs;
-          const uint64_t want = detail::attention_forward<float>(pol, 0, q, k, v, sh.NH, sh.NKV, sh.HS, out, &probs, {});
+          SiteHealth cq, cs, cp;  // the CPU's counts
+          const uint64_t want =
+              detail::attention_forward<float>(pol, 0, q, k, v, sh.NH, sh.NKV, sh.HS, out, &probs, {&cq, &cs, &cp});
           // the materialised kernel, one (head, row) block at a time
           const AttentionArgs A = attention_args(pol, 0, q.data(), k.data(), v.data(), sh.T, sh.NH, sh.NKV, sh.HS);
           Matrix<float> got(sh.T, sh.NH * sh.HS);
           uint64_t count = 0;
           bool probs_equal = true;
+          SiteHealth kq, ks, kp;  // the kernel's counts, from the same element functions
           for (int64_t h = 0; h < sh.NH; ++h)
             for (int64_t i = 0; i < sh.T; ++i) {
               const int64_t n = i + 1;
               std::vector<float> S(size_t(sh.T), 0.0f);
-              for (int64_t j = 0; j < n; ++j) S[size_t(j)] = attention_score(A, h, i, j);
+              for (int64_t j = 0; j < n; ++j) S[size_t(j)] = attention_score(A, h, i, j, &kq);
               if (A.lamp) {
                 std::vector<uint8_t> mark(static_cast<size_t>(n));
                 std::vector<uint32_t> idx(static_cast<size_t>(n));
@@ -528,17 +589,28 @@ TEST_CASE("the GPU kernels' steps run serially equal the CPU attention (material
               }
               const uint64_t sms = softmax_stream(0, h, i);
               if (A.sm_in.on)
-                for (int64_t j = 0; j < n; ++j) S[size_t(j)] = round_element(A.sm_in, S[size_t(j)], sms + kStreamA, uint64_t(j));
+                for (int64_t j = 0; j < n; ++j)
+                  S[size_t(j)] = round_element(A.sm_in, S[size_t(j)], sms + kStreamA, uint64_t(j), &ks);
               softmax_row(S.data(), n);
               if (A.sm_out.on)
                 for (int64_t j = 0; j < n; ++j)
-                  S[size_t(j)] = round_element(A.sm_out, S[size_t(j)], sms + kStreamOutput, uint64_t(j));
+                  S[size_t(j)] = round_element(A.sm_out, S[size_t(j)], sms + kStreamOutput, uint64_t(j), &ks);
+              for (int64_t j = 0; j < n; ++j) health_count_nonfinite(ks, S[size_t(j)]);
               probs_equal &= std::memcmp(S.data(), probs[size_t(h)].row(i).data(), size_t(sh.T) * 4) == 0;
-              for (int64_t cc = 0; cc < sh.HS; ++cc) got(i, h * sh.HS + cc) = attention_pv(A, S.data(), h, i, cc);
+              for (int64_t cc = 0; cc < sh.HS; ++cc) got(i, h * sh.HS + cc) = attention_pv(A, S.data(), h, i, cc, &kp);
             }
           CHECK(probs_equal);
           CHECK(count == want);
           CHECK(std::memcmp(got.data(), out.data(), size_t(out.size()) * 4) == 0);
+          check_health("attn.qk", cq, kq);
+          check_health("softmax", cs, ks);
+          check_health("attn.pv", cp, kp);
+          if (provoke && sh.T >= 17) {  // the case provokes what it counts
+            CHECK(cq.overflow > 0);
+            CHECK(cs.overflow > 0);
+            CHECK(cs.nan > 0);
+            CHECK(cp.overflow > 0);
+          }
         }
 }
 
@@ -548,24 +620,31 @@ TEST_CASE("the flash kernel's steps run serially: the CPU's LAMP counts, its out
   for (const Shape sh : {Shape{1, 1, 1, 8}, Shape{17, 2, 2, 8}, Shape{70, 4, 1, 8}, Shape{130, 1, 1, 16}})
     for (int mu : {4, 10})
       for (Rounding mode : {Rounding::rne, Rounding::sr})
-        for (double tau : {-1.0, 0.0, 1e-4, 0.03, 0.5, 2.0}) {
+        for (double tau : {-1.0, 0.0, 1e-4, 0.03, 0.5, 2.0})
+          for (bool provoke : {false, true}) {
           Policy p = kernel_policy(mu, mode, false, false, 3);
+          if (provoke) provoke_overflow(p, false);
           if (tau >= 0) {
             p.lamp = LampSpec{};
             p.lamp->rule = LampRule::relaxed, p.lamp->tau = tau, p.lamp->length_scaled = tau == 1e-4;
             p.lamp->recompute = format_lookup("fp32");
           }
-          INFO("T " << sh.T << " NH " << sh.NH << " mu " << mu << " mode " << int(mode) << " tau " << tau);
+          INFO("T " << sh.T << " NH " << sh.NH << " mu " << mu << " mode " << int(mode) << " tau " << tau << " provoke "
+                    << provoke);
           ModelConfig c;
           c.arch = Arch::llama, c.layers = 1, c.heads = int(sh.NH), c.kv_heads = int(sh.NKV), c.dim = int(sh.NH * sh.HS);
           const PolicyPlan pol(p, c);
-          const Matrix<float> q = kernel_input(sh.T, sh.NH * sh.HS, -2, 2, 1), k = kernel_input(sh.T, sh.NKV * sh.HS, -2, 2, 2);
+          const Matrix<float> q = provoking(kernel_input(sh.T, sh.NH * sh.HS, -2, 2, 1), provoke);
+          const Matrix<float> k = kernel_input(sh.T, sh.NKV * sh.HS, -2, 2, 2);
           const Matrix<float> v = kernel_input(sh.T, sh.NKV * sh.HS, 0.5f, 1.5f, 3);
           Matrix<float> out(sh.T, sh.NH * sh.HS);
-          const uint64_t want = detail::attention_forward<float>(pol, 0, q, k, v, sh.NH, sh.NKV, sh.HS, out, nullptr, {});
+          SiteHealth cq, cs, cp;  // the CPU's counts
+          const uint64_t want =
+              detail::attention_forward<float>(pol, 0, q, k, v, sh.NH, sh.NKV, sh.HS, out, nullptr, {&cq, &cs, &cp});
           const AttentionArgs A = attention_args(pol, 0, q.data(), k.data(), v.data(), sh.T, sh.NH, sh.NKV, sh.HS);
           uint64_t count = 0;
           double worst = 0;
+          SiteHealth kq, ks, kp;  // the kernel's counts
           for (int64_t h = 0; h < sh.NH; ++h)
             for (int64_t i = 0; i < sh.T; ++i) {
               const int64_t n = i + 1, g = h / (sh.NH / sh.NKV);
@@ -575,14 +654,15 @@ TEST_CASE("the flash kernel's steps run serially: the CPU's LAMP counts, its out
               std::vector<float> acc(size_t(sh.HS), 0.0f), o(static_cast<size_t>(sh.HS)), cy(static_cast<size_t>(n));
               std::vector<uint32_t> cj(static_cast<size_t>(n));
               auto feed = [&](uint32_t j, float x) {
-                if (A.sm_in.on) x = round_element(A.sm_in, x, softmax_stream(0, h, i) + kStreamA, j);
+                if (A.sm_in.on) x = round_element(A.sm_in, x, softmax_stream(0, h, i) + kStreamA, j, &ks);
                 online_softmax_add(sm, acc.data(), x, v.data() + int64_t(j) * sh.NKV * sh.HS + g * sh.HS, sh.HS);
               };
               RelaxedScan scan;
               for (int64_t t0 = 0; t0 < n; t0 += tile) {
                 for (int64_t j = t0; j < std::min(n, t0 + tile); ++j) {
-                  if (rule == 2) relaxed_scan_add(scan, cj.data(), cy.data(), uint32_t(j), attention_score(A, h, i, j));
-                  else feed(uint32_t(j), rule == 1 ? attention_recomputed(A, h, i, j) : attention_score(A, h, i, j));
+                  const float y = attention_score(A, h, i, j, &kq);  // counted even where recomputed (rule 1)
+                  if (rule == 2) relaxed_scan_add(scan, cj.data(), cy.data(), uint32_t(j), y);
+                  else feed(uint32_t(j), rule == 1 ? attention_recomputed(A, h, i, j) : y);
                 }
                 if (rule == 2) relaxed_scan_prune(scan, cj.data(), cy.data(), t, feed);
               }
@@ -592,12 +672,23 @@ TEST_CASE("the flash kernel's steps run serially: the CPU's LAMP counts, its out
                   feed(j, sel ? attention_recomputed(A, h, i, j) : y);
                 });
               online_softmax_finish(sm, acc.data(), o.data(), sh.HS);
+              if (online_softmax_nan(sm)) ks.nan += uint64_t(n);
               for (int64_t cc = 0; cc < sh.HS; ++cc) {
+                health_count_nonfinite(kp, o[size_t(cc)]);
                 const double w = out(i, h * sh.HS + cc);
-                worst = std::max(worst, std::abs(double(o[size_t(cc)]) - w) / std::abs(w));
+                if (std::isnan(w)) CHECK(std::isnan(o[size_t(cc)]));
+                else worst = std::max(worst, std::abs(double(o[size_t(cc)]) - w) / std::abs(w));
               }
             }
           CHECK(count == want);
           CHECK(worst <= 1e-5);
+          check_health("attn.qk", cq, kq);
+          check_health("softmax", cs, ks);
+          check_health("attn.pv", cp, kp);
+          if (provoke && sh.T >= 17) {  // the case provokes what it counts
+            CHECK(cq.overflow > 0);
+            CHECK(cs.overflow > 0);
+            CHECK(cs.nan > 0);
+          }
         }
 }

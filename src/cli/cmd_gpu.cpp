@@ -254,7 +254,7 @@ int run_gpu_bench(const GpuBenchArgs&) { no_cuda(); }
 void add_device(CLI::App& sub, DeviceArgs& d) {
   sub.add_option("--device", d.device,
                  "where the forward passes run: cpu, or cuda (the GPU backend: emulated sites bit-identical to the "
-                 "CPU, native sites through cuBLAS; site health not counted)")
+                 "CPU, native sites through cuBLAS)")
       ->capture_default_str()
       ->check(CLI::IsMember({"cpu", "cuda"}));
   sub.add_option("--attention", d.attention,

@@ -31,6 +31,7 @@
 
 #include "common.cuh"
 #include "cuda/nn_ops.h"
+#include "cuda/health.h"
 #include "cuda/cuda.h"  // not "cuda.h": that name is also the CUDA driver API header
 #include "core/accumulate.h"
 #include "core/error.h"
@@ -59,6 +60,22 @@ struct Args {
   uint32_t* pj;       // flash: [NH, T, T] keys waiting to enter the online softmax ..
   float* px;          // .. and their scores
   uint64_t* counts;   // [NH, T] LAMP selections per row
+  AttentionHealth health;  // device memory; null: not counted
+};
+
+// A block's threads count into their own SiteHealth (null pointers where nothing is counted) and
+// add them at the end (health_add).
+struct ThreadHealth {
+  SiteHealth qk, sm, pv;
+  SiteHealth *pqk = nullptr, *psm = nullptr, *ppv = nullptr;
+  __device__ explicit ThreadHealth(const AttentionHealth& dst) {
+    if (dst.qk) pqk = &qk;
+    if (dst.softmax) psm = &sm;
+    if (dst.pv) ppv = &pv;
+  }
+  __device__ void flush(const AttentionHealth& dst) const {
+    health_add(dst.qk, qk), health_add(dst.softmax, sm), health_add(dst.pv, pv);
+  }
 };
 
 __device__ double row_tau(const AttentionArgs& A, int64_t i) { return lamp_row_tau(A.tau, A.length_scaled, i); }
@@ -70,7 +87,8 @@ __global__ void attention_materialised(Args W) {
   int64_t r0, r1;
   attention_block(A, i, r0, r1);
   float* S = W.rows + row * A.T;  // [T]: row i's scores, then probabilities
-  for (int64_t j = threadIdx.x; j < n; j += blockDim.x) S[j] = attention_score(A, h, i, j);
+  ThreadHealth th(W.health);
+  for (int64_t j = threadIdx.x; j < n; j += blockDim.x) S[j] = attention_score(A, h, i, j, th.pqk);
   __syncthreads();
   if (A.lamp) {
     uint8_t* mark = W.mark + row * A.T;  // [n]
@@ -86,16 +104,20 @@ __global__ void attention_materialised(Args W) {
   }
   const uint64_t sms = softmax_stream(A.layer, h, i);
   if (A.sm_in.on)
-    for (int64_t j = threadIdx.x; j < n; j += blockDim.x) S[j] = round_element(A.sm_in, S[j], sms + kStreamA, uint64_t(j));
+    for (int64_t j = threadIdx.x; j < n; j += blockDim.x)
+      S[j] = round_element(A.sm_in, S[j], sms + kStreamA, uint64_t(j), th.psm);
   __syncthreads();
   if (threadIdx.x == 0) softmax_row(S, n);  // sequential: the CPU's order
   __syncthreads();
   for (int64_t j = threadIdx.x; j < r1; j += blockDim.x) {
-    if (j < n && A.sm_out.on) S[j] = round_element(A.sm_out, S[j], sms + kStreamOutput, uint64_t(j));
+    if (j < n && A.sm_out.on) S[j] = round_element(A.sm_out, S[j], sms + kStreamOutput, uint64_t(j), th.psm);
+    if (j < n && th.psm) health_count_nonfinite(*th.psm, S[j]);
     if (j >= n) S[j] = 0;  // the masked probabilities (the block call's depth r1 reads them)
   }
   __syncthreads();
-  for (int64_t c = threadIdx.x; c < A.HS; c += blockDim.x) W.out[i * A.NH * A.HS + h * A.HS + c] = attention_pv(A, S, h, i, c);
+  for (int64_t c = threadIdx.x; c < A.HS; c += blockDim.x)
+    W.out[i * A.NH * A.HS + h * A.HS + c] = attention_pv(A, S, h, i, c, th.ppv);
+  th.flush(W.health);
 }
 
 // Flash: the keys in tiles; the online softmax fed in batches of ≤ kTile (key, score) pairs, whose
@@ -113,7 +135,7 @@ struct FlashShared {
 // Feeds the pending pairs (pj, px)[0..np) into the online softmax (the softmax's input rounding on
 // the way, index j as the CPU). All threads call it.
 __device__ void flash_flush(const AttentionArgs& A, FlashShared& sh, float* acc, const uint32_t* pj, const float* px,
-                            int64_t np, int64_t h, int64_t i) {
+                            int64_t np, int64_t h, int64_t i, SiteHealth* hsm) {
   const int64_t g = h / (A.NH / A.NKV);
   const uint64_t sms = softmax_stream(A.layer, h, i);
   for (int64_t b0 = 0; b0 < np; b0 += kTile) {
@@ -122,7 +144,7 @@ __device__ void flash_flush(const AttentionArgs& A, FlashShared& sh, float* acc,
       for (int64_t t = 0; t < nb; ++t) {
         float x = px[b0 + t];
         const uint32_t j = pj[b0 + t];
-        if (A.sm_in.on) x = round_element(A.sm_in, x, sms + kStreamA, j);
+        if (A.sm_in.on) x = round_element(A.sm_in, x, sms + kStreamA, j, hsm);
         online_softmax_step(sh.sm, x, sh.r[t], sh.p[t]);
         sh.bj[t] = j;
       }
@@ -144,13 +166,20 @@ __global__ void attention_flash(Args W) {
   float *cy = W.cy + row * A.T, *px = W.px + row * A.T;
   const double tau = A.lamp ? row_tau(A, i) : 0.0;
   const int mode = A.lamp ? lamp_relaxed_trivial(tau) : 0;  // 0 none, 1 all, 2 by the keys
+  ThreadHealth th(W.health);
   for (int64_t c = threadIdx.x; c < A.HS; c += blockDim.x) acc[c] = 0.0f;
   if (threadIdx.x == 0) sh.sm = OnlineSoftmax<float>{}, sh.scan = RelaxedScan{}, sh.npend = 0, sh.count = 0;
   __syncthreads();
   for (int64_t t0 = 0; t0 < n; t0 += kTile) {
     const int64_t nt = n - t0 < kTile ? n - t0 : kTile;
-    for (int64_t t = threadIdx.x; t < nt; t += blockDim.x)
-      sh.ys[t] = mode == 1 ? attention_recomputed(A, h, i, t0 + t) : attention_score(A, h, i, t0 + t);
+    for (int64_t t = threadIdx.x; t < nt; t += blockDim.x) {
+      if (mode == 1) {  // every score recomputed; the site's own scores still counted, as the CPU does
+        sh.ys[t] = attention_recomputed(A, h, i, t0 + t);
+        if (th.pqk) (void)attention_score(A, h, i, t0 + t, th.pqk);
+      } else {
+        sh.ys[t] = attention_score(A, h, i, t0 + t, th.pqk);
+      }
+    }
     __syncthreads();
     if (threadIdx.x == 0) {
       if (mode == 2) {
@@ -165,7 +194,7 @@ __global__ void attention_flash(Args W) {
       }
     }
     __syncthreads();
-    flash_flush(A, sh, acc, pj, px, sh.npend, h, i);
+    flash_flush(A, sh, acc, pj, px, sh.npend, h, i, th.psm);
   }
   if (mode == 2) {
     if (threadIdx.x == 0) {
@@ -179,12 +208,18 @@ __global__ void attention_flash(Args W) {
     for (int64_t c = threadIdx.x; c < sh.npend; c += blockDim.x)  // the selected candidates' recomputed scores
       if (cy[c] != 0.0f) px[c] = attention_recomputed(A, h, i, pj[c]);
     __syncthreads();
-    flash_flush(A, sh, acc, pj, px, sh.npend, h, i);
+    flash_flush(A, sh, acc, pj, px, sh.npend, h, i, th.psm);
   }
   if (A.lamp && threadIdx.x == 0) W.counts[row] = sh.count;
+  // The probabilities are never formed: the row's NaNs follow from the online sum (attention_row.h).
+  if (th.psm && threadIdx.x == 0 && online_softmax_nan(sh.sm)) th.sm.nan += uint64_t(n);
   __syncthreads();
   float* o = W.out + i * A.NH * A.HS + h * A.HS;
-  for (int64_t c = threadIdx.x; c < A.HS; c += blockDim.x) online_softmax_finish(sh.sm, acc + c, o + c, 1);
+  for (int64_t c = threadIdx.x; c < A.HS; c += blockDim.x) {
+    online_softmax_finish(sh.sm, acc + c, o + c, 1);
+    if (th.ppv) health_count_nonfinite(*th.ppv, o[c]);  // attn.pv is native here: no rounding to overflow
+  }
+  th.flush(W.health);
 }
 
 }  // namespace
@@ -208,11 +243,11 @@ void attention_validate(const PolicyPlan& pol, int l, size_t NH, size_t NKV, siz
 
 void attention_device(const PolicyPlan& pol, int l, const float* q, const float* k, const float* v, size_t T,
                       size_t NH, size_t NKV, size_t HS, float* out, uint64_t* counts, float* probs,
-                      AttentionKernel kernel, cudaStream_t cs) {
+                      AttentionKernel kernel, cudaStream_t cs, const AttentionHealth& health) {
   if (T == 0) return;
   Args W{};
   W.a = attention_args(pol, l, q, k, v, int64_t(T), int64_t(NH), int64_t(NKV), int64_t(HS));
-  W.out = out, W.counts = counts;
+  W.out = out, W.counts = counts, W.health = health;
   const size_t rows = NH * T * T;
   const dim3 grid{unsigned(T), unsigned(NH)};
   if (kernel == AttentionKernel::materialised) {
@@ -267,11 +302,11 @@ void gpu::attention_check(const PolicyPlan& pol, int layer, size_t NH, size_t NK
 
 uint64_t gpu::attention(const PolicyPlan& pol, int layer, const float* q, const float* k, const float* v, size_t T,
                         size_t NH, size_t NKV, size_t HS, float* out, AttentionKernel kernel, uint64_t* counts,
-                        const Stream& s) {
+                        const Stream& s, const AttentionHealth& health) {
   using namespace cuda_detail;
   if (T == 0) return 0;
   MANTIS_CUDA_CHECK(cudaMemsetAsync(counts, 0, NH * T * sizeof(uint64_t), native(s)));
-  attention_device(pol, layer, q, k, v, T, NH, NKV, HS, out, counts, nullptr, kernel, native(s));
+  attention_device(pol, layer, q, k, v, T, NH, NKV, HS, out, counts, nullptr, kernel, native(s), health);
   std::vector<uint64_t> c(NH * T);
   copy_to_host(c.data(), counts, c.size() * sizeof(uint64_t));
   uint64_t total = 0;

@@ -78,15 +78,17 @@ void quantize_absmax_device(const double* x, double* out, size_t rows, size_t co
 
 // ---------------------------------------------------------------- attention (attention.cu)
 #include "cuda/cuda.h"  // defines: AttentionKernel, PolicyPlan
+#include "nn/site_health.h"
 
 namespace mantis::cuda_detail {
 
 // Attention (cuda.h cuda_attention_forward) on device arrays q, k, v, out; counts
-// [NH, T] (device, zeroed by the caller), probs [NH, T, T] (device) or null. Synchronises cs
-// before returning (its workspace is freed). attention_validate: the host checks, once.
+// [NH, T] (device, zeroed by the caller), probs [NH, T, T] (device) or null, health: the three
+// sites' (device memory; each may be null). Synchronises cs before returning (its workspace is freed).
+// attention_validate: the host checks, once.
 void attention_validate(const PolicyPlan& pol, int layer, size_t NH, size_t NKV, size_t HS, AttentionKernel kernel);
 void attention_device(const PolicyPlan& pol, int layer, const float* q, const float* k, const float* v, size_t T,
                       size_t NH, size_t NKV, size_t HS, float* out, uint64_t* counts, float* probs,
-                      AttentionKernel kernel, cudaStream_t cs);
+                      AttentionKernel kernel, cudaStream_t cs, const AttentionHealth& health = {});
 
 }  // namespace mantis::cuda_detail

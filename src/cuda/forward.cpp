@@ -8,6 +8,7 @@
 #include <memory>
 
 #include "cuda/nn_ops.h"
+#include "cuda/health.h"
 #include "cuda/site.h"
 #include "nn/attention.h"  // rope_tables
 #include "nn/params.h"     // Weights (the parameter checks)
@@ -74,9 +75,15 @@ Matrix<float> forward(const DeviceModel& m, std::span<const int32_t> tokens, con
     for (auto* v : {&stats->lamp_selected, &stats->lamp_entries, &stats->act_selected, &stats->act_entries,
                     &stats->ln_selected, &stats->ln_entries})
       v->assign(size_t(cfg.layers), 0);
-    stats->health.clear();  // not counted on the GPU
   }
   const Stream s = Stream::create();
+  // [kSiteCount × (layers + 1)] the site health (ForwardStats' layout), counted on the device
+  const size_t nhealth = stats ? size_t(kSiteCount) * size_t(cfg.layers + 1) : 0;
+  Array<SiteHealth> health(nhealth);
+  if (nhealth) health.upload(std::vector<SiteHealth>(nhealth).data(), nhealth);
+  auto hp = [&](Site site, int l) {
+    return nhealth ? health.get() + size_t(site) * size_t(cfg.layers + 1) + size_t(l + 1) : nullptr;
+  };
   Array<int32_t> tok(std::vector<int32_t>(tokens.begin(), tokens.end()));  // [T]
   Array<float> x(T * C);        // [T,C] the residual stream
   Array<float> xn(T * C);       // [T,C] normalised x
@@ -102,48 +109,57 @@ Matrix<float> forward(const DeviceModel& m, std::span<const int32_t> tokens, con
   embed(tok.get(), m(Role::tok_emb), gpt2 ? m(Role::pos_emb) : nullptr, x.get(), T, C, s);
   for (int l = 0; l < cfg.layers; ++l) {
     norm(pol.at(Site::ln, l), norm_stream(l, 0), x.get(), m(Role::norm1, l), m.bias(Role::norm1, l), eps, xn.get(),
-         scratch.get(), T, C, s);
+         scratch.get(), T, C, s, hp(Site::ln, l));
     if (gpt2) {
       site_gemm(pol.at(Site::attn_qkv, l), xn.get(), m(Role::attn_qkv, l), true, qkv.get(), T, 3 * C, C, qkv_stream(l, 0),
-                1.0f, m.bias(Role::attn_qkv, l), s);
+                1.0f, m.bias(Role::attn_qkv, l), s, hp(Site::attn_qkv, l));
       columns(qkv.get(), 3 * C, 0, q.get(), T, C, s);
       columns(qkv.get(), 3 * C, C, k.get(), T, C, s);
       columns(qkv.get(), 3 * C, 2 * C, v.get(), T, C, s);
     } else {
       const SitePlan& pqkv = pol.at(Site::attn_qkv, l);
-      site_gemm(pqkv, xn.get(), m(Role::wq, l), true, q.get(), T, C, C, qkv_stream(l, 0), 1.0f, nullptr, s);
-      site_gemm(pqkv, xn.get(), m(Role::wk, l), true, k.get(), T, KVC, C, qkv_stream(l, 1), 1.0f, nullptr, s);
-      site_gemm(pqkv, xn.get(), m(Role::wv, l), true, v.get(), T, KVC, C, qkv_stream(l, 2), 1.0f, nullptr, s);
+      SiteHealth* hq = hp(Site::attn_qkv, l);
+      site_gemm(pqkv, xn.get(), m(Role::wq, l), true, q.get(), T, C, C, qkv_stream(l, 0), 1.0f, nullptr, s, hq);
+      site_gemm(pqkv, xn.get(), m(Role::wk, l), true, k.get(), T, KVC, C, qkv_stream(l, 1), 1.0f, nullptr, s, hq);
+      site_gemm(pqkv, xn.get(), m(Role::wv, l), true, v.get(), T, KVC, C, qkv_stream(l, 2), 1.0f, nullptr, s, hq);
       rope(q.get(), T, NH, HS, rcos.get(), rsin.get(), s);
       rope(k.get(), T, NKV, HS, rcos.get(), rsin.get(), s);
     }
-    const uint64_t sel = attention(pol, l, q.get(), k.get(), v.get(), T, NH, NKV, HS, att.get(), kernel, counts.get(), s);
+    const uint64_t sel = attention(pol, l, q.get(), k.get(), v.get(), T, NH, NKV, HS, att.get(), kernel, counts.get(), s,
+                                   {hp(Site::attn_qk, l), hp(Site::softmax, l), hp(Site::attn_pv, l)});
     if (stats && pol.policy().lamp)
       stats->lamp_selected[size_t(l)] += sel, stats->lamp_entries[size_t(l)] += uint64_t(NH) * T * (T + 1) / 2;
     site_gemm(pol.at(Site::attn_proj, l), att.get(), m(Role::attn_proj, l), true, y.get(), T, C, C, attn_proj_stream(l),
-              1.0f, m.bias(Role::attn_proj, l), s);
+              1.0f, m.bias(Role::attn_proj, l), s, hp(Site::attn_proj, l));
     add(x.get(), y.get(), T * C, s);
     norm(pol.at(Site::ln, l), norm_stream(l, 1), x.get(), m(Role::norm2, l), m.bias(Role::norm2, l), eps, xn.get(),
-         scratch.get(), T, C, s);
+         scratch.get(), T, C, s, hp(Site::ln, l));
     if (gpt2) {
       site_gemm(pol.at(Site::mlp_fc, l), xn.get(), m(Role::mlp_fc, l), true, hid.get(), T, H, C, fc_stream(l, 0), 1.0f,
-                m.bias(Role::mlp_fc, l), s);
-      gelu(pol.at(Site::gelu, l), activation_stream(Site::gelu, l), cfg.gelu_tanh, hid.get(), T * H, s);
+                m.bias(Role::mlp_fc, l), s, hp(Site::mlp_fc, l));
+      gelu(pol.at(Site::gelu, l), activation_stream(Site::gelu, l), cfg.gelu_tanh, hid.get(), T * H, s,
+           hp(Site::gelu, l));
     } else {
       const SitePlan& pfc = pol.at(Site::mlp_fc, l);
-      site_gemm(pfc, xn.get(), m(Role::mlp_gate, l), true, hid.get(), T, H, C, fc_stream(l, 0), 1.0f, nullptr, s);
-      site_gemm(pfc, xn.get(), m(Role::mlp_up, l), true, up.get(), T, H, C, fc_stream(l, 1), 1.0f, nullptr, s);
-      silu(pol.at(Site::silu, l), activation_stream(Site::silu, l), hid.get(), up.get(), T * H, s);
+      SiteHealth* hf = hp(Site::mlp_fc, l);
+      site_gemm(pfc, xn.get(), m(Role::mlp_gate, l), true, hid.get(), T, H, C, fc_stream(l, 0), 1.0f, nullptr, s, hf);
+      site_gemm(pfc, xn.get(), m(Role::mlp_up, l), true, up.get(), T, H, C, fc_stream(l, 1), 1.0f, nullptr, s, hf);
+      silu(pol.at(Site::silu, l), activation_stream(Site::silu, l), hid.get(), up.get(), T * H, s, hp(Site::silu, l));
     }
     site_gemm(pol.at(Site::mlp_proj, l), hid.get(), m(Role::mlp_proj, l), true, y.get(), T, C, H, mlp_proj_stream(l),
-              1.0f, m.bias(Role::mlp_proj, l), s);
+              1.0f, m.bias(Role::mlp_proj, l), s, hp(Site::mlp_proj, l));
     add(x.get(), y.get(), T * C, s);
   }
   norm(pol.at(Site::ln), norm_stream(-1, 0), x.get(), m(Role::norm_f), m.bias(Role::norm_f), eps, xn.get(),
-       scratch.get(), T, C, s);
+       scratch.get(), T, C, s, hp(Site::ln, -1));
   const float* out = m(gpt2 || cfg.tied ? Role::tok_emb : Role::lm_head);  // [V,C]
-  site_gemm(pol.at(Site::lm_head), xn.get(), out, true, logits.get(), T, V, C, lm_head_stream(), 1.0f, nullptr, s);
+  site_gemm(pol.at(Site::lm_head), xn.get(), out, true, logits.get(), T, V, C, lm_head_stream(), 1.0f, nullptr, s,
+            hp(Site::lm_head, -1));
   s.synchronize();
+  if (nhealth) {
+    stats->health.resize(nhealth);
+    health.download(stats->health.data(), nhealth);
+  }
   Matrix<float> result(static_cast<Eigen::Index>(T), static_cast<Eigen::Index>(V));  // [T,V]
   logits.download(result.data(), T * V);
   return result;

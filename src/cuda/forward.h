@@ -6,8 +6,9 @@
 // downstream of one. Plain C++.
 //
 // Not on the GPU (InputError before any kernel): LoRA adapters, [lamp_activation] and
-// [lamp_layernorm]. ForwardStats: LAMP's counts per layer; the site health (range events) is not
-// counted on the GPU (stats->health stays empty, and `mantis eval --device cuda` says so).
+// [lamp_layernorm]. ForwardStats: LAMP's counts per layer and the site health (range events),
+// counted on the device by the CPU's rules (nn/site_health.h): equal to the CPU's where the values
+// are (emulated sites), the GPU's own values' counts downstream of a native one.
 #pragma once
 
 #include <cstdint>

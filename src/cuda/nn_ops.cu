@@ -1,6 +1,7 @@
 // nn_ops — see nn_ops.h.
 #include "common.cuh"
 #include "cuda/nn_ops.h"
+#include "cuda/health.h"
 #include "nn/activation.h"
 #include "nn/norm_row.h"
 #include "nn/streams.h"
@@ -70,34 +71,37 @@ void embed(const int32_t* tokens, const float* wte, const float* wpe, float* x, 
 }
 
 void norm(const SitePlan& p, uint64_t stream, const float* x, const float* w, const float* b, float eps, float* out,
-          float* scratch, size_t T, size_t C, const Stream& s) {
+          float* scratch, size_t T, size_t C, const Stream& s, SiteHealth* h) {
   const float* in = x;
   if (p.input) {  // the residual stream stays unrounded: round a copy
     MANTIS_CUDA_CHECK(cudaMemcpyAsync(scratch, x, T * C * sizeof(float), cudaMemcpyDeviceToDevice, native(s)));
-    round(scratch, T * C, p.input->plan, stream + kStreamA, 0, s);
+    round_step(scratch, T * C, *p.input, stream + kStreamA, h, s);
     in = scratch;
   }
   // One thread per row: the row's sums are sequential (norm_row), as on the CPU.
   norm_kernel<<<unsigned((T + 127) / 128), 128, 0, native(s)>>>(in, w, b, eps, out, T, C);
   MANTIS_CUDA_CHECK_LAUNCH();
-  if (p.output) round(out, T * C, p.output->plan, stream + kStreamOutput, 0, s);
+  if (p.output) round_step(out, T * C, *p.output, stream + kStreamOutput, h, s);
+  count_nonfinite(out, T * C, h, s);
 }
 
-void gelu(const SitePlan& p, uint64_t stream, bool tanh_approx, float* h, size_t n, const Stream& s) {
-  if (p.input) round(h, n, p.input->plan, stream + kStreamA, 0, s);
-  gelu_kernel<<<blocks_for(n), kThreads, 0, native(s)>>>(h, n, tanh_approx);
+void gelu(const SitePlan& p, uint64_t stream, bool tanh_approx, float* x, size_t n, const Stream& s, SiteHealth* h) {
+  if (p.input) round_step(x, n, *p.input, stream + kStreamA, h, s);
+  gelu_kernel<<<blocks_for(n), kThreads, 0, native(s)>>>(x, n, tanh_approx);
   MANTIS_CUDA_CHECK_LAUNCH();
-  if (p.output) round(h, n, p.output->plan, stream + kStreamOutput, 0, s);
+  if (p.output) round_step(x, n, *p.output, stream + kStreamOutput, h, s);
+  count_nonfinite(x, n, h, s);
 }
 
-void silu(const SitePlan& p, uint64_t stream, float* g, float* u, size_t n, const Stream& s) {
+void silu(const SitePlan& p, uint64_t stream, float* g, float* u, size_t n, const Stream& s, SiteHealth* h) {
   if (p.input) {
-    round(g, n, p.input->plan, stream + kStreamA, 0, s);
-    round(u, n, p.input->plan, stream + kStreamB, 0, s);
+    round_step(g, n, *p.input, stream + kStreamA, h, s);
+    round_step(u, n, *p.input, stream + kStreamB, h, s);
   }
   silu_kernel<<<blocks_for(n), kThreads, 0, native(s)>>>(g, u, n);
   MANTIS_CUDA_CHECK_LAUNCH();
-  if (p.output) round(g, n, p.output->plan, stream + kStreamOutput, 0, s);
+  if (p.output) round_step(g, n, *p.output, stream + kStreamOutput, h, s);
+  count_nonfinite(g, n, h, s);
 }
 
 void add(float* x, const float* y, size_t n, const Stream& s) {

@@ -1,6 +1,7 @@
 // site — see site.h.
 #include "common.cuh"
 #include "cuda/site.h"
+#include "cuda/health.h"
 #include "nn/streams.h"
 
 namespace mantis::gpu {
@@ -34,18 +35,20 @@ __global__ void finish_kernel(const S* C, float* out, size_t M, size_t N, float 
   }
 }
 
-// An operand's own rounding (input_a / input_b) of x [rows, cols], in place; work: a scheme's
-// scratch, alive until the stream is synchronised.
+// An operand's own rounding (input_a / input_b) of x [rows, cols], in place, its overflows (a
+// scheme's clipped elements) counted into h; work: a scheme's scratch, alive until the stream is
+// synchronised.
 void round_operand(const OperandStep& o, float* x, size_t rows, size_t cols, uint64_t stream,
-                   Array<cuda_detail::SchemeWork>& work, const Stream& s) {
+                   Array<cuda_detail::SchemeWork>& work, SiteHealth* h, const Stream& s) {
   if (o.round) {
-    round(x, rows * cols, o.round->plan, stream, 0, s);
+    round_step(x, rows * cols, *o.round, stream, h, s);
     return;
   }
   // The scheme was validated when the policy was compiled; the plan only adds this call's shape.
   const SchemeBlockPlan bp = plan_scheme_blocks(*o.scheme, int64_t(rows), int64_t(cols), o.mode, o.sr_bits, o.seed);
   if (!work.size()) work = Array<cuda_detail::SchemeWork>(1);
   cuda_detail::quantize_scheme_device(bp, x, x, stream, 0, nullptr, nullptr, work.get(), native(s));
+  add_overflow(h, &work.get()->clipped, s);
 }
 
 // The call's scratch, kept between calls of this host thread and only grown, so that a forward pass
@@ -69,7 +72,7 @@ T* at_least(Array<T>& a, size_t n) {
 }  // namespace
 
 void site_gemm(const SitePlan& p, const float* A, const float* B, bool bt, float* out, size_t M, size_t N, size_t K,
-               uint64_t stream, float divisor, const float* bias, const Stream& s) {
+               uint64_t stream, float divisor, const float* bias, const Stream& s, SiteHealth* health) {
   if (M == 0 || N == 0) return;
   const cudaStream_t cs = native(s);
   const bool rounds_operands = p.input || p.input_a || p.input_b || (p.gemm && p.gemm->input);
@@ -88,8 +91,12 @@ void site_gemm(const SitePlan& p, const float* A, const float* B, bool bt, float
       MANTIS_CUDA_CHECK(cudaMemcpyAsync(Br, B, K * N * sizeof(float), cudaMemcpyDeviceToDevice, cs));
     }
     a = Ar, b = Br, b_transposed = false;
-    if (p.input_a) round_operand(*p.input_a, Ar, M, K, stream + kStreamA, sc.work, s);
-    if (p.input_b) round_operand(*p.input_b, Br, K, N, stream + kStreamB, sc.work, s);
+    if (p.input) {  // rounded below (native) or inside gemm (emulated)
+      count_overflow(Ar, M * K, p.input->max_finite, health, s);
+      count_overflow(Br, K * N, p.input->max_finite, health, s);
+    }
+    if (p.input_a) round_operand(*p.input_a, Ar, M, K, stream + kStreamA, sc.work, health, s);
+    if (p.input_b) round_operand(*p.input_b, Br, K, N, stream + kStreamB, sc.work, health, s);
   }
   if (p.gemm) {  // emulated: gemm rounds the inputs itself (streams + kStreamA, + kStreamB)
     double* C = at_least(sc.C, M * N);  // [M,N] the accumulator values
@@ -104,7 +111,8 @@ void site_gemm(const SitePlan& p, const float* A, const float* B, bool bt, float
     if (divisor != 1.0f || bias) finish_kernel<float><<<blocks_for(M * N), kThreads, 0, cs>>>(out, out, M, N, divisor, bias);
   }
   MANTIS_CUDA_CHECK_LAUNCH();
-  if (p.output) round(out, M * N, p.output->plan, stream + kStreamOutput, 0, s);
+  if (p.output) round_step(out, M * N, *p.output, stream + kStreamOutput, health, s);
+  count_nonfinite(out, M * N, health, s);
   s.synchronize();  // the scratch is this thread's next call's, maybe on another stream
 }
 

@@ -134,15 +134,14 @@ EvalResult run_eval(const EvalOptions& o) {
     t += fmt::format("NON-FINITE LOGITS at {} of {} positions: KL, perplexity and max error are reported as inf "
                      "(the site health below shows where values left the format's range)\n",
                      all.nonfinite_positions(), all.positions());
-  if (o.forward) t += fmt::format("site health: not counted on {} (the CPU counts it: --device cpu)\n", o.device);
   if (!health_ref.at.empty()) t += fmt::format("site health, FP32 reference (overflows, NaNs, infinities):\n{}", health_ref.table());
   if (!health.at.empty()) t += fmt::format("site health, policy (overflows, NaNs, infinities):\n{}", health.table());
 
   r.results["summary"] = metrics_json(all);
   r.results["summary"]["sequences"] = all.sequences();
   r.results["sequences"] = seqs;
-  r.results["health"] = o.forward ? ojson(nullptr) : health.json();  // null: not counted on this device
-  r.results["health_reference"] = o.forward ? ojson(nullptr) : health_ref.json();
+  r.results["health"] = health.json();
+  r.results["health_reference"] = health_ref.json();
 
   ojson& man = r.manifest;
   man = manifest_header("mantis eval");

@@ -101,7 +101,6 @@ struct CellData {
   std::vector<double> kl_w, pos_w;  // per window: mean KL, positions
   std::vector<uint64_t> rec_l, ent_l;
   uint64_t overflow = 0, nan = 0, inf = 0;
-  bool health_counted = true;  // false: "health": null (a device that does not count it)
 };
 
 CellData check_cell(const std::string& f, ojson r, size_t windows, int layers, bool lamp) {
@@ -150,9 +149,8 @@ CellData check_cell(const std::string& f, ojson r, size_t windows, int layers, b
   }
   for (size_t l = 0; lamp && l < d.rec_l.size(); ++l)
     if (d.rec_l[l] > d.ent_l[l]) throw bad(fmt::format("layer {} recomputed more scores than it has", l));
-  if (r.contains("health") && r["health"].is_null()) d.health_counted = false;
-  else if (!r.contains("health") || !r["health"].is_array()) throw bad("no 'health' array");
-  for (const ojson& h : d.health_counted ? r["health"] : ojson::array()) {
+  if (!r.contains("health") || !r["health"].is_array()) throw bad("no 'health' array");
+  for (const ojson& h : r["health"]) {
     if (!h.is_object()) throw bad("a health entry is not an object");
     d.overflow += count(h.value("overflow", ojson()), "health.overflow");
     d.nan += count(h.value("nan", ojson()), "health.nan");
@@ -319,7 +317,7 @@ LampSweepResult run_lamp_sweep(const LampSweepOptions& o) {
     r["per_layer"] = {{"recomputed", rec_l}, {"causal_scores", ent_l}};
     r["windows"] = {{"start", starts}, {"kl", wkl},        {"positions", wpos},
                     {"flips", wflips}, {"recomputed", wrec}, {"nonfinite_positions", wnonfinite}};
-    r["health"] = o.forward ? ojson(nullptr) : health.json();  // null: not counted on this device
+    r["health"] = health.json();
     if (o.device != "cpu") r["device"] = o.device;
     return r;
   };
@@ -382,8 +380,7 @@ LampSweepResult run_lamp_sweep(const LampSweepOptions& o) {
       r["kl_ratio"] = json_number(ratio);
       r["kl_ratio_interval"] = {json_number(rlo), json_number(rhi)};
     }
-    if (d.health_counted) r["overflow"] = d.overflow, r["nan"] = d.nan, r["inf"] = d.inf;
-    else r["overflow"] = r["nan"] = r["inf"] = nullptr;  // not counted on its device: empty in the CSV
+    r["overflow"] = d.overflow, r["nan"] = d.nan, r["inf"] = d.inf;
     csv += fmt::format("{},\"{}\",{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}", i, cells[i].name(),
                        s(r["kind"]), s(r["mu"]), s(r["rule"]), s(r["tau"]), r["random_control"].get<bool>() ? 1 : 0,
                        s(r["kl"]), csv_num(kl.lo), csv_num(kl.hi), csv_num(ratio), csv_num(rlo), csv_num(rhi),

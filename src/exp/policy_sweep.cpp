@@ -289,7 +289,7 @@ PolicySweepResult run_policy_sweep(const PolicySweepOptions& o) {
     r["nonfinite_positions"] = acc.nonfinite_positions();
     r["seconds"] = sw.seconds();
     r["windows"] = {{"start", starts}, {"kl", wkl}, {"positions", wpos}, {"flips", wflips}};
-    r["health"] = o.forward ? ojson(nullptr) : health.json();  // null: not counted on this device
+    r["health"] = health.json();
     if (o.device != "cpu") r["device"] = o.device;
     return r;
   };

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <filesystem>
 #include <limits>
+#include <stdexcept>
 
 #include "core/format.h"  // defines: InputError
 #include "core/file.h"
@@ -89,7 +90,8 @@ std::string diff_at(const ojson& a, const ojson& b, const std::string& path) {
 }  // namespace
 
 void HealthTable::add(const ForwardStats& st, int layers) {
-  if (st.health.empty()) return;  // a backend that does not count it (the GPU)
+  if (st.health.size() != size_t(kSiteCount) * size_t(layers + 1))
+    throw std::logic_error("HealthTable::add: the forward pass did not count the site health");
   for (int s = 0; s < kSiteCount; ++s)
     for (int l = -1; l < layers; ++l) {
       const SiteHealth& h = st.health_at(Site(s), l);

@@ -28,11 +28,6 @@
 
 namespace mantis::detail {
 
-// Where an attention call reports its site health (each may be null).
-struct AttentionHealth {
-  SiteHealth *qk = nullptr, *softmax = nullptr, *pv = nullptr;
-};
-
 // q [T, NH·HS], k, v [T, NKV·HS] → out [T, NH·HS] at layer l's attn.qk, softmax and attn.pv sites
 // (and policy.lamp); probs, when given, receives NH × [T,T] softmax rows (query i: keys 0..i, the
 // rest 0). Returns how many scores LAMP recomputed.

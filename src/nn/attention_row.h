@@ -34,6 +34,7 @@
 #include "core/round.h"
 #include "nn/activation.h"  // defines: act::softmax_numerators
 #include "nn/policy.h"      // defines: PolicyPlan (attention_args, host only)
+#include "nn/site_health.h"
 #include "nn/streams.h"
 
 namespace mantis {
@@ -253,6 +254,14 @@ MANTIS_HD void online_softmax_add(OnlineSoftmax<T>& s, T* acc, T x, const T* v, 
   online_softmax_step(s, x, r, p);
   online_softmax_apply(acc, r, p, v, d);
 }
+// The softmax's health without its probabilities: softmax_row of the same n scores gives NaN in
+// every entry when one is NaN or +inf, or all are −inf (the sum or a numerator is NaN), and finite
+// probabilities otherwise (each numerator in [0, 1], the arg-max's 1 in the sum) — exactly when
+// the online sum l ends NaN or 0. So the row adds n NaNs, or nothing.
+template <class T>
+MANTIS_HD bool online_softmax_nan(const OnlineSoftmax<T>& s) {
+  return !(s.l > T(0));
+}
 // out [d] = acc / l.
 template <class T>
 MANTIS_HD void online_softmax_finish(const OnlineSoftmax<T>& s, const T* acc, T* out, int64_t d) {
@@ -269,6 +278,16 @@ MANTIS_HD void online_softmax_finish(const OnlineSoftmax<T>& s, const T* acc, T*
 
 constexpr int64_t kAttentionQueryBlock = 64;  // attention.cpp's query block
 
+// An elementwise rounding (a site's output, the softmax's input or output): round_array's element
+// semantics; max_finite: the format's largest finite value (the health's overflow rule).
+struct ElementRound {
+  bool on = false;
+  Rounding mode = Rounding::rne;
+  uint64_t seed = 0;
+  Target<float> t{};
+  double max_finite = 0;
+};
+
 // A GEMM site compiled for one element at a time (from a validated SitePlan without operand rounding).
 struct ElementSite {
   bool emulated = false;
@@ -277,18 +296,7 @@ struct ElementSite {
   uint64_t block = 32, seed = 0;
   int align_bits = 24;
   Target<double> t{};
-  bool rounds_output = false;
-  Rounding out_mode = Rounding::rne;
-  uint64_t out_seed = 0;
-  Target<float> out_t{};
-};
-
-// An elementwise rounding (the softmax's input or output): round_array's element semantics.
-struct ElementRound {
-  bool on = false;
-  Rounding mode = Rounding::rne;
-  uint64_t seed = 0;
-  Target<float> t{};
+  ElementRound out;  // the output rounding
 };
 
 // One layer's attention call: q [T, NH·HS], k, v [T, NKV·HS] (row-major), its sites and LAMP.
@@ -305,8 +313,10 @@ struct AttentionArgs {
   uint64_t lamp_seed = 0;
 };
 
-// x rounded by r with word `index` of (r.seed, stream).
-MANTIS_HD float round_element(const ElementRound& r, float x, uint64_t stream, uint64_t index) {
+// x rounded by r with word `index` of (r.seed, stream); an overflow counted into *h when given.
+MANTIS_HD float round_element(const ElementRound& r, float x, uint64_t stream, uint64_t index,
+                              SiteHealth* h = nullptr) {
+  if (h) health_count_overflow(*h, x, r.max_finite);
   const uint32_t w = is_stochastic(r.mode) ? random_word(r.seed, stream, index) : 0u;
   return round_value(x, r.t, r.mode, w);
 }
@@ -349,9 +359,10 @@ MANTIS_HD double emulated_element(const ElementSite& s, const float* a, const fl
 }
 
 // One output of a site call: the product, ÷ divisor when it is not 1 (site_gemm's order), the
-// output rounding at index o of stream + kStreamOutput.
+// output rounding at index o of stream + kStreamOutput. With h: the call's health of this output
+// (site_gemm's: an overflow of the output rounding, a NaN or ±inf result) added to *h.
 MANTIS_HD float site_element(const ElementSite& s, const float* a, const float* b, int64_t ldb, int64_t K,
-                             uint64_t stream, uint64_t o, float divisor) {
+                             uint64_t stream, uint64_t o, float divisor, SiteHealth* h = nullptr) {
   float y;
   if (s.emulated) {
     y = float(emulated_element(s, a, b, ldb, K, stream, o));
@@ -360,10 +371,8 @@ MANTIS_HD float site_element(const ElementSite& s, const float* a, const float* 
     for (int64_t k = 0; k < K; ++k) y += a[k] * b[k * ldb];
   }
   if (divisor != 1.0f) y /= divisor;
-  if (s.rounds_output) {
-    const uint32_t w = is_stochastic(s.out_mode) ? random_word(s.out_seed, stream + kStreamOutput, o) : 0u;
-    y = round_value(y, s.out_t, s.out_mode, w);
-  }
+  if (s.out.on) y = round_element(s.out, y, stream + kStreamOutput, o, h);
+  if (h) health_count_nonfinite(*h, y);
   return y;
 }
 
@@ -373,15 +382,16 @@ MANTIS_HD void attention_block(const AttentionArgs& A, int64_t i, int64_t& r0, i
   r1 = r0 + kAttentionQueryBlock < A.T ? r0 + kAttentionQueryBlock : A.T;
 }
 
-// The score y_ij of query head h: attn.qk's call for row i (random sites) or for i's block.
-MANTIS_HD float attention_score(const AttentionArgs& A, int64_t h, int64_t i, int64_t j) {
+// The score y_ij of query head h: attn.qk's call for row i (random sites) or for i's block; with
+// hl, its health (attn.qk's) added to *hl.
+MANTIS_HD float attention_score(const AttentionArgs& A, int64_t h, int64_t i, int64_t j, SiteHealth* hl = nullptr) {
   int64_t r0, r1;
   attention_block(A, i, r0, r1);
   const float* a = A.q + i * A.NH * A.HS + h * A.HS;
   const float* b = A.k + j * A.NKV * A.HS + (h / (A.NH / A.NKV)) * A.HS;
   const uint64_t stream = A.by_row ? qk_stream(A.layer, h, i) : qk_stream(A.layer, h);
   const uint64_t o = A.by_row ? uint64_t(j) : uint64_t((i - r0) * r1 + j);
-  return site_element(A.qk, a, b, 1, A.HS, stream, o, A.divisor);
+  return site_element(A.qk, a, b, 1, A.HS, stream, o, A.divisor, hl);
 }
 
 // LAMP's recomputed score: the recompute plan on i's block (stream lamp_stream(l, h)).
@@ -394,21 +404,23 @@ MANTIS_HD float attention_recomputed(const AttentionArgs& A, int64_t h, int64_t 
 }
 
 // Output column c of query i at head h from its probabilities P [r1] (zero beyond i): attn.pv's
-// call for row i (depth i + 1) or for i's block (depth r1: the masked zeros included, as the CPU).
-MANTIS_HD float attention_pv(const AttentionArgs& A, const float* P, int64_t h, int64_t i, int64_t c) {
+// call for row i (depth i + 1) or for i's block (depth r1: the masked zeros included, as the CPU);
+// with hl, its health (attn.pv's) added to *hl.
+MANTIS_HD float attention_pv(const AttentionArgs& A, const float* P, int64_t h, int64_t i, int64_t c,
+                             SiteHealth* hl = nullptr) {
   int64_t r0, r1;
   attention_block(A, i, r0, r1);
   const float* b = A.v + (h / (A.NH / A.NKV)) * A.HS + c;
   const uint64_t stream = A.by_row ? pv_stream(A.layer, h, i) : pv_stream(A.layer, h);
   const uint64_t o = A.by_row ? uint64_t(c) : uint64_t((i - r0) * A.HS + c);
-  return site_element(A.pv, P, b, A.NKV * A.HS, A.by_row ? i + 1 : r1, stream, o, 1.0f);
+  return site_element(A.pv, P, b, A.NKV * A.HS, A.by_row ? i + 1 : r1, stream, o, 1.0f, hl);
 }
 
 // The attention call of layer l of a PolicyPlan (validated: no operand rounding at these sites);
 // host only (plain inline: nvcc's device pass parses, never generates them).
 inline ElementRound element_round(const std::optional<RoundStep>& r) {
   ElementRound d;
-  if (r) d.on = true, d.mode = r->plan.mode, d.seed = r->plan.seed, d.t = r->plan.tf;
+  if (r) d.on = true, d.mode = r->plan.mode, d.seed = r->plan.seed, d.t = r->plan.tf, d.max_finite = r->max_finite;
   return d;
 }
 inline ElementSite element_site(const SitePlan& p) {
@@ -417,8 +429,7 @@ inline ElementSite element_site(const SitePlan& p) {
     d.emulated = true, d.acc = p.gemm->accumulation, d.mode = p.gemm->acc_mode, d.block = p.gemm->block;
     d.seed = p.gemm->seed, d.align_bits = p.gemm->align_bits, d.t = p.gemm->acc;
   }
-  const ElementRound o = element_round(p.output);
-  d.rounds_output = o.on, d.out_mode = o.mode, d.out_seed = o.seed, d.out_t = o.t;
+  d.out = element_round(p.output);
   return d;
 }
 inline AttentionArgs attention_args(const PolicyPlan& pol, int l, const float* q, const float* k, const float* v,

@@ -75,8 +75,8 @@ Matrix<T> forward(const Model& m, std::span<const int32_t> tokens, const PolicyP
                   ForwardStats* stats = nullptr);
 
 // A binary32 forward pass's implementation, chosen by the caller (`--device`): empty means
-// forward<float> on the CPU; the GPU's comes from cuda/forward.h (gpu::forward_fn). A backend
-// that does not count the site health leaves stats->health empty.
+// forward<float> on the CPU; the GPU's comes from cuda/forward.h (gpu::forward_fn). Every backend
+// fills stats (the site health included) as forward<float> does.
 using ForwardFn = std::function<Matrix<float>(const Model&, std::span<const int32_t>, const PolicyPlan&, ForwardStats*)>;
 // fn's forward, or forward<float> when fn is empty.
 Matrix<float> forward_on(const ForwardFn& fn, const Model& m, std::span<const int32_t> tokens, const Policy& policy,

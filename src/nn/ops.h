@@ -1,6 +1,6 @@
 // ops — what the operations of the two graphs share (linear.h, norm.h, activation.h,
-// attention.h): the matrix type, a site's range health, and a site's rounding of a buffer with
-// its health counts.
+// attention.h): the matrix type, a site's range health counted over buffers (its rules:
+// site_health.h), and a site's rounding of a buffer with its health counts.
 #pragma once
 
 // GCC 12 reports (maybe-)uninitialized `__Y` inside Eigen's AVX-512 packet code (the intrinsics'
@@ -16,23 +16,11 @@
 
 #include "core/round_array.h"  // defines: round_array
 #include "nn/policy.h"      // defines: RoundStep, SitePlan
+#include "nn/site_health.h"  // defines: SiteHealth
 
 namespace mantis {
 
 template <class T> using Matrix = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
-
-// Range health of one site at one layer, summed over the site's calls:
-//   overflow  values whose magnitude exceeded the largest finite number of the format they were
-//             rounded to, at one of the site's input or output roundings (they became ±inf, ±max
-//             under `saturate`, or NaN, as the format's overflow rule says). Roundings inside an
-//             emulated GEMM's accumulator are not seen here: an accumulator that overflows to
-//             inf (or NaN) shows in `inf` / `nan` of the output.
-//   nan, inf  NaNs and infinities in the site's output (binary32 overflow of a native product
-//             or nonlinearity included).
-struct SiteHealth {
-  uint64_t overflow = 0, nan = 0, inf = 0;
-  bool clean() const { return overflow == 0 && nan == 0 && inf == 0; }
-};
 
 namespace detail {
 
@@ -58,9 +46,9 @@ inline void add_health(SiteHealth* h, uint64_t overflow, uint64_t nan = 0, uint6
 template <class T>
 void count_overflow(SiteHealth* h, const T* x, size_t n, double mx) {
   if (!h) return;
-  uint64_t c = 0;
-  for (size_t i = 0; i < n; ++i) c += std::isfinite(x[i]) && std::abs(double(x[i])) > mx;
-  add_health(h, c);
+  SiteHealth local;
+  for (size_t i = 0; i < n; ++i) health_count_overflow(local, x[i], mx);
+  add_health(h, local.overflow);
 }
 template <class T>
 void count_overflow(SiteHealth* h, const Eigen::Ref<const Matrix<T>>& x, double mx) {
@@ -72,9 +60,9 @@ void count_overflow(SiteHealth* h, const Eigen::Ref<const Matrix<T>>& x, double 
 template <class T>
 void count_nonfinite(SiteHealth* h, const T* x, size_t n) {
   if (!h) return;
-  uint64_t nan = 0, inf = 0;
-  for (size_t i = 0; i < n; ++i) nan += std::isnan(x[i]), inf += std::isinf(x[i]);
-  add_health(h, 0, nan, inf);
+  SiteHealth local;
+  for (size_t i = 0; i < n; ++i) health_count_nonfinite(local, x[i]);
+  add_health(h, 0, local.nan, local.inf);
 }
 template <class T>
 void count_nonfinite(SiteHealth* h, const Eigen::Ref<const Matrix<T>>& x) {
