@@ -527,12 +527,23 @@ Matrix<float> provoking(Matrix<float> q, bool provoke) {
   return q;
 }
 
-void check_health(const char* site, const SiteHealth& cpu, const SiteHealth& kernel) {
-  INFO(site << ": cpu " << cpu.overflow << "/" << cpu.nan << "/" << cpu.inf << " kernel " << kernel.overflow << "/"
-            << kernel.nan << "/" << kernel.inf);
-  CHECK(cpu.overflow == kernel.overflow);
-  CHECK(cpu.nan == kernel.nan);
-  CHECK(cpu.inf == kernel.inf);
+// The kernel's counts (attn.qk, softmax, attn.pv) equal the CPU's; provoked: the case must have
+// provoked the events it is meant to count (pv_overflow: attn.pv's too).
+void check_health(const SiteHealth (&cpu)[3], const SiteHealth (&kernel)[3], bool provoked, bool pv_overflow) {
+  const char* sites[] = {"attn.qk", "softmax", "attn.pv"};
+  for (int s = 0; s < 3; ++s) {
+    INFO(sites[s] << ": cpu " << cpu[s].overflow << "/" << cpu[s].nan << "/" << cpu[s].inf << " kernel "
+                  << kernel[s].overflow << "/" << kernel[s].nan << "/" << kernel[s].inf);
+    CHECK(cpu[s].overflow == kernel[s].overflow);
+    CHECK(cpu[s].nan == kernel[s].nan);
+    CHECK(cpu[s].inf == kernel[s].inf);
+  }
+  if (provoked) {
+    CHECK(cpu[0].overflow > 0);
+    CHECK(cpu[1].overflow > 0);
+    CHECK(cpu[1].nan > 0);
+    if (pv_overflow) CHECK(cpu[2].overflow > 0);
+  }
 }
 
 }  // namespace
@@ -565,15 +576,16 @@ TEST_CASE("the GPU kernels' steps run serially equal the CPU attention (material
                                           : kernel_input(sh.T, sh.NKV * sh.HS, 0.5f, 1.5f, 3);
           Matrix<float> out(sh.T, sh.NH * sh.HS);
           std::vector<Matrix<float>> probs;
-          SiteHealth cq, cs, cp;  // the CPU's counts
-          const uint64_t want =
-              detail::attention_forward<float>(pol, 0, q, k, v, sh.NH, sh.NKV, sh.HS, out, &probs, {&cq, &cs, &cp});
+          SiteHealth cpu_health[3];  // attn.qk, softmax, attn.pv
+          const uint64_t want = detail::attention_forward<float>(pol, 0, q, k, v, sh.NH, sh.NKV, sh.HS, out, &probs,
+                                                                 {&cpu_health[0], &cpu_health[1], &cpu_health[2]});
           // the materialised kernel, one (head, row) block at a time
           const AttentionArgs A = attention_args(pol, 0, q.data(), k.data(), v.data(), sh.T, sh.NH, sh.NKV, sh.HS);
           Matrix<float> got(sh.T, sh.NH * sh.HS);
           uint64_t count = 0;
           bool probs_equal = true;
-          SiteHealth kq, ks, kp;  // the kernel's counts, from the same element functions
+          SiteHealth kernel_health[3];  // the kernel's counts, from the same element functions
+          SiteHealth &kq = kernel_health[0], &ks = kernel_health[1], &kp = kernel_health[2];
           for (int64_t h = 0; h < sh.NH; ++h)
             for (int64_t i = 0; i < sh.T; ++i) {
               const int64_t n = i + 1;
@@ -602,15 +614,7 @@ TEST_CASE("the GPU kernels' steps run serially equal the CPU attention (material
           CHECK(probs_equal);
           CHECK(count == want);
           CHECK(std::memcmp(got.data(), out.data(), size_t(out.size()) * 4) == 0);
-          check_health("attn.qk", cq, kq);
-          check_health("softmax", cs, ks);
-          check_health("attn.pv", cp, kp);
-          if (provoke && sh.T >= 17) {  // the case provokes what it counts
-            CHECK(cq.overflow > 0);
-            CHECK(cs.overflow > 0);
-            CHECK(cs.nan > 0);
-            CHECK(cp.overflow > 0);
-          }
+          check_health(cpu_health, kernel_health, provoke && sh.T >= 17, true);
         }
 }
 
@@ -638,13 +642,14 @@ TEST_CASE("the flash kernel's steps run serially: the CPU's LAMP counts, its out
           const Matrix<float> k = kernel_input(sh.T, sh.NKV * sh.HS, -2, 2, 2);
           const Matrix<float> v = kernel_input(sh.T, sh.NKV * sh.HS, 0.5f, 1.5f, 3);
           Matrix<float> out(sh.T, sh.NH * sh.HS);
-          SiteHealth cq, cs, cp;  // the CPU's counts
-          const uint64_t want =
-              detail::attention_forward<float>(pol, 0, q, k, v, sh.NH, sh.NKV, sh.HS, out, nullptr, {&cq, &cs, &cp});
+          SiteHealth cpu_health[3];  // attn.qk, softmax, attn.pv
+          const uint64_t want = detail::attention_forward<float>(pol, 0, q, k, v, sh.NH, sh.NKV, sh.HS, out, nullptr,
+                                                                 {&cpu_health[0], &cpu_health[1], &cpu_health[2]});
           const AttentionArgs A = attention_args(pol, 0, q.data(), k.data(), v.data(), sh.T, sh.NH, sh.NKV, sh.HS);
           uint64_t count = 0;
           double worst = 0;
-          SiteHealth kq, ks, kp;  // the kernel's counts
+          SiteHealth kernel_health[3];  // the kernel's counts
+          SiteHealth &kq = kernel_health[0], &ks = kernel_health[1], &kp = kernel_health[2];
           for (int64_t h = 0; h < sh.NH; ++h)
             for (int64_t i = 0; i < sh.T; ++i) {
               const int64_t n = i + 1, g = h / (sh.NH / sh.NKV);
@@ -682,13 +687,6 @@ TEST_CASE("the flash kernel's steps run serially: the CPU's LAMP counts, its out
             }
           CHECK(count == want);
           CHECK(worst <= 1e-5);
-          check_health("attn.qk", cq, kq);
-          check_health("softmax", cs, ks);
-          check_health("attn.pv", cp, kp);
-          if (provoke && sh.T >= 17) {  // the case provokes what it counts
-            CHECK(cq.overflow > 0);
-            CHECK(cs.overflow > 0);
-            CHECK(cs.nan > 0);
-          }
+          check_health(cpu_health, kernel_health, provoke && sh.T >= 17, false);
         }
 }
