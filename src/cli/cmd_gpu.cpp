@@ -170,8 +170,9 @@ void bench_forward_gpu(const GpuBenchArgs& a, Row&& row) {
     std::string line = fmt::format("forward L={} C={} T={} {:<27} GPU {:10.1f} tok/s", c.layers, c.dim, c.ctx, arm.name,
                                    T / g);
     if (a.cpu && arm.kernel == AttentionKernel::materialised) {  // the CPU has no flash variant
+      ForwardStats cst;  // the same counts as the GPU's (LAMP's, the site health)
       const Stopwatch w;
-      forward<float>(m, tokens, plan);
+      forward<float>(m, tokens, plan, &cst);
       const double cs = w.seconds();
       r["cpu_seconds"] = cs, r["cpu_tokens_per_s"] = T / cs, r["gpu_over_cpu"] = cs / g;
       line += fmt::format("   CPU ({} threads) {:8.1f} tok/s   GPU/CPU {:6.1f}×", num_threads(), T / cs, cs / g);

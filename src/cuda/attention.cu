@@ -24,6 +24,10 @@
 //     CPU's by the summation order of the online softmax (a tolerance). Needs a native attn.pv and
 //     no softmax output rounding (the probabilities are never formed), and no random control
 //     (it needs the row's count before its draws).
+//     It reads the values of keys 0..i only, while the CPU's block product (depth r1) also
+//     multiplies the masked zeros of row i by the values of the later keys of i's 64-row block:
+//     a NaN or ±inf value there makes the CPU's row i NaN (0·inf), not this kernel's. Finite
+//     values are unaffected (adding an exact zero changes no sum).
 #include <algorithm>
 #include <cmath>
 #include <string>
@@ -47,6 +51,19 @@ namespace {
 
 constexpr unsigned kAttnThreads = 128;
 constexpr int64_t kTile = 64;  // flash: keys per tile
+constexpr size_t kFlashMaxHS = 8192;  // flash: HS floats of dynamic shared memory, + FlashShared, ≤ 48 KB
+
+// The kernels' workspaces, kept between the calls of one host thread and only grown, so that a
+// forward pass does not cudaMalloc / cudaFree (which synchronises the device) at every layer.
+struct AttentionScratch {
+  DeviceBuffer<float> scores, cy, px;
+  DeviceBuffer<uint8_t> mark;
+  DeviceBuffer<uint32_t> idx, cj, pj;
+};
+AttentionScratch& attention_scratch() {
+  thread_local AttentionScratch s;
+  return s;
+}
 
 // The call (attention_row.h AttentionArgs) and the kernels' outputs and workspaces.
 struct Args {
@@ -55,10 +72,11 @@ struct Args {
   float* rows;        // materialised: [NH, T, T] scores, then probabilities
   uint8_t* mark;      // materialised LAMP: [NH, T, T]
   uint32_t* idx;      // materialised random control: [NH, T, T]
-  uint32_t* cj;       // flash: [NH, T, T] candidates' keys ..
+  uint32_t* cj;       // flash with LAMP: [NH, T, T] candidates' keys ..
   float* cy;          // .. and scores
-  uint32_t* pj;       // flash: [NH, T, T] keys waiting to enter the online softmax ..
+  uint32_t* pj;       // flash: [NH, T, ld] keys waiting to enter the online softmax ..
   float* px;          // .. and their scores
+  int64_t ld;         // flash: T with LAMP (its candidates may all wait), kTile without (one tile)
   uint64_t* counts;   // [NH, T] LAMP selections per row
   AttentionHealth health;  // device memory; null: not counted
 };
@@ -162,8 +180,8 @@ __global__ void attention_flash(Args W) {
   __shared__ __align__(16) unsigned char sh_raw[sizeof(FlashShared)];  // no constructors in __shared__
   FlashShared& sh = *reinterpret_cast<FlashShared*>(sh_raw);
   const int64_t i = blockIdx.x, h = blockIdx.y, n = i + 1, row = h * A.T + i;
-  uint32_t *cj = W.cj + row * A.T, *pj = W.pj + row * A.T;  // [n] each
-  float *cy = W.cy + row * A.T, *px = W.px + row * A.T;
+  uint32_t *cj = A.lamp ? W.cj + row * A.T : nullptr, *pj = W.pj + row * W.ld;  // [n], [ld]
+  float *cy = A.lamp ? W.cy + row * A.T : nullptr, *px = W.px + row * W.ld;
   const double tau = A.lamp ? row_tau(A, i) : 0.0;
   const int mode = A.lamp ? lamp_relaxed_trivial(tau) : 0;  // 0 none, 1 all, 2 by the keys
   ThreadHealth th(W.health);
@@ -196,6 +214,7 @@ __global__ void attention_flash(Args W) {
     __syncthreads();
     flash_flush(A, sh, acc, pj, px, sh.npend, h, i, th.psm);
   }
+  __syncthreads();  // flash_flush has no barrier when nothing was pending: every read of sh.npend before it changes
   if (mode == 2) {
     if (threadIdx.x == 0) {
       int64_t np = 0;  // the decisions in candidate order: keys in pj, scores in px, selected in cy (1 / 0)
@@ -238,6 +257,9 @@ void attention_validate(const PolicyPlan& pol, int l, size_t NH, size_t NKV, siz
       throw InputError("cuda attention: the flash kernel takes the relaxed LAMP rule without random control");
     if (sm.output || !pv.is_native())
       throw InputError("cuda attention: the flash kernel needs a native attn.pv and no softmax output rounding");
+    if (HS > kFlashMaxHS)  // a row's output lives in shared memory (48 KB without opting in)
+      throw InputError("cuda attention: the flash kernel takes head sizes up to " + std::to_string(kFlashMaxHS) +
+                       "; HS = " + std::to_string(HS) + " (use the materialised kernel)");
   }
 }
 
@@ -250,23 +272,21 @@ void attention_device(const PolicyPlan& pol, int l, const float* q, const float*
   W.out = out, W.counts = counts, W.health = health;
   const size_t rows = NH * T * T;
   const dim3 grid{unsigned(T), unsigned(NH)};
+  AttentionScratch& sc = attention_scratch();
   if (kernel == AttentionKernel::materialised) {
-    DeviceBuffer<float> scores(probs ? 0 : rows);
-    DeviceBuffer<uint8_t> mark(W.a.lamp ? rows : 0);
-    DeviceBuffer<uint32_t> idx(W.a.lamp && W.a.random_control ? rows : 0);
-    W.rows = probs ? probs : scores.get(), W.mark = mark.get(), W.idx = idx.get();
+    W.rows = probs ? probs : at_least(sc.scores, rows);
+    W.mark = W.a.lamp ? at_least(sc.mark, rows) : nullptr;
+    W.idx = W.a.lamp && W.a.random_control ? at_least(sc.idx, rows) : nullptr;
     MANTIS_CUDA_CHECK(cudaMemsetAsync(W.rows, 0, rows * sizeof(float), cs));  // the masked entries stay 0
     attention_materialised<<<grid, kAttnThreads, 0, cs>>>(W);
-    MANTIS_CUDA_CHECK_LAUNCH();
-    MANTIS_CUDA_CHECK(cudaStreamSynchronize(cs));  // the workspace is freed on return
   } else {
-    DeviceBuffer<uint32_t> cj(rows), pj(rows);
-    DeviceBuffer<float> cy(rows), px(rows);
-    W.cj = cj.get(), W.pj = pj.get(), W.cy = cy.get(), W.px = px.get();
+    W.ld = W.a.lamp ? int64_t(T) : kTile;
+    if (W.a.lamp) W.cj = at_least(sc.cj, rows), W.cy = at_least(sc.cy, rows);
+    W.pj = at_least(sc.pj, NH * T * size_t(W.ld)), W.px = at_least(sc.px, NH * T * size_t(W.ld));
     attention_flash<<<grid, kAttnThreads, HS * sizeof(float), cs>>>(W);
-    MANTIS_CUDA_CHECK_LAUNCH();
-    MANTIS_CUDA_CHECK(cudaStreamSynchronize(cs));
   }
+  MANTIS_CUDA_CHECK_LAUNCH();
+  MANTIS_CUDA_CHECK(cudaStreamSynchronize(cs));  // the scratch is this thread's next call's
 }
 
 }  // namespace cuda_detail

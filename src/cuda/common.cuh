@@ -30,6 +30,15 @@ template <class T> using DeviceBuffer = gpu::Array<T>;
 
 inline cudaStream_t native(const gpu::Stream& s) { return static_cast<cudaStream_t>(s.handle()); }
 
+// a's memory grown (never shrunk) to at least n elements: scratch kept between calls. The old
+// buffer is freed first (the two need not coexist); the caller has synchronised its last use.
+template <class T>
+T* at_least(DeviceBuffer<T>& a, size_t n) {
+  if (a.size() < n) a = DeviceBuffer<T>();
+  if (a.size() < n) a = DeviceBuffer<T>(n);
+  return a.get();
+}
+
 constexpr unsigned kThreads = 256;
 constexpr size_t kMaxBlocks = size_t(1) << 20;  // grid-stride loops above this
 
@@ -84,7 +93,7 @@ namespace mantis::cuda_detail {
 
 // Attention (cuda.h cuda_attention_forward) on device arrays q, k, v, out; counts
 // [NH, T] (device, zeroed by the caller), probs [NH, T, T] (device) or null, health: the three
-// sites' (device memory; each may be null). Synchronises cs before returning (its workspace is freed).
+// sites' (device memory; each may be null). Synchronises cs before returning (its workspace is the thread's, reused by its next call).
 // attention_validate: the host checks, once.
 void attention_validate(const PolicyPlan& pol, int layer, size_t NH, size_t NKV, size_t HS, AttentionKernel kernel);
 void attention_device(const PolicyPlan& pol, int layer, const float* q, const float* k, const float* v, size_t T,

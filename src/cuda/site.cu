@@ -6,6 +6,7 @@
 
 namespace mantis::gpu {
 
+using cuda_detail::at_least;
 using cuda_detail::blocks_for;
 using cuda_detail::kThreads;
 using cuda_detail::native;
@@ -40,6 +41,7 @@ __global__ void finish_kernel(const S* C, float* out, size_t M, size_t N, float 
 // synchronised.
 void round_operand(const OperandStep& o, float* x, size_t rows, size_t cols, uint64_t stream,
                    Array<cuda_detail::SchemeWork>& work, SiteHealth* h, const Stream& s) {
+  if (rows == 0 || cols == 0) return;  // quantize_scheme's early return (a scheme plan needs a block)
   if (o.round) {
     round_step(x, rows * cols, *o.round, stream, h, s);
     return;
@@ -62,13 +64,6 @@ SiteScratch& site_scratch() {
   thread_local SiteScratch s;
   return s;
 }
-template <class T>
-T* at_least(Array<T>& a, size_t n) {
-  if (a.size() < n) a = Array<T>();  // free first: the old and new buffers need not coexist
-  if (a.size() < n) a = Array<T>(n);
-  return a.get();
-}
-
 }  // namespace
 
 void site_gemm(const SitePlan& p, const float* A, const float* B, bool bt, float* out, size_t M, size_t N, size_t K,
