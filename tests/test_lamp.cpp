@@ -572,15 +572,24 @@ TEST_CASE("the GPU kernels' steps run serially equal the CPU attention (material
           const PolicyPlan pol(p, c);
           const Matrix<float> q = provoking(kernel_input(sh.T, sh.NH * sh.HS, -2, 2, 1), provoke);
           const Matrix<float> k = kernel_input(sh.T, sh.NKV * sh.HS, -2, 2, 2);
-          const Matrix<float> v = provoke ? kernel_input(sh.T, sh.NKV * sh.HS, 10, 40, 3)
-                                          : kernel_input(sh.T, sh.NKV * sh.HS, 0.5f, 1.5f, 3);
+          Matrix<float> v = provoke ? kernel_input(sh.T, sh.NKV * sh.HS, 10, 40, 3)
+                                    : kernel_input(sh.T, sh.NKV * sh.HS, 0.5f, 1.5f, 3);
+          if (provoke) v(sh.T / 2, 0) = std::numeric_limits<float>::quiet_NaN();  // its block goes row by row
           Matrix<float> out(sh.T, sh.NH * sh.HS);
           std::vector<Matrix<float>> probs;
           SiteHealth cpu_health[3];  // attn.qk, softmax, attn.pv
           const uint64_t want = detail::attention_forward<float>(pol, 0, q, k, v, sh.NH, sh.NKV, sh.HS, out, &probs,
                                                                  {&cpu_health[0], &cpu_health[1], &cpu_health[2]});
-          // the materialised kernel, one (head, row) block at a time
-          const AttentionArgs A = attention_args(pol, 0, q.data(), k.data(), v.data(), sh.T, sh.NH, sh.NKV, sh.HS);
+          // the materialised kernel, one (head, row) block at a time, after its pass over the values
+          AttentionArgs A = attention_args(pol, 0, q.data(), k.data(), v.data(), sh.T, sh.NH, sh.NKV, sh.HS);
+          const int64_t nb = (sh.T + kAttentionQueryBlock - 1) / kAttentionQueryBlock;
+          std::vector<uint8_t> v_nonfinite(size_t(sh.NKV * nb));
+          for (int64_t g = 0; g < sh.NKV; ++g)
+            for (int64_t b = 0; b < nb; ++b)
+              v_nonfinite[size_t(g * nb + b)] = !attention_values_finite(
+                  v.data(), sh.NKV * sh.HS, g * sh.HS, sh.HS, b * kAttentionQueryBlock,
+                  std::min<int64_t>(sh.T, (b + 1) * kAttentionQueryBlock));
+          A.v_nonfinite = v_nonfinite.data();
           Matrix<float> got(sh.T, sh.NH * sh.HS);
           uint64_t count = 0;
           bool probs_equal = true;
@@ -616,6 +625,40 @@ TEST_CASE("the GPU kernels' steps run serially equal the CPU attention (material
           CHECK(std::memcmp(got.data(), out.data(), size_t(out.size()) * 4) == 0);
           check_health(cpu_health, kernel_health, provoke && sh.T >= 17, true);
         }
+}
+
+TEST_CASE("a non-finite value reaches the attention rows at and after its key only", "[attention_row]") {
+  const Eigen::Index T = 100, NH = 2, HS = 8;
+  for (bool random : {false, true})
+    for (bool emulated : {false, true}) {
+      Policy p = kernel_policy(7, random ? Rounding::sr : Rounding::rne, emulated, false, 5);
+      ModelConfig c;
+      c.arch = Arch::llama, c.layers = 1, c.heads = int(NH), c.kv_heads = int(NH), c.dim = int(NH * HS);
+      const PolicyPlan pol(p, c);
+      const Matrix<float> q = kernel_input(T, NH * HS, -2, 2, 1), k = kernel_input(T, NH * HS, -2, 2, 2);
+      const Matrix<float> v = kernel_input(T, NH * HS, 0.5f, 1.5f, 3);
+      for (float bad : {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity()})
+        for (Eigen::Index j : {Eigen::Index(0), Eigen::Index(40), Eigen::Index(63), Eigen::Index(64), Eigen::Index(99)}) {
+          INFO("random " << random << " emulated " << emulated << " value " << bad << " at key " << j);
+          Matrix<float> vb = v;
+          vb(j, 3) = bad;  // head 0's value column 3
+          Matrix<float> clean(T, NH * HS), got(T, NH * HS);
+          detail::attention_forward<float>(pol, 0, q, k, v, NH, NH, HS, clean, nullptr, {});
+          detail::attention_forward<float>(pol, 0, q, k, vb, NH, NH, HS, got, nullptr, {});
+          // rows before j: the clean run's values (emulated: its bits; native: Eigen's product of one
+          // row, another summation order than the block's); rows from j: column 3 of head 0
+          // non-finite (its weight p_ij > 0); head 1 untouched
+          double worst = 0;
+          for (Eigen::Index i = 0; i < j * NH * HS; ++i)
+            worst = std::max(worst, std::abs(double(got.data()[i]) - clean.data()[i]) / std::abs(clean.data()[i]));
+          if (emulated || random) CHECK(std::memcmp(got.data(), clean.data(), size_t(j * NH * HS) * 4) == 0);
+          else CHECK(worst <= 1e-6);
+          bool reached = true;
+          for (Eigen::Index i = j; i < T; ++i) reached &= !std::isfinite(got(i, 3));
+          CHECK(reached);
+          CHECK(std::memcmp(got.col(HS).eval().data(), clean.col(HS).eval().data(), size_t(T) * 4) == 0);
+        }
+    }
 }
 
 TEST_CASE("the flash kernel's steps run serially: the CPU's LAMP counts, its output to rounding", "[attention_row]") {

@@ -24,10 +24,9 @@
 //     CPU's by the summation order of the online softmax (a tolerance). Needs a native attn.pv and
 //     no softmax output rounding (the probabilities are never formed), and no random control
 //     (it needs the row's count before its draws).
-//     It reads the values of keys 0..i only, while the CPU's block product (depth r1) also
-//     multiplies the masked zeros of row i by the values of the later keys of i's 64-row block:
-//     a NaN or ±inf value there makes the CPU's row i NaN (0·inf), not this kernel's. Finite
-//     values are unaffected (adding an exact zero changes no sum).
+//   Both read the values of keys 0..i only for row i where they are not all finite (attention_row.h
+//   attention_values_finite: the materialised kernel flags such 64-row blocks first, as the CPU
+//   multiplies their rows one at a time).
 #include <algorithm>
 #include <cmath>
 #include <string>
@@ -57,7 +56,7 @@ constexpr size_t kFlashMaxHS = 8192;  // flash: HS floats of dynamic shared memo
 // forward pass does not cudaMalloc / cudaFree (which synchronises the device) at every layer.
 struct AttentionScratch {
   DeviceBuffer<float> scores, cy, px;
-  DeviceBuffer<uint8_t> mark;
+  DeviceBuffer<uint8_t> mark, v_nonfinite;
   DeviceBuffer<uint32_t> idx, cj, pj;
 };
 AttentionScratch& attention_scratch() {
@@ -97,6 +96,16 @@ struct ThreadHealth {
 };
 
 __device__ double row_tau(const AttentionArgs& A, int64_t i) { return lamp_row_tau(A.tau, A.length_scaled, i); }
+
+// flags [NKV, nblocks]: which 64-row blocks of the values hold a non-finite number (one thread each).
+__global__ void value_blocks_kernel(const float* v, int64_t T, int64_t NKV, int64_t HS, uint8_t* flags) {
+  const int64_t nb = (T + kAttentionQueryBlock - 1) / kAttentionQueryBlock;
+  const int64_t e = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (e >= NKV * nb) return;
+  const int64_t g = e / nb, r0 = (e - g * nb) * kAttentionQueryBlock;
+  const int64_t r1 = r0 + kAttentionQueryBlock < T ? r0 + kAttentionQueryBlock : T;
+  flags[e] = attention_values_finite(v, NKV * HS, g * HS, HS, r0, r1) ? 0 : 1;
+}
 
 // Block (query i = blockIdx.x, head h = blockIdx.y): scores → LAMP → softmax → P·V.
 __global__ void attention_materialised(Args W) {
@@ -277,6 +286,13 @@ void attention_device(const PolicyPlan& pol, int l, const float* q, const float*
     W.rows = probs ? probs : at_least(sc.scores, rows);
     W.mark = W.a.lamp ? at_least(sc.mark, rows) : nullptr;
     W.idx = W.a.lamp && W.a.random_control ? at_least(sc.idx, rows) : nullptr;
+    if (!W.a.by_row) {  // random sites go row by row anyway
+      const size_t flags = NKV * ((T + kAttentionQueryBlock - 1) / kAttentionQueryBlock);
+      uint8_t* f = at_least(sc.v_nonfinite, flags);
+      value_blocks_kernel<<<unsigned((flags + 127) / 128), 128, 0, cs>>>(v, int64_t(T), int64_t(NKV), int64_t(HS), f);
+      MANTIS_CUDA_CHECK_LAUNCH();
+      W.a.v_nonfinite = f;
+    }
     MANTIS_CUDA_CHECK(cudaMemsetAsync(W.rows, 0, rows * sizeof(float), cs));  // the masked entries stay 0
     attention_materialised<<<grid, kAttnThreads, 0, cs>>>(W);
   } else {

@@ -51,7 +51,8 @@ Matrix<float> forward(const DeviceModel& m, std::span<const int32_t> tokens, con
                       ForwardStats* stats = nullptr, AttentionKernel kernel = AttentionKernel::materialised);
 
 // forward as a ForwardFn (nn/forward.h) for the studies' `--device cuda`: the model's parameters are
-// uploaded at the first call and kept while later calls pass the same Model object.
+// uploaded at the first call and kept while later calls pass the same Model object, which must not
+// change meanwhile (the cache is keyed by its address).
 ForwardFn forward_fn(AttentionKernel kernel = AttentionKernel::materialised);
 
 }  // namespace mantis::gpu

@@ -103,7 +103,9 @@ uint64_t attention_forward(const PolicyPlan& pol, int l, const Eigen::Ref<const 
         }
       softmax_block<T>(sm, l, h, S, r0, hsm);
       if (probs) (*probs)[size_t(h)].block(r0, 0, nr, r1) = S;  // the rest of [T,T] stays 0
-      if (!by_row) {
+      // Row by row when random, or when the block's values are not all finite (a masked zero would
+      // meet a later key's inf or NaN: attention_row.h attention_values_finite).
+      if (!by_row && attention_values_finite(v.data(), Index(v.outerStride()), g * HS, HS, r0, r1)) {
         site_gemm<T>(pv, S, v.block(0, g * HS, r1, HS), false, out.block(r0, h * HS, nr, HS),
                      pv_stream(l, h), T(1), nullptr, hpv);
       } else {

@@ -308,6 +308,9 @@ struct AttentionArgs {
   bool by_row = false;  // attn.qk or attn.pv draws random words: one call per query row (streams.h)
   ElementSite qk, pv, rec;
   ElementRound sm_in, sm_out;
+  // [NKV, ⌈T/64⌉]: 1 where a 64-row block's values hold a non-finite number (attention_values_finite),
+  // so that its P·V goes row by row; null: every block finite. Filled by the caller.
+  const uint8_t* v_nonfinite = nullptr;
   bool lamp = false, strict_rule = true, length_scaled = false, random_control = false;
   double tau = 0;
   uint64_t lamp_seed = 0;
@@ -403,17 +406,38 @@ MANTIS_HD float attention_recomputed(const AttentionArgs& A, int64_t h, int64_t 
   return site_element(A.rec, a, b, 1, A.HS, lamp_stream(A.layer, h), uint64_t((i - r0) * r1 + j), A.divisor);
 }
 
+// The values of rows r0..r1−1 of v [·, ld] in columns c0..c0+HS−1 are all finite. attn.pv multiplies
+// a deterministic 64-row block's probabilities by its values in one call of depth r1; a masked
+// zero of row i then meets the values of the later keys i+1..r1−1, and 0·inf or 0·NaN would make row
+// i NaN — a value no causal attention lets row i see. So a block whose rows are not all finite goes
+// row by row, each to depth i + 1, as random sites do (no random words drawn: an emulated site's
+// values of a finite row are the block call's; a native one's are the CPU's product of one row,
+// another summation order than Eigen's block product).
+template <class T>
+MANTIS_HD bool attention_values_finite(const T* v, int64_t ld, int64_t c0, int64_t HS, int64_t r0, int64_t r1) {
+  for (int64_t r = r0; r < r1; ++r)
+    for (int64_t c = 0; c < HS; ++c) {
+      const T x = v[r * ld + c0 + c];
+      if (x - x != T(0)) return false;  // NaN or ±inf
+    }
+  return true;
+}
+
 // Output column c of query i at head h from its probabilities P [r1] (zero beyond i): attn.pv's
-// call for row i (depth i + 1) or for i's block (depth r1: the masked zeros included, as the CPU);
+// call for row i (depth i + 1: random sites, or a block with a non-finite value) or for i's block
+// (depth r1: the masked zeros included);
 // with hl, its health (attn.pv's) added to *hl.
 MANTIS_HD float attention_pv(const AttentionArgs& A, const float* P, int64_t h, int64_t i, int64_t c,
                              SiteHealth* hl = nullptr) {
   int64_t r0, r1;
   attention_block(A, i, r0, r1);
-  const float* b = A.v + (h / (A.NH / A.NKV)) * A.HS + c;
-  const uint64_t stream = A.by_row ? pv_stream(A.layer, h, i) : pv_stream(A.layer, h);
-  const uint64_t o = A.by_row ? uint64_t(c) : uint64_t((i - r0) * A.HS + c);
-  return site_element(A.pv, P, b, A.NKV * A.HS, A.by_row ? i + 1 : r1, stream, o, 1.0f, hl);
+  const int64_t g = h / (A.NH / A.NKV);
+  const float* b = A.v + g * A.HS + c;
+  const int64_t nblocks = (A.T + kAttentionQueryBlock - 1) / kAttentionQueryBlock;
+  const bool rowwise = A.by_row || (A.v_nonfinite && A.v_nonfinite[g * nblocks + r0 / kAttentionQueryBlock]);
+  const uint64_t stream = rowwise ? pv_stream(A.layer, h, i) : pv_stream(A.layer, h);
+  const uint64_t o = rowwise ? uint64_t(c) : uint64_t((i - r0) * A.HS + c);
+  return site_element(A.pv, P, b, A.NKV * A.HS, rowwise ? i + 1 : r1, stream, o, 1.0f, hl);
 }
 
 // The attention call of layer l of a PolicyPlan (validated: no operand rounding at these sites);

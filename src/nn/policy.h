@@ -40,8 +40,9 @@
 //                  [out, in]). Random words: A's element (i, k) index i·K + k of stream + 1, B's
 //                  (k, j) index k·N + j of stream + 2, as `input`. Saturated scheme elements count
 //                  as the site's overflows. At the attention sites the operands are those of each
-//                  call (a block of 64 queries against keys 0..its end; with random rounding one
-//                  query row), so a scheme whose blocks span more than the reduction dimension
+//                  call (a block of 64 queries against keys 0..its end; one query row with random
+//                  rounding, and at attn.pv for a block whose values are not all finite:
+//                  attention_row.h), so a scheme whose blocks span more than the reduction dimension
 //                  (per tensor, 128×128) sees that call's operand.
 //   output       = format       round the site's result: (A·B) / divisor + bias, in binary32
 //   rounding     = mode         for every rounding at the site (input, accumulator, output); rne
