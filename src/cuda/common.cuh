@@ -93,8 +93,8 @@ namespace mantis::cuda_detail {
 
 // Attention (cuda.h cuda_attention_forward) on device arrays q, k, v, out; counts
 // [NH, T] (device, zeroed by the caller), probs [NH, T, T] (device) or null, health: the three
-// sites' (device memory; each may be null). Synchronises cs before returning (its workspace is the thread's, reused by its next call).
-// attention_validate: the host checks, once.
+// sites' (device memory; each may be null). Synchronises cs before returning (its workspace is the
+// host thread's, reused by its next call). attention_validate: the host checks, once.
 void attention_validate(const PolicyPlan& pol, int layer, size_t NH, size_t NKV, size_t HS, AttentionKernel kernel);
 void attention_device(const PolicyPlan& pol, int layer, const float* q, const float* k, const float* v, size_t T,
                       size_t NH, size_t NKV, size_t HS, float* out, uint64_t* counts, float* probs,
