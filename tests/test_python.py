@@ -81,6 +81,19 @@ class Rounding(unittest.TestCase):
         # multi-dimensional shapes are kept
         self.assertEqual(mantis.round(m, "bf16").shape, (64, 64))
 
+    def test_index_range_past_2_64_wraps(self):
+        # element i uses word (index0 + i) mod 2^64 (round_array.h); index0 = 2^64 - 1 once segfaulted
+        x = sample(3001, np.float32, 4)
+        for back in (0, 1, 2, 3, 1000):
+            with self.subTest(back=back):
+                i0 = 2 ** 64 - 1 - back
+                got = mantis.round(x, "bf16", mode="sr", seed=9, index0=i0)
+                want = mantis.round_reference(x, "bf16", mode="sr", seed=9, index0=i0)
+                self.assertTrue(np.array_equal(bits(got.astype(np.float64)), bits(want)))
+                # the part after the wrap is the part of a call that starts at index 0
+                k = back + 1
+                self.assertTrue(np.array_equal(bits(got[k:]), bits(mantis.round(x[k:], "bf16", mode="sr", seed=9))))
+
     def test_reference_equals_fast_path(self):
         x = sample(3000, np.float64, 3)
         for fmt in ("bf16", "ps3", "e4m3", "e2m5"):

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "core/oracle.h"
 #include "core/philox.h"
 #include "core/round_array.h"
 #include "testutil.h"
@@ -86,6 +87,50 @@ TEST_CASE("a slice rounded with index0 equals the same elements of the whole arr
   o.index0 = 1237;
   round_array(xs.data() + 1237, part.data(), part.size(), format_lookup("bf16"), o);
   CHECK(std::memcmp(whole.data() + 1237, part.data(), part.size() * 8) == 0);
+}
+
+// Random-word indices wrap by definition (round_array.h): element i uses word (index0 + i) mod 2^64.
+// A range that passes 2^64 − 1 once overran a stack buffer (issue 32: index0 = 2^64 − 1 segfaulted).
+TEST_CASE("an index range that passes 2^64 wraps: element i uses word (index0 + i) mod 2^64, every container") {
+  const Format f = format_lookup("bf16");
+  const auto xd = mantis::test::stratified_doubles(f, 3'001, 11);
+  const std::vector<float> xf(xd.begin(), xd.end());
+  const uint64_t top = ~uint64_t(0);
+  for (uint64_t back : {uint64_t(0), uint64_t(1), uint64_t(2), uint64_t(3), uint64_t(5), uint64_t(1023), uint64_t(1500),
+                        uint64_t(2999)})
+    for (Rounding m : {Rounding::sr, Rounding::sre}) {
+      const RoundOptions o{.mode = m, .sr_bits = m == Rounding::sr ? 9 : 32, .seed = 77, .stream = 5,
+                           .index0 = top - back};
+      std::vector<double> dd(xd.size()), fd(xf.size());
+      std::vector<float> ff(xf.size());
+      round_array(xd.data(), dd.data(), xd.size(), f, o);
+      round_array(xf.data(), fd.data(), xf.size(), f, o);
+      round_array(xf.data(), ff.data(), xf.size(), f, o);
+      size_t bad = 0;
+      for (size_t i = 0; i < xd.size(); ++i) {
+        const uint32_t w = random_word(77, 5, o.index0 + i);
+        const double want_d = oracle_round(xd[i], f, m, w, o.sr_bits), want_f = oracle_round(xf[i], f, m, w, o.sr_bits);
+        bad += !mantis::test::same(dd[i], want_d) + !mantis::test::same(fd[i], want_f) +
+               !mantis::test::same(double(ff[i]), want_f);
+      }
+      INFO("index0 = 2^64 - 1 - " << back << ", " << to_string(m));
+      CHECK(bad == 0);
+    }
+  // Above the parallel threshold, split over two threads, the wrap falls inside one thread's part.
+  const auto big = mantis::test::stratified_floats(f, 200'003, 12);
+  const RoundOptions o{.mode = Rounding::sr, .seed = 78, .index0 = top - 150'000};
+  std::vector<float> one(big.size()), two(big.size());
+  const int saved = num_threads();
+  set_num_threads(1);
+  round_array(big.data(), one.data(), big.size(), f, o);
+  set_num_threads(2);
+  round_array(big.data(), two.data(), big.size(), f, o);
+  set_num_threads(saved);
+  CHECK(std::memcmp(one.data(), two.data(), one.size() * 4) == 0);
+  size_t bad = 0;
+  for (size_t i = 0; i < big.size(); i += 97)
+    bad += !mantis::test::same(double(two[i]), oracle_round(big[i], f, Rounding::sr, random_word(78, 0, o.index0 + i), 32));
+  CHECK(bad == 0);
 }
 
 TEST_CASE("float and double containers give the same stochastic bits") {

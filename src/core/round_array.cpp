@@ -18,14 +18,18 @@ namespace {
 
 constexpr size_t kChunk = 1024;  // elements per inner pass (random words stay in L1)
 
-// Random words for global indices g0 .. g0+len−1, one Philox call per aligned block of four.
-// Blocks are computed lane-parallel (structure of arrays), then interleaved.
+// Random words for global indices g0 .. g0+len−1 (len ≤ kChunk), one Philox call per aligned block
+// of four. Indices are taken mod 2^64 (round_array.h): a range that passes 2^64 − 1 goes on at 0, as
+// random_word(seed, stream, g0 + i) does, so blocks run mod 2^62. Every count here is formed from
+// g0 mod 4 and len, never from g0 + len, which would wrap. Blocks are computed lane-parallel
+// (structure of arrays), then interleaved.
 void fill_random(uint32_t* buf, uint64_t seed, uint64_t stream, uint64_t g0, size_t len) {
+  constexpr uint64_t kBlockMask = (uint64_t(1) << 62) - 1;
   const uint64_t b0 = g0 >> 2;
-  const size_t nb = size_t(((g0 + len + 3) >> 2) - b0);
+  const size_t nb = size_t(((g0 & 3) + len + 3) >> 2);
   alignas(64) uint32_t w[4][kChunk / 4 + 2];
   for (size_t j = 0; j < nb; ++j) {
-    const Philox4 r = random_block(seed, stream, b0 + j);
+    const Philox4 r = random_block(seed, stream, (b0 + j) & kBlockMask);
     w[0][j] = r.v[0];
     w[1][j] = r.v[1];
     w[2][j] = r.v[2];

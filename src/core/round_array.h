@@ -3,7 +3,10 @@
 // Array-in/array-out, in place allowed (in == out). Each element is rounded exactly once from
 // its input container (a double rounded to bf16 is rounded directly, never via float).
 // Element i of a call uses the random word (seed, stream, index0 + i) (philox.h), so stochastic
-// results are identical for any thread count, chunking or device.
+// results are identical for any thread count, chunking or device. Random-word indices are 64-bit and
+// wrap by definition: index0 + i is taken mod 2^64 (a range that passes 2^64 − 1 goes on at 0), on
+// the CPU and the GPU alike; every index0 is valid. The same holds for every index formed from one
+// (GEMM steps, scheme elements, quantisers): unsigned 64-bit arithmetic, mod 2^64.
 #pragma once
 
 #include <cstddef>
