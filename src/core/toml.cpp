@@ -23,7 +23,8 @@ std::string toml_where(const std::string& path, const toml::node& n) {
 void check_known_keys(const toml::table& t, const std::string& path, std::initializer_list<const char*> known,
                       const std::string& context) {
   for (auto&& [k, v] : t) {
-    if (std::any_of(known.begin(), known.end(), [&](const char* x) { return k.str() == x; })) continue;
+    // (an init-capture: clang before 16 cannot capture a structured binding; the fuzz build uses clang 14)
+    if (std::any_of(known.begin(), known.end(), [&k = k](const char* x) { return k.str() == x; })) continue;
     std::string list;
     for (const char* x : known) list += (list.empty() ? "" : ", ") + std::string(x);
     throw InputError(fmt::format("{}: unknown key '{}'{} (known: {})", toml_where(path, v), k.str(), context, list));
