@@ -3,7 +3,7 @@
 #   scripts/fuzz.sh [--time SECONDS | --runs N] [--jobs J] [--build DIR] [TARGET...]
 # Sets up DIR (default build-fuzz: CXX=clang++, -Dfuzz=enabled, -O0, no tests, CLI or Python), builds
 # only the targets and the library layers they link (`ninja fuzz`), and runs every target (or those
-# named) for SECONDS each (default 10: CI's bounded run) or N inputs, J at a time (default 2), with
+# named) for SECONDS each (default 6: CI's bounded run) or N inputs, J at a time (default 2), with
 # -timeout, -rss_limit_mb, its seeds (the tree's, tests/fuzz/seeds/<t>/, tests/fuzz/regress/<t>/)
 # and dictionary. The corpus grows in DIR/fuzz/corpus/<t>; findings land in DIR/fuzz/findings/<t>/.
 # Prints per target the inputs run, coverage (cov/ft, and what this run added), corpus size and
@@ -13,7 +13,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
-time_s=10 runs= jobs=2 dir=build-fuzz targets=()
+time_s=6 runs= jobs=2 dir=build-fuzz targets=()
 while (($#)); do
   case $1 in
     --time) time_s=$2; runs=; shift 2 ;;
@@ -40,11 +40,13 @@ trap 'rm -rf "$scratch"' EXIT
 results=$work/results.txt
 failed() { echo "fuzz.sh: $1" >&2; mkdir -p "$work" && echo "build failed" >"$results"; exit 2; }
 rm -f "$results"
+built=$(date +%s)
 if [ ! -f "$dir/build.ninja" ]; then
   CXX=${CXX:-clang++} meson setup "$dir" -Dfuzz=enabled -Dtests=disabled -Dcuda=disabled -Dpython_module=disabled \
     -Doptimization=0 -Ddebug=false -Dcpp_args=-g1 >/dev/null || failed "meson setup $dir failed"
 fi
 ninja -C "$dir" -j"$jobs" fuzz >/dev/null || failed "build failed (ninja -C $dir fuzz)"
+echo "fuzz: built $dir/tests/fuzz/mantis_fuzz in $(($(date +%s) - built)) s"
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=0}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-halt_on_error=1:print_stacktrace=1:suppressions=$root/tests/fuzz/pending.supp}
 

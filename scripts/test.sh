@@ -3,15 +3,18 @@
 #   1. the release build: every test (GPU tests report SKIP where there is no GPU);
 #   2. an AddressSanitizer + UndefinedBehaviorSanitizer build (-O1: it compiles in about half the
 #      time of -O2; -g1: line tables for the reports' stack traces without full debug info, which
-#      halves the compile again) of the CPU tests at reduced sample counts (MANTIS_TEST_SCALE).
+#      halves the compile again) of the CPU tests at reduced sample counts (MANTIS_TEST_SCALE);
+#   3. the fuzz targets (tests/fuzz) with clang's libFuzzer under ASan + UBSan, a bounded run
+#      (scripts/fuzz.sh: 6 s a target, two at a time, in build-fuzz; about 4 min to build, 1 to run).
 # Prints "N passed, N failed, N skipped" and exits non-zero on any failure.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh build || exit 2
-# What only the tests need: a single-node Slurm (tests/run_slurm.sh starts it on localhost).
-if ! dpkg -s slurm-wlm munge >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+# What only the tests need: a single-node Slurm (tests/run_slurm.sh starts it on localhost); clang and
+# its libFuzzer / sanitizer runtimes (the fuzz tier, scripts/fuzz.sh).
+if ! dpkg -s slurm-wlm munge clang libclang-rt-14-dev >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends slurm-wlm munge \
-    >/dev/null || exit 2
+    clang libclang-rt-14-dev >/dev/null || exit 2
 fi
 [ -d /usr/local/cuda/bin ] && export PATH="/usr/local/cuda/bin:$PATH"
 meson test -C build --print-errorlogs --num-processes 2
@@ -25,10 +28,24 @@ if [ "${MANTIS_SKIP_SANITIZE:-0}" != 1 ]; then
 else
   rc2=0
 fi
-python3 - build build-asan <<'PY'
+rc3=0 fuzz_dir=()
+if [ "${MANTIS_SKIP_FUZZ:-0}" != 1 ]; then
+  scripts/fuzz.sh
+  rc3=$? fuzz_dir=(build-fuzz)
+fi
+python3 - build build-asan "${fuzz_dir[@]}" <<'PY'
 import json, os, sys
 p = f = s = 0
 for d in sys.argv[1:]:
+    # scripts/fuzz.sh: a line per target, "NAME ok" or "NAME finding"
+    results = os.path.join(d, 'fuzz', 'results.txt')
+    if os.path.exists(results):
+        for line in open(results):
+            name, st = line.split()
+            if st == 'ok': p += 1
+            else:
+                f += 1
+                print(f"FAILED: {d}: fuzz {name} ({st})")
     log = os.path.join(d, 'meson-logs', 'testlog.json')
     if not os.path.exists(log):
         continue
@@ -42,4 +59,4 @@ for d in sys.argv[1:]:
             print(f"FAILED: {d}: {r.get('name')} ({st})")
 print(f"{p} passed, {f} failed, {s} skipped")
 PY
-[ $rc1 -eq 0 ] && [ $rc2 -eq 0 ]
+[ $rc1 -eq 0 ] && [ $rc2 -eq 0 ] && [ $rc3 -eq 0 ]
