@@ -769,14 +769,14 @@ TEST_CASE("eval / lamp --cells: an unwritable standard output is status 2", "[cl
 TEST_CASE("bad data / policy / output paths: the error names the real problem", "[cli][eval][errors]") {
   const std::string dir = model_dir("bytes-gpt2", bytes_gpt2());
   const std::string scratch = scratch_dir().string();
-  check_error(run({"eval", "-m", dir, "-d", "/dev/null"}), {"/dev/null", "empty file, not a token shard"});
-  check_error(run({"eval", "-m", dir, "-d", "/dev/zero"}), {"/dev/zero", "not a token shard"});
+  check_error(run({"eval", "-m", dir, "-d", "/dev/null"}), {"/dev/null is a character device, not a regular file"});
+  check_error(run({"eval", "-m", dir, "-d", "/dev/zero"}), {"/dev/zero is a character device, not a regular file"});
   check_error(run({"eval", "-m", dir, "-d", scratch}), {scratch, "is a directory"});
   // A policy that is a directory is an error, not a silent FP32 run.
   check_error(run({"eval", "-m", dir, "-p", scratch}), {"policy file", scratch, "is a directory"});
   check_error(run({"logits", "-m", dir, "-p", scratch, "--tokens", "1 2", "-o", scratch + "/x.npy"}),
               {"policy file", "is a directory"});
-  check_error(run({"eval", "-m", dir, "-p", "/dev/zero"}), {"/dev/zero", "larger than 67108864 bytes"});
+  check_error(run({"eval", "-m", dir, "-p", "/dev/zero"}), {"policy file '/dev/zero' is a character device"});
   const fs::path train = write_config("train-dir-policy.toml", "[model]\narch = \"llama\"\nlayers = 1\nheads = 2\n"
                                                                "dim = 16\nctx = 24\n[data]\ntokenizer = \"bytes\"\n"
                                                                "train = \"kjv/test\"\nvalidation = \"kjv/validation\"\n"

@@ -20,6 +20,7 @@ struct LogitsArgs {
 
 int run_logits(const LogitsArgs& a) {
   if (a.tokens.empty() == a.tokens_file.empty()) throw InputError("give exactly one of --tokens and --tokens-file");
+  check_output_path(a.out, "--out");
   const std::vector<int64_t> ids = a.tokens.empty() ? parse_token_ids(read_text_file(a.tokens_file, "token file"), a.tokens_file)
                                                     : parse_token_ids(a.tokens, "--tokens");
   std::vector<int32_t> tokens;

@@ -23,6 +23,10 @@ std::string read_all_stdin() {
   char buf[1 << 16];
   for (;;) {
     const size_t k = std::fread(buf, 1, sizeof buf, stdin);
+    // Bounded like every text input: `< /dev/zero` or an endless pipe ends here, not in memory.
+    if (s.size() + k > kTextInputMaxBytes)
+      throw InputError(fmt::format("standard input holds more than {} bytes (give larger inputs as files: .npy, "
+                                   "token shards)", kTextInputMaxBytes));
     s.append(buf, k);
     if (k < sizeof buf) {
       if (std::ferror(stdin)) throw InputError("cannot read standard input");

@@ -119,6 +119,8 @@ extern const char* const kPolicyHelp;
 extern const char* const kTokenizerHelp;
 
 // ---------------------------------------------------------------- text input
+// All of standard input; more than kTextInputMaxBytes is an InputError (an endless source is not read
+// without bound).
 std::string read_all_stdin();
 // Lines of `text` split at '\n'; a final line without content after the last '\n' is not a line.
 std::vector<std::string_view> split_lines(std::string_view text);

@@ -59,12 +59,11 @@ auto prefixed(const std::string& prefix, F&& f) {
 class MappedFile {
  public:
   explicit MappedFile(const std::string& path) : path_(path) {
-    fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd_ < 0) throw InputError(fmt::format("{}: cannot open: {}", path, std::strerror(errno)));
+    fd_ = open_input(path);  // a regular file (a FIFO would block, a device is no checkpoint)
     struct stat st {};
-    if (::fstat(fd_, &st) != 0 || !S_ISREG(st.st_mode)) {
+    if (::fstat(fd_, &st) != 0) {
       ::close(fd_);
-      throw InputError(fmt::format("{}: not a regular file", path));
+      throw InputError(fmt::format("{}: cannot read: {}", path, std::strerror(errno)));
     }
     size_ = size_t(st.st_size);
     if (size_ > 0) {
