@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <limits>
 
 #include "core/gemm.h"
 #include "core/oracle.h"
@@ -103,6 +104,20 @@ TEST_CASE("promoted and tensor-core accumulation == MPFR reference (every mode, 
   CHECK(dot(x.data(), y.data(), 4, pr) == 2.125);  // each chunk 1.0625 is exact in ps4; 2.125 in binary32
   GemmSpec bad = tc;
   bad.align_bits = 50, bad.block = 32;
+  CHECK_THROWS_AS(validate(bad), InputError);
+  // At and past every edge, without overflow (issue 32: align_bits = 2^31 − 7 overflowed the bound
+  // check, passed, and the GEMM returned inf). Block 32: F + 1 + 6 ≤ 53, F ≤ 46.
+  bad.block = 32;
+  for (int f : {47, 53, 1 << 30, std::numeric_limits<int>::max() - 6, std::numeric_limits<int>::max(), -1,
+                std::numeric_limits<int>::min()}) {
+    bad.align_bits = f;
+    CHECK_THROWS_WITH(validate(bad), Catch::Contains(fmt::format("tensor_core: align_bits = {} with a block of 32", f)));
+  }
+  bad.align_bits = 46;
+  CHECK_NOTHROW(validate(bad));
+  bad.block = std::numeric_limits<int>::max(), bad.align_bits = 21;  // ⌈log2(2^31)⌉ = 31: F ≤ 21
+  CHECK_NOTHROW(validate(bad));
+  bad.align_bits = 22;
   CHECK_THROWS_AS(validate(bad), InputError);
 }
 
