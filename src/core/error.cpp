@@ -4,6 +4,8 @@
 
 namespace mantis {
 
+InputError::InputError(std::string_view message) : std::runtime_error(escape_control(message)) {}
+
 std::string escape_control(std::string_view s) {
   std::string out;
   out.reserve(s.size());

@@ -11,8 +11,11 @@
 
 namespace mantis {
 
+// what() is always one line: the message's control bytes (line breaks included) are escaped here,
+// once, so that user text echoed in a message (a TOML key, a file name) cannot break it — for the
+// CLI's stderr line and for Python's mantis.Error alike.
 struct InputError : std::runtime_error {
-  using std::runtime_error::runtime_error;
+  explicit InputError(std::string_view message);
 };
 
 // `s` with its control bytes (NUL, ESC, line breaks, ...) written as \xNN: user input echoed in an

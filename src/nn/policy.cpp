@@ -380,12 +380,16 @@ Policy policy_from_toml(const std::string& text, const std::string& source) {
   if (!sites) return pol;
   if (!sites->is_table())
     throw InputError(fmt::format("{}: 'site' must hold [site.\"<name>\"] tables", line(*sites)));
+  std::map<std::pair<int, Site>, std::string> spelled;  // each site once, however its layer is written
   for (auto&& [k, v] : *sites->as_table()) {
     const auto ls = parse_site_name(k.str());
     if (!ls)
       throw InputError(fmt::format("{}: unknown site '{}' (valid: {}; or layer.<n>.<site> for one layer; quote "
                                    "dotted names: [site.\"attn.qk\"])", line(v), k.str(), site_names()));
     const auto [l, site] = *ls;
+    if (const auto [it, fresh] = spelled.emplace(*ls, std::string(k.str())); !fresh)
+      throw InputError(fmt::format("{}: site '{}' is site '{}' again (layer {}): give each site one table", line(v),
+                                   k.str(), it->second, l));
     if (l >= 0 && site == Site::lm_head)
       throw InputError(fmt::format("{}: site '{}': lm_head is not inside a layer; use [site.\"lm_head\"]", line(v), k.str()));
     if (!v.is_table())
