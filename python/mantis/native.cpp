@@ -66,7 +66,11 @@ void require_float_array(const py::array& x, const char* what, const char* call)
   if (!c_contiguous(x)) throw InputError(fmt::format("{}: {} is not C-contiguous", call, what));
 }
 
-// out: the caller's result array, written in place: C-contiguous, writeable, x's shape.
+// out: the caller's result array, written in place: C-contiguous, writeable, x's shape. It may
+// be x itself — the same bytes with the same dtype and shape — or memory x does not touch; any
+// other overlap (a shifted view, another dtype's view of x's bytes) is refused: the kernels would
+// read elements they had already overwritten. Both arrays are C-contiguous here, so each one's
+// bytes are [data, data + nbytes). Every call with out= goes through this.
 void require_out(const py::array& x, const py::array& out, const char* call) {
   require_float_array(out, "out", call);
   if (!out.writeable()) throw InputError(fmt::format("{}: out is read-only", call));
@@ -74,6 +78,14 @@ void require_out(const py::array& x, const py::array& out, const char* call) {
   for (py::ssize_t i = 0; same && i < x.ndim(); ++i) same = out.shape(i) == x.shape(i);
   if (!same)
     throw InputError(fmt::format("{}: out has shape {}, x has shape {}", call, shape_str(out), shape_str(x)));
+  const auto* xb = static_cast<const char*>(x.data());
+  const auto* ob = static_cast<const char*>(out.data());
+  const auto xn = size_t(x.nbytes()), on = size_t(out.nbytes());
+  const bool overlap = xn > 0 && on > 0 && xb < ob + on && ob < xb + xn;
+  const bool in_place = xb == ob && xn == on && is_f64(x) == is_f64(out);
+  if (overlap && !in_place)
+    throw InputError(fmt::format("{}: out overlaps x without being x (in place needs the same bytes, dtype and "
+                                 "shape: give x itself, or separate memory)", call));
 }
 
 // The new result array of a call without out=: x's shape, the given dtype.
