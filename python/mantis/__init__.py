@@ -87,11 +87,17 @@ def _scheme(s):
     raise Error(f"scheme: expected a preset name, a .toml path or a mantis.Scheme, got {type(s).__name__}")
 
 
+def _contiguous(x):
+    """x as a C-contiguous array of its own shape (np.ascontiguousarray makes a 0-d array 1-d)."""
+    a = _np.asarray(x)
+    return a if a.flags.c_contiguous else a.copy(order="C")
+
+
 def _float_array(x, what="x"):
     a = _np.asarray(x)
     if a.dtype not in (_np.float32, _np.float64):
         raise Error(f"{what} has dtype {a.dtype}; expected float32 or float64 (convert explicitly)")
-    return _np.ascontiguousarray(a)
+    return _contiguous(a)
 
 
 def _check_out(out, call):
@@ -138,12 +144,12 @@ def gemm(a, b, spec=None, out_dtype="float64", reference=False, **kw):
     GemmSpec, an accumulator format, or keyword arguments of GemmSpec (acc=, mode=, accumulation=,
     block=, align_bits=, input=, input_mode=, sr_bits=, seed=, stream=). float64 results hold the
     accumulator's values exactly; reference=True computes them with the MPFR oracle."""
-    return _mantis.gemm(_np.ascontiguousarray(a), _np.ascontiguousarray(b), _spec(spec, kw), out_dtype, reference)
+    return _mantis.gemm(_contiguous(a), _contiguous(b), _spec(spec, kw), out_dtype, reference)
 
 
 def dot(x, y, spec=None, reference=False, **kw):
     """x·y (float32 vectors) with a rounded accumulator; as `mantis dot`."""
-    return _mantis.dot(_np.ascontiguousarray(x), _np.ascontiguousarray(y), _spec(spec, kw), reference)
+    return _mantis.dot(_contiguous(x), _contiguous(y), _spec(spec, kw), reference)
 
 
 def _toml_value(v):
@@ -222,7 +228,7 @@ def logits(model, tokens, policy="native"):
 def site_gemm(x, w, entry, w_transposed=True, bias=None, divisor=1.0, stream=0):
     """One site GEMM of a policy entry (nn/linear.h): round_output((x·wᵀ)/divisor + bias) with the
     entry's accumulation and operand rounding; w [out, in] (w_transposed=False: [in, out])."""
-    c = _np.ascontiguousarray
+    c = _contiguous
     return _mantis.site_gemm(c(x), c(w), entry, w_transposed, None if bias is None else c(bias), divisor, stream)
 
 
