@@ -73,8 +73,8 @@ std::string one_line(std::string_view s) {
       cp = cp << 6 | (c & 0x3f);
     }
     // overlong forms, surrogates and values past U+10FFFF are not UTF-8 either
-    ok = ok && !(len == 2 && cp < 0x80) && !(len == 3 && cp < 0x800) && !(len == 4 && (cp < 0x10000 || cp > 0x10ffff)) &&
-         !(cp >= 0xd800 && cp <= 0xdfff);
+    ok = ok && !(len == 2 && cp < 0x80) && !(len == 3 && cp < 0x800) &&
+         !(len == 4 && (cp < 0x10000 || cp > 0x10ffff)) && !(cp >= 0xd800 && cp <= 0xdfff);
     if (!ok) {
       out += fmt::format("\\x{:02x}", b);
       ++i;
@@ -155,7 +155,8 @@ class Call {
       }
       const size_t i = index(k);
       if (i == params.size()) {
-        if (!more_keywords) throw InputError(fmt::format("unknown keyword argument '{}' (parameters: {})", clip(k), names()));
+        if (!more_keywords)
+          throw InputError(fmt::format("unknown keyword argument '{}' (parameters: {})", clip(k), names()));
         more_[key] = value;
       } else if (values_[i]) {
         throw InputError(fmt::format("argument '{}' given twice (by position and by name)", k));
@@ -203,9 +204,10 @@ class Call {
     }
     if (fits && value >= __int128(lo) && value <= __int128(hi)) return T(value);
     const auto bits = i.attr("bit_length")().cast<size_t>();
-    fail(p, fmt::format("= {} is outside {}",
-                        bits <= 128 ? py::str(py::handle(i)).cast<std::string>() : fmt::format("<an integer of {} bits>", bits),
-                        range));
+    fail(p, fmt::format(
+                "= {} is outside {}",
+                bits <= 128 ? py::str(py::handle(i)).cast<std::string>() : fmt::format("<an integer of {} bits>", bits),
+                range));
   }
   uint64_t u64(const char* p) const { return integer<uint64_t>(p); }
   int int32(const char* p) const { return integer<int>(p); }
@@ -862,7 +864,8 @@ PYBIND11_MODULE(_mantis, m) {
       "(bool, u64, layer, slot, real, text, site), or mantis.Error naming call and parameter");
 
   py::class_<Format> format(m, "Format");
-  constructor<Format>(format, "Format", {{"name", py::none()}, {"toml", py::none(), true}, {"source", py::str("<string>"), true}},
+  constructor<Format>(format, "Format",
+                      {{"name", py::none()}, {"toml", py::none(), true}, {"source", py::str("<string>"), true}},
                       "A format by name, family or .toml path, or from TOML text (toml=).", [](const Call& c) {
                         if (!c.none("toml")) {
                           if (!c.none("name")) throw InputError("give a name or toml=, not both");
@@ -886,7 +889,8 @@ PYBIND11_MODULE(_mantis, m) {
       .def_property_readonly("fits_float", [](const Format& f) { return fits_float(f); })
       .def("__repr__", &format_repr);
 
-  py::class_<Scheme> scheme(m, "Scheme", "A scaled format: a preset name or a .toml path (Scheme.from_toml: TOML text).");
+  py::class_<Scheme> scheme(m, "Scheme",
+                            "A scaled format: a preset name or a .toml path (Scheme.from_toml: TOML text).");
   constructor<Scheme>(scheme, "Scheme", {{"name"}}, "A preset by name, or a .toml path.",
                       [](const Call& c) { return c.scheme("name"); });
   scheme.def_readonly("name", &Scheme::name)
@@ -903,11 +907,12 @@ PYBIND11_MODULE(_mantis, m) {
                 });
 
   py::class_<GemmSpec> spec(m, "GemmSpec");
-  constructor<GemmSpec>(spec, "GemmSpec", gemm_spec_params(),
-                        "A GEMM's accumulation: accumulator format and rounding, accumulation order (strict, unfused, "
-                        "blocked, promoted, tensor_core) and its block / alignment, the operands' input format, and the "
-                        "random words (sr_bits 1..32, seed and stream 0..2^64-1); validated when made.",
-                        gemm_spec);
+  constructor<GemmSpec>(
+      spec, "GemmSpec", gemm_spec_params(),
+      "A GEMM's accumulation: accumulator format and rounding, accumulation order (strict, unfused, "
+      "blocked, promoted, tensor_core) and its block / alignment, the operands' input format, and the "
+      "random words (sr_bits 1..32, seed and stream 0..2^64-1); validated when made.",
+      gemm_spec);
   spec.def_readonly("acc", &GemmSpec::acc)
       .def_property_readonly("mode", [](const GemmSpec& s) { return std::string(to_string(s.acc_mode)); })
       .def_property_readonly("accumulation", [](const GemmSpec& s) { return std::string(to_string(s.accumulation)); })
@@ -944,7 +949,8 @@ PYBIND11_MODULE(_mantis, m) {
       "word (seed, stream, i·cols + j). stats=True also returns the scales and block counts (what `mantis "
       "quantize --json` prints).",
       py_quantize);
-  def(m, "gemm", {{"a"}, {"b"}, {"spec", py::none()}, {"out_dtype", py::str("float64")}, {"reference", py::bool_(false)}},
+  def(m, "gemm",
+      {{"a"}, {"b"}, {"spec", py::none()}, {"out_dtype", py::str("float64")}, {"reference", py::bool_(false)}},
       "C = A·B with a rounded accumulator (core/gemm.h): A [M, K], B [K, N] float32. spec is a GemmSpec, an "
       "accumulator format, or keyword arguments of GemmSpec (acc=, mode=, accumulation=, block=, align_bits=, "
       "input=, input_mode=, sr_bits=, seed=, stream=). float64 results hold the accumulator's values exactly; "
@@ -994,8 +1000,10 @@ PYBIND11_MODULE(_mantis, m) {
 
   py::class_<PyModel> model(m, "Model", "A loaded checkpoint (load_model).");
   model.def(no_init<PyModel>("Model", "mantis.load_model(path) loads one"))
-      .def_property_readonly("path", [](const PyModel& m) { return py::module_::import("os").attr("fsdecode")(py::bytes(m.path)); })
-      .def_property_readonly("arch", [](const PyModel& m) { return m.model->cfg.arch == Arch::gpt2 ? "gpt2" : "llama"; })
+      .def_property_readonly(
+          "path", [](const PyModel& m) { return py::module_::import("os").attr("fsdecode")(py::bytes(m.path)); })
+      .def_property_readonly("arch",
+                             [](const PyModel& m) { return m.model->cfg.arch == Arch::gpt2 ? "gpt2" : "llama"; })
       .def_property_readonly("vocab", [](const PyModel& m) { return m.model->cfg.vocab; })
       .def_property_readonly("ctx", [](const PyModel& m) { return m.model->cfg.ctx; })
       .def_property_readonly("layers", [](const PyModel& m) { return m.model->cfg.layers; })
@@ -1016,7 +1024,8 @@ PYBIND11_MODULE(_mantis, m) {
                   [](const PyModel& m, const Call& c) {
                     const std::string name = c.text("name");
                     const auto it = m.model->params.find(name);
-                    if (it == m.model->params.end()) c.fail("name", fmt::format("'{}': the model has no such parameter", clip(name)));
+                    if (it == m.model->params.end())
+                      c.fail("name", fmt::format("'{}': the model has no such parameter", clip(name)));
                     std::vector<py::ssize_t> shape(it->second.shape.begin(), it->second.shape.end());
                     py::array_t<float> a(shape);
                     std::copy(it->second.data.begin(), it->second.data.end(), a.mutable_data());
