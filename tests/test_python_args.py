@@ -110,7 +110,8 @@ class IssueCases(unittest.TestCase):
         c = mantis.gemm(a, a.T, acc="ps4", out_dtype=np.float32)
         self.assertEqual(c.dtype, np.float32)
         self.assertEqual(mantis.gemm(a, a.T, acc="ps4", out_dtype=np.dtype("float64")).dtype, np.float64)
-        refused(self, "gemm", lambda: mantis.gemm(a, a.T, acc="ps4", out_dtype=None), "out_dtype must be float64 or float32")
+        refused(self, "gemm", lambda: mantis.gemm(a, a.T, acc="ps4", out_dtype=None),
+                "out_dtype must be float64 or float32")
         refused(self, "gemm", lambda: mantis.gemm(a, a.T, acc="ps4", out_dtype=np.int32), "out_dtype must be")
         refused(self, "gemm", lambda: mantis.gemm(a, a.T, acc="ps4", reference=1), "reference must be True or False")
 
@@ -133,7 +134,8 @@ class IssueCases(unittest.TestCase):
         refused(self, "site_gemm", lambda: mantis.site_gemm(self.a, self.a, e, stream=-1), "stream = -1 is outside " + U64)
         refused(self, "site_gemm", lambda: mantis.site_gemm(self.a, self.a, e, divisor=float("nan")), "divisor")
         refused(self, "site_gemm", lambda: mantis.site_gemm(self.a, self.a, "attn.qk"), "entry must be a mantis.SitePolicy")
-        refused(self, "Policy.site", lambda: p.site("attn.qk", layer=2 ** 31), "layer = 2147483648 is outside -1..1073741822")
+        refused(self, "Policy.site", lambda: p.site("attn.qk", layer=2 ** 31),
+                "layer = 2147483648 is outside -1..1073741822")
         refused(self, "Policy.site", lambda: p.site("attn.qk", layer=-2), "layer = -2 is outside")
         refused(self, "Policy.site", lambda: p.site(None), "name must be a string")
         refused(self, "Policy.site", lambda: p.site("nope"), "'nope' is not a site")
@@ -144,7 +146,8 @@ class IssueCases(unittest.TestCase):
         msg = refused(self, "Policy", lambda: mantis.Policy({"site": {"attn.qk\nx": {"accumulation": "strict"}}}))
         self.assertIn("\\x0a", msg)
         refused(self, "round", lambda: mantis.round(self.x, "bf16\n\x1b[31mred"), "\\x0a", "\\x1b")
-        refused(self, "round", lambda: mantis.round(self.x, "bf16", **{"se\ned": 1}), "unknown keyword argument 'se\\x0aed'")
+        refused(self, "round", lambda: mantis.round(self.x, "bf16", **{"se\ned": 1}),
+                "unknown keyword argument 'se\\x0aed'")
         refused(self, "round", lambda: mantis.round(self.x, "bf16\u2028"), "\\u2028")
         refused(self, "round", lambda: mantis.round(self.x, "bf16\udcff"), "fmt is not valid Unicode text")
         refused(self, "round", lambda: mantis.round(self.x, "bf16", **{"\udcff": 1}), "unknown keyword argument")
@@ -173,7 +176,8 @@ class IssueCases(unittest.TestCase):
         refused(self, "attention", lambda: mt.attention(q, kv, kv, "native", layer=2 ** 31), "layer = 2147483648")
         refused(self, "attention", lambda: mt.attention(q, kv, kv, "native", causal=None), "causal must be True or False")
         refused(self, "attention", lambda: mt.attention(q, kv, kv), "missing a required argument: 'policy'")
-        refused(self, "attention", lambda: mt.attention(q, kv, kv, "native", bogus=1), "unexpected keyword argument 'bogus'")
+        refused(self, "attention", lambda: mt.attention(q, kv, kv, "native", bogus=1),
+                "unexpected keyword argument 'bogus'")
         refused(self, "linear", lambda: mt.linear(torch.tensor(1.0), torch.ones(2, 1), None, None), "x has shape ()")
         refused(self, "linear", lambda: mt.linear(torch.ones(2, 3), torch.ones(4, 3), None,
                                                   mantis.Policy("native").site("mlp.fc"), stream=-1), "stream = -1")
@@ -182,7 +186,8 @@ class IssueCases(unittest.TestCase):
         refused(self, "apply_policy", lambda: mt.apply_policy(torch.nn.Linear(2, 2), "native", sites=["nope"]),
                 "'nope' is not a site")
         fn = mt.hf_attention("native")
-        refused(self, "hf_attention", lambda: fn(None, q[None], kv[None], kv[None], None, scaling="x"), "scaling must be a finite number")
+        refused(self, "hf_attention", lambda: fn(None, q[None], kv[None], kv[None], None, scaling="x"),
+                "scaling must be a finite number")
 
 
 # Values that are wrong for most parameters: integers past the usual limits, other types, text
@@ -225,8 +230,8 @@ def surface():
         ("dot", mantis.dot, (v, v), {"acc": "ps6", "mode": "sr", "sr_bits": 8, "stream": 1}),
         ("load_model", mantis.load_model, (), {"path": MODEL}),
         ("logits", mantis.logits, (), {"model": model, "tokens": [1, 2, 3], "policy": policy}),
-        ("site_gemm", mantis.site_gemm, (), {"x": a, "w": a, "entry": entry, "w_transposed": True, "bias": np.ones(2, np.float32),
-                                             "divisor": 2.0, "stream": 5}),
+        ("site_gemm", mantis.site_gemm, (), {"x": a, "w": a, "entry": entry, "w_transposed": True,
+                                             "bias": np.ones(2, np.float32), "divisor": 2.0, "stream": 5}),
         ("Policy", mantis.Policy, (), {"spec": "lamp:4"}),
         ("Policy.site", policy.site, (), {"name": "mlp.fc", "layer": 0}),
         ("Model.parameter", model.parameter, (), {"name": model.parameter_names()[0]}),
@@ -240,15 +245,17 @@ def surface():
         t, w = torch.ones(2, 3), torch.ones(4, 3)
         q, kv = torch.ones(2, 3, 4), torch.ones(1, 3, 4)
         rows += [
-            ("round", mt.round, (), {"x": t, "fmt": "bf16", "mode": "sr", "seed": 1, "stream": 2, "index0": 3, "sr_bits": 8}),
+            ("round", mt.round, (), {"x": t, "fmt": "bf16", "mode": "sr", "seed": 1, "stream": 2, "index0": 3,
+                                     "sr_bits": 8}),
             ("quantize", mt.quantize, (), {"x": t, "scheme": "mxfp4", "mode": "sr", "seed": 1, "stream": 2, "sr_bits": 8}),
             ("linear", mt.linear, (), {"x": t, "weight": w, "bias": torch.ones(4), "entry": entry, "w_transposed": True,
                                        "stream": 3}),
             ("apply_policy", mt.apply_policy, (), {"model": torch.nn.Linear(3, 3), "policy": policy, "sites": ["mlp.fc"]}),
             ("attention", mt.attention, (), {"q": q, "k": kv, "v": kv, "policy": policy, "layer": 0, "causal": True}),
             ("hf_attention", mt.hf_attention, (), {"policy": policy}),
-            ("hf_attention", mt.hf_attention(policy), (), {"module": None, "query": q[None], "key": kv[None], "value": kv[None],
-                                                 "attention_mask": None, "scaling": 0.5, "dropout": 0.0}),
+            ("hf_attention", mt.hf_attention(policy), (), {"module": None, "query": q[None], "key": kv[None],
+                                                           "value": kv[None], "attention_mask": None, "scaling": 0.5,
+                                                           "dropout": 0.0}),
         ]
     return rows
 

@@ -214,7 +214,7 @@ def attention(q, k, v, policy, layer=0, causal=True):
         raise _m.Error(f"attention: {H} query heads do not share {Hkv} key/value heads evenly")
     if D == 0:
         raise _m.Error("attention: the head dimension D is 0")
-    _m._mantis.convert("attention", "head index", "slot", H - 1)  # a head is its random stream's slot
+    _m._mantis.convert("attention", "head index", "slot", max(H - 1, 0))  # a head is its random stream's slot
     policy = _m.Policy(policy)
     qk, pv = policy.site("attn.qk", layer), policy.site("attn.pv", layer)
     out = torch.empty(H, T, D, dtype=torch.float32)
