@@ -6,6 +6,7 @@
 #include <cmath>
 #include <filesystem>
 #include <limits>
+#include <set>
 #include <stdexcept>
 
 #include "core/format.h"  // defines: InputError
@@ -178,25 +179,132 @@ void write_manifest(const std::string& dir, const std::vector<std::string>& file
   write_file_atomic((fs::path(dir) / "manifest.json").string(), manifest.dump(1) + "\n");
 }
 
-void verify_result_set(const std::string& dir) {
-  const std::string mpath = (fs::path(dir) / "manifest.json").string();
-  std::error_code ec;
-  if (!fs::is_regular_file(mpath, ec))
-    throw InputError(fmt::format("{}: no manifest.json (an interrupted or partial result set)", dir));
+namespace {
+
+constexpr int kManifestMaxDepth = 100;
+
+// Levels of nesting of v (a scalar 0, a container 1 + its deepest element), counted up to `limit` + 1.
+int nesting(const ojson& v, int limit) {
+  if (!v.is_structured()) return 0;
+  int d = 0;
+  for (const auto& e : v) {
+    if (d >= limit) break;
+    d = std::max(d, nesting(e, limit - 1));
+  }
+  return d + 1;
+}
+
+// Rule 1: the manifest's JSON, refusing what two readers could read two ways.
+ojson parse_manifest(const std::string& text, const std::string& mpath) {
+  auto bad = [&](const std::string& why) { return InputError(fmt::format("{}: malformed manifest ({})", mpath, why)); };
+  if (text.starts_with("\xEF\xBB\xBF")) throw bad("a byte-order mark before the JSON");
+  std::vector<std::set<std::string>> keys;  // per open object
+  std::string twice;
+  const ojson::parser_callback_t note_keys = [&](int, ojson::parse_event_t ev, ojson& parsed) {
+    if (ev == ojson::parse_event_t::object_start) keys.emplace_back();
+    else if (ev == ojson::parse_event_t::object_end) keys.pop_back();
+    else if (ev == ojson::parse_event_t::key && !keys.back().insert(parsed.get<std::string>()).second && twice.empty())
+      twice = parsed.get<std::string>();
+    return true;
+  };
   ojson m;
   try {
-    m = ojson::parse(read_file(mpath));
+    m = ojson::parse(text, note_keys);
   } catch (const ojson::exception& e) {
-    throw InputError(fmt::format("{}: malformed manifest ({})", mpath, e.what()));
+    throw bad(escape_control(e.what()));
   }
-  if (!m.is_object() || !m.contains("files") || !m["files"].is_object())
-    throw InputError(fmt::format("{}: no \"files\" hashes (written before result sets carried them)", mpath));
-  for (auto it = m["files"].begin(); it != m["files"].end(); ++it) {
-    const std::string f = (fs::path(dir) / it.key()).string();
-    if (!it.value().is_string() || !fs::is_regular_file(f, ec) || sha256_file(f) != it.value().get<std::string>())
-      throw InputError(fmt::format("{}: missing, or its SHA-256 differs from {} (a mixed result set)", f, mpath));
+  if (!twice.empty()) throw bad(fmt::format("the key \"{}\" twice in one object", escape_control(twice)));
+  if (nesting(m, kManifestMaxDepth) > kManifestMaxDepth)
+    throw bad(fmt::format("more than {} levels of nesting", kManifestMaxDepth));
+  return m;
+}
+
+// Rule 3: a relative path of plain components.
+bool plain_relative_path(const std::string& name) {
+  if (name.empty() || name.front() == '/') return false;
+  for (const char c : name)
+    if (c == '\\' || static_cast<unsigned char>(c) < 0x20 || c == 0x7f) return false;
+  for (size_t a = 0;;) {
+    const size_t b = std::min(name.find('/', a), name.size());
+    const std::string part = name.substr(a, b - a);
+    if (part.empty() || part == "." || part == "..") return false;
+    if (b == name.size()) return true;
+    a = b + 1;
   }
 }
+
+bool sha256_string(const ojson& v) {
+  if (!v.is_string()) return false;
+  const std::string& h = v.get_ref<const std::string&>();
+  return h.size() == 64 && std::all_of(h.begin(), h.end(), [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); });
+}
+
+}  // namespace
+
+ResultSet read_result_set(const std::string& dir, const std::vector<std::string>& reads) {
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec))
+    throw InputError(fmt::format("{}: not a directory (expected a result set: its results and manifest.json)", dir));
+  const std::string mpath = (fs::path(dir) / "manifest.json").string();
+  const fs::file_status ms = fs::symlink_status(mpath, ec);
+  if (!fs::exists(ms))
+    throw InputError(fmt::format("{}: no manifest.json (an interrupted or partial result set)", dir));
+  if (!fs::is_regular_file(ms))
+    throw InputError(fmt::format("{}: not a regular file ({}): a result set's manifest is one", mpath,
+                                 fs::is_symlink(ms) ? "a symbolic link" : "a directory or special file"));
+  ResultSet set;
+  set.manifest = parse_manifest(read_text_file(mpath, "manifest"), mpath);
+  const ojson& m = set.manifest;
+  if (!m.is_object()) throw InputError(fmt::format("{}: not a JSON object", mpath));
+  if (!m.contains("files") || !m["files"].is_object() || m["files"].empty())
+    throw InputError(fmt::format("{}: lists no files (\"files\": {{name: sha256}}): written before result sets "
+                                 "carried them, or changed; write the set again", mpath));
+  const ojson& files = m["files"];
+  for (auto it = files.begin(); it != files.end(); ++it) {
+    if (!plain_relative_path(it.key()))
+      throw InputError(fmt::format("{}: lists '{}', which is not a path inside the result set", mpath,
+                                   escape_control(it.key())));
+    if (!sha256_string(it.value()))
+      throw InputError(fmt::format("{}: the SHA-256 of '{}' is not 64 lower-case hex digits", mpath, it.key()));
+  }
+  for (const std::string& r : reads)
+    if (!files.contains(r))
+      throw InputError(fmt::format("{}: {} is not part of this result set (the manifest does not list it)", mpath, r));
+  for (auto it = files.begin(); it != files.end(); ++it) {
+    // every component from dir down, without following a link
+    fs::path p = dir;
+    const std::string& name = it.key();
+    for (size_t a = 0; a <= name.size();) {
+      const size_t b = std::min(name.find('/', a), name.size());
+      p /= name.substr(a, b - a);
+      const fs::file_status st = fs::symlink_status(p, ec);
+      const bool last = b == name.size();
+      if (fs::is_symlink(st))
+        throw InputError(fmt::format("{}: a symbolic link, not a file of the result set ({} lists {})", p.string(),
+                                     mpath, name));
+      if (!fs::exists(st))
+        throw InputError(fmt::format("{}: listed in {} but missing (an interrupted or mixed result set)", p.string(),
+                                     mpath));
+      if (last ? !fs::is_regular_file(st) : !fs::is_directory(st))
+        throw InputError(fmt::format("{}: not a {} ({} lists {})", p.string(), last ? "regular file" : "directory",
+                                     mpath, name));
+      a = b + 1;
+    }
+    const bool read = std::find(reads.begin(), reads.end(), name) != reads.end();
+    std::string content;
+    if (read) content = read_text_file(p.string(), "result file");
+    const std::string got = read ? sha256_hex(content) : sha256_file(p.string());
+    const std::string& want = it.value().get_ref<const std::string&>();
+    if (got != want)
+      throw InputError(fmt::format("{}: SHA-256 {}… differs from the manifest's {}…: changed after the set was written "
+                                   "(an interrupted or mixed result set)", p.string(), got.substr(0, 12),
+                                   want.substr(0, 12)));
+    if (read) set.files[name] = std::move(content);
+  }
+  return set;
+}
+
+ojson verify_result_set(const std::string& dir) { return read_result_set(dir, {}).manifest; }
 
 }  // namespace mantis
 

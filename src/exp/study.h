@@ -17,9 +17,22 @@
 //
 // Result sets. A command's results (results.csv, results.json, …) and manifest.json are one set:
 // the old manifest is removed first, each file is written atomically, and manifest.json is
-// written last with the SHA-256 of every file of the set under "files". A reader that finds no
-// manifest, or a file whose SHA-256 differs, has an interrupted or mixed set and must refuse it
-// (verify_result_set here; tools/results.py for Python readers).
+// written last with the SHA-256 of every file of the set under "files". Readers hold every set to
+// one rule (read_result_set here, for every C++ reader; tools/results.py for Python readers, whose
+// docstring states the same rule in the same words):
+//   The result-set rule. A directory DIR holds a valid result set when
+//   1. DIR/manifest.json is a regular file (not a symbolic link) of at most 64 MiB holding one
+//      JSON object (RFC 8259: UTF-8 without a byte-order mark, no NaN or Infinity, no number
+//      beyond binary64's range, no unpaired surrogate), with no key twice in any object and at
+//      most 100 levels of nesting;
+//   2. its "files" is a non-empty object {name: SHA-256};
+//   3. every name is a relative path inside DIR: '/'-separated, not absolute, with no empty, '.'
+//      or '..' component, no backslash and no control character;
+//   4. every SHA-256 is a string of 64 lower-case hexadecimal digits;
+//   5. every file the reader reads is among the names;
+//   6. every name is a regular file reached from DIR without following a symbolic link, and its
+//      SHA-256 equals the listed one.
+//   Anything else is refused with one line naming the manifest or the file.
 //
 // Column names. A CSV column (results, summaries, curves, training logs) whose numbers have a unit
 // carries it as the last suffix of its name: `_seconds` (or `seconds`), `_bytes`
@@ -92,8 +105,16 @@ void write_result_set(const std::string& dir, const std::vector<std::pair<std::s
 // Writes dir/manifest.json for files already in dir (a training run's logs), with their SHA-256s
 // under "files", replacing the old manifest.
 void write_manifest(const std::string& dir, const std::vector<std::string>& files, ojson manifest);
-// InputError unless dir/manifest.json exists and every file it lists has the listed SHA-256.
-void verify_result_set(const std::string& dir);
+// A result set read back under the result-set rule (above): its manifest and the content of the
+// files the reader reads (`reads`, each hashed from the bytes returned). InputError, one line,
+// for anything the rule refuses.
+struct ResultSet {
+  ojson manifest;
+  std::map<std::string, std::string> files;  // name → content, for the names in `reads`
+};
+ResultSet read_result_set(const std::string& dir, const std::vector<std::string>& reads);
+// The set verified under the rule, nothing read: its manifest.
+ojson verify_result_set(const std::string& dir);
 
 // ---------------------------------------------------------------- running a study
 struct StudyPlan {
