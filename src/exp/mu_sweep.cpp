@@ -210,13 +210,33 @@ std::vector<std::string> mu_sweep_cells(const MuSweepConfig& c) {
   return names;
 }
 
-MuSweepResult run_mu_sweep(const MuSweepOptions& o) {
-  const MuSweepConfig c = read_mu_sweep(o.config);
-  namespace fs = std::filesystem;
+namespace {
+// Everything a run checks before its first cell, loaded; nothing written.
+struct Prepared {
+  MuSweepConfig c;
+  StudyOptions so;
+  std::vector<GemmSpec> specs;  // per μ
+};
+Prepared prepare(const MuSweepOptions& o) {
+  Prepared p;
+  p.c = read_mu_sweep(o.config);
   if (o.out.empty() && !o.merges())
     throw InputError(fmt::format("{}: --cell, --shard and --merge need --out DIR (where the cells are kept)", o.config));
-  StudyOptions so = study_options(o, c.mu.size(), o.out, o.progress, nullptr);
-  so.persistent = !o.out.empty();
+  p.so = study_options(o, p.c.mu.size(), o.out, o.progress, nullptr);
+  p.so.persistent = !o.out.empty();
+  for (int mu : p.c.mu) p.specs.push_back(spec_for(p.c, mu));
+  return p;
+}
+}  // namespace
+
+void validate_mu_sweep(const MuSweepOptions& o) { (void)prepare(o); }
+
+MuSweepResult run_mu_sweep(const MuSweepOptions& o) {
+  const Prepared prepared = prepare(o);
+  const MuSweepConfig& c = prepared.c;
+  const StudyOptions& so = prepared.so;
+  const std::vector<GemmSpec>& specs = prepared.specs;
+  namespace fs = std::filesystem;
   if (!o.out.empty()) {
     std::error_code ec;
     fs::create_directories(o.out, ec);
@@ -224,8 +244,6 @@ MuSweepResult run_mu_sweep(const MuSweepOptions& o) {
       throw InputError(fmt::format("cannot create output directory '{}': {}", o.out,
                                    ec ? ec.message() : "not a directory"));
   }
-  std::vector<GemmSpec> specs;  // validated before anything is computed
-  for (int mu : c.mu) specs.push_back(spec_for(c, mu));
   Stopwatch clock;
   const int nt = threads_now();
 

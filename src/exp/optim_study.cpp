@@ -476,20 +476,40 @@ std::vector<OptimStudyCell> optim_study_cells(const OptimStudyConfig& c) {
   return v;
 }
 
+namespace {
+// Everything a run checks before its first cell, loaded; nothing written.
+struct Prepared {
+  OptimStudyConfig c;
+  std::vector<OptimStudyCell> cells;
+  std::string out;
+  StudyOptions so;
+  std::map<size_t, ojson> data;  // per model whose cells the run touches: its data's key (SHA-256s)
+};
+Prepared prepare(const OptimStudyOptions& o) {
+  Prepared p;
+  p.c = read_optim_study(o.config);
+  p.cells = optim_study_cells(p.c);
+  p.out = o.out.empty() ? p.c.out : o.out;
+  if (p.out.empty()) throw InputError(fmt::format("{}: no output directory (set out = \"…\" or --out)", p.c.path));
+  p.so = study_options(o, p.cells.size(), p.out, o.progress, o.log);
+  for (size_t i = 0; i < p.cells.size(); ++i)
+    if (touches(o, i) && !p.data.count(p.cells[i].model))
+      p.data[p.cells[i].model] = training_data_key(p.c.models[p.cells[i].model]);
+  return p;
+}
+}  // namespace
+
+void validate_optim_study(const OptimStudyOptions& o) { (void)prepare(o); }
+
 OptimStudyResult run_optim_study(const OptimStudyOptions& o) {
-  const OptimStudyConfig c = read_optim_study(o.config);
-  const std::vector<OptimStudyCell> cells = optim_study_cells(c);
+  const Prepared prepared = prepare(o);
+  const OptimStudyConfig& c = prepared.c;
+  const std::vector<OptimStudyCell>& cells = prepared.cells;
+  const StudyOptions& so = prepared.so;
   OptimStudyResult res;
-  res.out = o.out.empty() ? c.out : o.out;
-  if (res.out.empty()) throw InputError(fmt::format("{}: no output directory (set out = \"…\" or --out)", c.path));
+  res.out = prepared.out;
   res.cells = cells.size();
-  const StudyOptions so = study_options(o, cells.size(), res.out, o.progress, o.log);
-  // The data's SHA-256s per model, read once (the keys name them).
-  std::map<size_t, ojson> data;
-  auto data_of = [&](size_t m) -> const ojson& {
-    if (!data.count(m)) data[m] = training_data_key(c.models[m]);
-    return data[m];
-  };
+  auto data_of = [&](size_t m) -> const ojson& { return prepared.data.at(m); };
   const bool spawn = o.isolate && o.cell < 0;
   StudyPlan plan;
   plan.label = "optimizer study";

@@ -219,18 +219,48 @@ std::vector<std::string> policy_sweep_cells(const PolicySweepConfig& c) {
   return names;
 }
 
-PolicySweepResult run_policy_sweep(const PolicySweepOptions& o) {
-  const PolicySweepConfig c = read_policy_sweep(o.config);
-  const Policy base = policy_from_toml(c.templ, o.config + ": template");
-  const auto cells = cells_of(c);
-  PolicySweepResult res;
-  res.out = o.out.empty() ? c.out : o.out;
-  res.cells = cells.size();
-  if (res.out.empty()) throw InputError(fmt::format("{}: no output directory: set out = \"…\" or pass --out", o.config));
-  const StudyOptions so = study_options(o, cells.size(), res.out, o.progress, o.log);
+namespace {
+// Everything a run checks before its first cell, loaded; nothing written.
+struct Prepared {
+  PolicySweepConfig c;
+  Policy base;
+  std::vector<Cell> cells;
+  std::string out;
+  StudyOptions so;
+  StudyWindows ws;
+  std::vector<Policy> policies;  // per cell
+};
+Prepared prepare(const PolicySweepOptions& o) {
+  Prepared p;
+  p.c = read_policy_sweep(o.config);
+  p.base = policy_from_toml(p.c.templ, o.config + ": template");
+  p.cells = cells_of(p.c);
+  p.out = o.out.empty() ? p.c.out : o.out;
+  if (p.out.empty()) throw InputError(fmt::format("{}: no output directory: set out = \"…\" or pass --out", o.config));
+  p.so = study_options(o, p.cells.size(), p.out, o.progress, o.log);
+  p.ws = open_study_windows(p.c.model, p.c.ctx, p.c.tokenizer, p.c.data, p.c.seqs, "tokenizer = \"…\" in " + o.config,
+                            o.forward);
+  for (const Cell& cell : p.cells) {  // every entry compiled against the model, before any thread
+    p.policies.push_back(policy_of(p.c, p.base, cell));
+    (void)PolicyPlan(p.policies.back(), p.ws.model.cfg);
+  }
+  return p;
+}
+}  // namespace
 
-  StudyWindows ws = open_study_windows(c.model, c.ctx, c.tokenizer, c.data, c.seqs,
-                                      "tokenizer = \"…\" in " + o.config, o.forward);
+void validate_policy_sweep(const PolicySweepOptions& o) { (void)prepare(o); }
+
+PolicySweepResult run_policy_sweep(const PolicySweepOptions& o) {
+  Prepared prepared = prepare(o);
+  const PolicySweepConfig& c = prepared.c;
+  const Policy& base = prepared.base;
+  const std::vector<Cell>& cells = prepared.cells;
+  const StudyOptions& so = prepared.so;
+  StudyWindows& ws = prepared.ws;
+  const std::vector<Policy>& policies = prepared.policies;
+  PolicySweepResult res;
+  res.out = prepared.out;
+  res.cells = cells.size();
   const Model& model = ws.model;
   const int ctx = ws.ctx;
   const TokenData& data = ws.data;
@@ -238,11 +268,6 @@ PolicySweepResult run_policy_sweep(const PolicySweepOptions& o) {
   const ojson &model_key = ws.model_key, &data_key = ws.data_key;
   auto reference = [&](size_t w) -> const Matrix<float>& { return ws.reference(w); };
   const int layers = model.cfg.layers;
-  std::vector<Policy> policies;
-  for (const Cell& cell : cells) {  // every entry compiled against the model, before any thread
-    policies.push_back(policy_of(c, base, cell));
-    (void)PolicyPlan(policies.back(), model.cfg);
-  }
 
   StudyPlan plan;
   plan.label = "policy sweep";

@@ -332,6 +332,11 @@ void parse_shard(const std::string& text, CellChoice& c) {
   c.shards = int(n);
 }
 
+bool touches(const CellChoice& c, size_t i) {
+  if (c.cell >= 0) return size_t(c.cell) == i;
+  return c.shards == 0 || int(i % size_t(c.shards)) == c.shard;
+}
+
 void check_cell_choice(size_t cells, const CellChoice& o) {
   if (o.merge_only && o.cell >= 0) throw InputError("--merge and --cell cannot be combined: run cells, then merge");
   if (o.merge_only && o.shards > 0) throw InputError("--merge and --shard cannot be combined: run shards, then merge");
@@ -384,7 +389,7 @@ StudyRun run_study(const StudyPlan& plan, const StudyOptions& o) {
     if (!up_to_date(size_t(o.cell))) pending.push_back(size_t(o.cell));
   } else if (!o.merge_only) {
     for (size_t i = 0; i < plan.cells; ++i)
-      if ((o.shards == 0 || int(i % size_t(o.shards)) == o.shard) && !up_to_date(i)) pending.push_back(i);
+      if (touches(o, i) && !up_to_date(i)) pending.push_back(i);
   }
 
   std::vector<std::optional<ojson>> memory(o.persistent ? 0 : plan.cells);

@@ -141,6 +141,9 @@ struct CellChoice {
 };
 // "k/N" (0 ≤ k < N) into c.shard / c.shards; InputError otherwise.
 void parse_shard(const std::string& text, CellChoice& c);
+// Whether a run with this choice checks cell i's key (computes, reuses or merges it): the chosen
+// cell, the shard's cells, or every cell (a whole run, a merge).
+bool touches(const CellChoice& c, size_t i);
 
 struct StudyOptions : CellChoice {
   std::string out;          // persistent: cells in out/cells/<i>.json
