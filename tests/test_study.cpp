@@ -19,7 +19,11 @@
 #include "nn/policy.h"
 #include "core/round_array.h"
 #include "exp/eval.h"
+#include "exp/gnmr_study.h"
+#include "exp/lamp_sweep.h"
 #include "exp/merge.h"
+#include "exp/mu_sweep.h"
+#include "exp/optim_study.h"
 #include "exp/policy_sweep.h"
 #include "exp/slurm.h"
 #include "exp/study.h"
@@ -262,6 +266,52 @@ TEST_CASE("policy sweep: cells from the axes; each cell is eval's numbers for it
     write(extra);
     CHECK_THAT(error_of([&] { read_policy_sweep(cfg.string()); }), Catch::Contains(msg));
   }
+  fs::remove_all(d);
+}
+
+TEST_CASE("study axes list each value once, compared after names resolve (aliases, case, files, μ)") {
+  const fs::path d = scratch("axes");
+  const std::string root = MANTIS_SOURCE_DIR;
+  auto refused = [&](const std::string& what, auto read, const std::string& text) {
+    INFO(what << ": " << text);
+    const fs::path cfg = d / "c.toml";
+    std::ofstream(cfg) << text;
+    CHECK_THAT(error_of([&] { read(cfg.string()); }), Catch::Contains("twice"));
+  };
+  auto mu = [](const std::string& p) { return read_mu_sweep(p); };
+  refused("mu-sweep mu", mu, "mu = [3, 3]\nlengths = [16]\n");
+  refused("mu-sweep lengths", mu, "mu = [3]\nlengths = [16, 64, 16]\n");
+  refused("mu-sweep shapes", mu, "mu = [3]\ngemm_shapes = [[4, 4, 16], [4, 4, 16]]\n");
+  // one format under an alias, in capitals, as a file of the same definition, as μ
+  std::ofstream(d / "mybf16.toml") << "name = \"mybf16\"\nmantissa_bits = 7\nexponent_bits = 8\n";
+  const std::string ps = "model = \"m\"\nsites = [\"mlp.fc\"]\n";
+  auto policy = [](const std::string& p) { return read_policy_sweep(p); };
+  refused("formats alias", policy, ps + "formats = [\"bf16\", \"bfloat16\"]\n");
+  refused("formats case", policy, ps + "formats = [\"bf16\", \"BF16\"]\n");
+  refused("formats file", policy, ps + "formats = [\"bf16\", \"" + (d / "mybf16.toml").string() + "\"]\n");
+  refused("formats and mu", policy, ps + "formats = [\"PS4\"]\nmu = [4]\n");
+  refused("bf16 is ps7", policy, ps + "formats = [\"bf16\"]\nmu = [7]\n");
+  refused("roundings", policy, ps + "mu = [4]\nroundings = [\"rne\", \"RNE\"]\n");
+  refused("schemes", policy, ps + "mu = [4]\nschemes = [\"mxfp4\", \"MXFP4\"]\n");
+  refused("sites", policy, "model = \"m\"\nmu = [4]\nsites = [\"mlp.fc\", \"mlp.fc\"]\n");
+  auto lamp = [](const std::string& p) { return read_lamp_sweep(p); };
+  refused("lamp strict_tau", lamp, "model = \"m\"\nstrict_tau = [0.1, 1e-1]\n");
+  refused("lamp relaxed_tau", lamp, "model = \"m\"\nrelaxed_tau = [0.0, -0.0]\n");
+  // one model under two paths (its name in the results is the file's stem)
+  const std::string om = root + "/tests/data/optim-small-model.toml";
+  const std::string om2 = root + "/tests/data/../data/optim-small-model.toml";
+  auto optim = [](const std::string& p) { return read_optim_study(p); };
+  refused("optim models", optim, "models = [\"" + om + "\", \"" + om2 + "\"]\noptimizers = [\"adamw\"]\n");
+  auto gnmr = [](const std::string& p) { return read_gnmr_study(p); };
+  const std::string arm = "[[arm]]\nname = \"a\"\nconfig = \"\"\n";
+  refused("gnmr models", gnmr, "models = [\"a/train-x.toml\", \"b/x.toml\"]\n" + arm);
+  refused("gnmr also_validate", gnmr, "models = [\"x.toml\"]\nalso_validate = [\"validation\", \"validation\"]\n" + arm);
+  // distinct values stay distinct
+  const fs::path cfg = d / "c.toml";
+  std::ofstream(cfg) << ps << "formats = [\"bf16\", \"fp16\", \"" << (d / "mybf16.toml").string() << "x\"]\n";
+  CHECK_THAT(error_of([&] { read_policy_sweep(cfg.string()); }), Catch::Contains("mybf16.tomlx"));  // a missing file
+  std::ofstream(cfg) << ps << "formats = [\"bf16\", \"fp16\", \"e5m2\"]\nmu = [4, 10]\nroundings = [\"rne\", \"sr\"]\n";
+  CHECK(read_policy_sweep(cfg.string()).formats.size() == 5);
   fs::remove_all(d);
 }
 

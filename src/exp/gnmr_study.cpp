@@ -287,6 +287,7 @@ GnmrStudyConfig gnmr_study_from_toml(const std::string& text, const std::string&
                                      toml_where(path, e)));
       c.also_validate.push_back(e.as_string()->get());
     }
+    refuse_repeats(toml_where(path, *n), "also_validate", "", c.also_validate, c.also_validate);
   }
   if (auto* n = t.get("out")) {
     if (!n->is_string()) throw InputError(fmt::format("{}: 'out' must be a string", toml_where(path, *n)));
@@ -299,6 +300,7 @@ GnmrStudyConfig gnmr_study_from_toml(const std::string& text, const std::string&
     if (!e.is_string()) throw InputError(fmt::format("{}: 'models' must hold strings", toml_where(path, e)));
     c.models.push_back(e.as_string()->get());
   }
+  refuse_repeated_models(toml_where(path, *m), c.models);
   if (auto* n = t.get("seeds")) c.seeds = toml_seeds(*n, path, "seeds");
   if (auto* n = t.get("train")) {
     if (!n->is_table()) throw InputError(fmt::format("{}: 'train' must be a table", toml_where(path, *n)));
@@ -342,8 +344,7 @@ GnmrStudyConfig read_gnmr_study(const std::string& path) {
 std::vector<GnmrStudyCell> gnmr_study_cells(const GnmrStudyConfig& c) {
   std::vector<GnmrStudyCell> v;
   for (size_t m = 0; m < c.models.size(); ++m) {
-    std::string name = std::filesystem::path(c.models[m]).stem().string();
-    if (name.starts_with("train-")) name = name.substr(6);
+    const std::string name = study_model_name(c.models[m]);
     for (size_t a = 0; a < c.arms.size(); ++a)
       for (uint64_t s : c.arms[a].seeds.empty() ? c.seeds : c.arms[a].seeds) v.push_back({m, a, name, c.arms[a].name, s});
   }

@@ -213,13 +213,13 @@ LampSweepConfig read_lamp_sweep(const std::string& path) {
     if (m < 1 || m > 23) throw InputError(fmt::format("{}: μ = {} out of range 1..23", path, m));
   for (double x : c.strict_tau) if (!(x >= 0)) throw InputError(fmt::format("{}: strict τ = {} must be ≥ 0", path, x));
   for (double x : c.relaxed_tau) if (!(x >= 0)) throw InputError(fmt::format("{}: relaxed τ = {} must be ≥ 0", path, x));
-  // a value listed twice would make two cells of the same key
-  auto unique = [&](const char* k, auto v) {
-    std::sort(v.begin(), v.end());
-    if (auto it = std::adjacent_find(v.begin(), v.end()); it != v.end())
-      throw InputError(fmt::format("{}: '{}' lists {} twice", path, k, *it));
+  // a value listed twice would make two cells of the same key (0.1 and 1e-1, 0 and -0 are one τ)
+  auto once = [&](const char* k, const auto& v) {
+    std::vector<std::string> listed;
+    for (auto x : v) listed.push_back(fmt::format("{}", x + 0));
+    refuse_repeats(path, k, "", listed, listed);
   };
-  unique("mu", c.mu), unique("strict_tau", c.strict_tau), unique("relaxed_tau", c.relaxed_tau);
+  once("mu", c.mu), once("strict_tau", c.strict_tau), once("relaxed_tau", c.relaxed_tau);
   if (c.recompute != "fp32") {
     const Format f = format_lookup(c.recompute);
     if (!fits_float(f))

@@ -162,11 +162,25 @@ MuSweepConfig read_mu_sweep(const std::string& path) {
   c.path = c.sr_where = path;
   const toml::array* mu = array("mu");
   if (!mu) throw InputError(fmt::format("{}: missing 'mu' (the list of stored fraction widths, 1..23)", path));
-  for (const auto& e : *mu) c.mu.push_back(int(integer(e, "mu", 1, 23)));
+  // each axis value once (a repeated μ would be two cells of one key; a repeated length or shape, two rows)
+  auto once = [&](const char* key, const std::vector<std::string>& v) { refuse_repeats(where(*t.get(key)), key, "", v, v); };
+  std::vector<std::string> listed;
+  for (const auto& e : *mu) {
+    c.mu.push_back(int(integer(e, "mu", 1, 23)));
+    listed.push_back(std::to_string(c.mu.back()));
+  }
   if (c.mu.empty()) throw InputError(fmt::format("{}: 'mu' is empty", where(*t.get("mu"))));
-  if (const toml::array* a = array("lengths"))
-    for (const auto& e : *a) c.lengths.push_back(uint64_t(integer(e, "length", 1, int64_t(1) << 26)));
+  once("mu", listed);
+  if (const toml::array* a = array("lengths")) {
+    listed.clear();
+    for (const auto& e : *a) {
+      c.lengths.push_back(uint64_t(integer(e, "length", 1, int64_t(1) << 26)));
+      listed.push_back(std::to_string(c.lengths.back()));
+    }
+    once("lengths", listed);
+  }
   if (const toml::array* a = array("gemm_shapes")) {
+    listed.clear();
     for (const auto& e : *a) {
       if (!e.is_array() || e.as_array()->size() != 3)
         throw InputError(fmt::format("{}: each gemm shape must be an array [M, N, K]", where(e)));
@@ -175,7 +189,9 @@ MuSweepConfig read_mu_sweep(const std::string& path) {
       if (s[0] * s[1] * s[2] > (uint64_t(1) << 32))
         throw InputError(fmt::format("{}: gemm shape {}x{}x{} too large (M·N·K ≤ 2^32)", where(e), s[0], s[1], s[2]));
       c.shapes.push_back(s);
+      listed.push_back(fmt::format("[{}, {}, {}]", s[0], s[1], s[2]));
     }
+    once("gemm_shapes", listed);
   }
   if (c.lengths.empty() && c.shapes.empty())
     throw InputError(fmt::format("{}: nothing to do: give 'lengths' and/or 'gemm_shapes'", path));

@@ -39,12 +39,6 @@ const char* role_name(Role r) {
   return names[int(r)];
 }
 
-std::string model_name(const std::string& path) {
-  std::string s = std::filesystem::path(path).stem().string();
-  if (s.starts_with("train-")) s = s.substr(6);
-  return s;
-}
-
 ojson option_json(const OptionValue& v) {
   return std::visit(
       [](const auto& x) -> ojson {
@@ -361,6 +355,7 @@ OptimStudyConfig optim_study_from_toml(const std::string& text, const std::strin
   const toml::node* m = t.get("models");
   if (!m) throw InputError(fmt::format("{}: 'models' is missing (the training TOMLs of the model shapes)", path));
   c.models = strings(*m, "models");
+  refuse_repeated_models(line(*m), c.models);
   const toml::node* op = t.get("optimizers");
   if (!op) throw InputError(fmt::format("{}: 'optimizers' is missing", path));
   c.optimizers = strings(*op, "optimizers");
@@ -468,7 +463,7 @@ std::vector<OptimStudyCell> optim_study_cells(const OptimStudyConfig& c) {
       const std::string label = variant.empty() ? opt : variant;
       auto it = c.seeds_for.find(label);
       for (uint64_t s : it == c.seeds_for.end() ? c.seeds : it->second)
-        v.push_back({m, model_name(c.models[m]), opt, variant, s});
+        v.push_back({m, study_model_name(c.models[m]), opt, variant, s});
     };
     for (auto& o : c.optimizers) add(o, "");
     for (auto& var : c.variants) add(var.optimizer, var.name);

@@ -143,6 +143,30 @@ std::string HealthTable::table() const {
 
 std::string first_difference(const ojson& stored, const ojson& want) { return diff_at(stored, want, ""); }
 
+void refuse_repeats(const std::string& where, const std::string& axis, const std::string& what,
+                    const std::vector<std::string>& spelled, const std::vector<std::string>& canonical) {
+  for (size_t j = 0; j < canonical.size(); ++j)
+    for (size_t i = 0; i < j; ++i) {
+      if (canonical[i] != canonical[j]) continue;
+      if (spelled[i] == spelled[j])
+        throw InputError(fmt::format("{}: '{}' lists {} twice", where, axis, escape_control(spelled[i])));
+      throw InputError(fmt::format("{}: '{}' lists {} and {}: one {} twice", where, axis, escape_control(spelled[i]),
+                                   escape_control(spelled[j]), what));
+    }
+}
+
+std::string study_model_name(const std::string& train_config_path) {
+  std::string s = fs::path(train_config_path).stem().string();
+  if (s.starts_with("train-")) s = s.substr(6);
+  return s;
+}
+
+void refuse_repeated_models(const std::string& where, const std::vector<std::string>& models) {
+  std::vector<std::string> names;
+  for (const std::string& m : models) names.push_back(study_model_name(m));
+  refuse_repeats(where, "models", "model name in the results", models, names);
+}
+
 ojson read_cell(const std::string& path) {
   ojson r;
   try {

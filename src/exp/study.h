@@ -95,6 +95,19 @@ struct HealthTable {
   std::string table() const;    // one line per entry, for the terminal
 };
 
+// A study's axis lists each value once: two entries that resolve to one value (a format and its
+// alias or a file of its definition, "RNE" and "rne", μ = 4 and "ps4") would be two cells of one
+// key. canonical[i] is entry i's resolved form; InputError at `where` naming both spellings (as
+// written: spelled[i]) and `what` they are otherwise.
+void refuse_repeats(const std::string& where, const std::string& axis, const std::string& what,
+                    const std::vector<std::string>& spelled, const std::vector<std::string>& canonical);
+
+// The name a training configuration's model has in a study's results: the file's stem without
+// "train-" (experiments/train-gpt2-bytes.toml: gpt2-bytes).
+std::string study_model_name(const std::string& train_config_path);
+// A study's `models` (training configurations) each once, by that name (refuse_repeats).
+void refuse_repeated_models(const std::string& where, const std::vector<std::string>& models);
+
 // Reads a cell file: a JSON object with an object "key". InputError naming the file otherwise.
 ojson read_cell(const std::string& path);
 
