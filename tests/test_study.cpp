@@ -133,6 +133,70 @@ TEST_CASE("shards: k/N computes the cells i = k mod N, the merge reads them all;
   fs::remove_all(d);
 }
 
+TEST_CASE("cells are hashed: an edited cell is refused by the merge and on resume, and --overwrite says it recomputes it") {
+  const fs::path d = scratch("hashed-cells");
+  StudyPlan plan;
+  plan.label = "t", plan.cells = 3, plan.unit = "cells";
+  plan.name = [](size_t i) { return std::to_string(i); };
+  plan.key = [](size_t i) { return ojson{{"cell", i}}; };
+  std::vector<size_t> computed;
+  plan.compute = [&](size_t i, const std::function<void()>& tick) {
+    computed.push_back(i);
+    tick();
+    return ojson{{"value", double(i) + 0.5}};
+  };
+  StudyOptions o;
+  o.out = d.string(), o.progress = ProgressMode::quiet, o.log = nullptr;
+  REQUIRE(run_study(plan, o).merge);
+  // each cell's SHA-256 beside it, as sha256sum writes it
+  for (size_t i = 0; i < 3; ++i) {
+    const std::string cell = cell_path(o.out, i);
+    CHECK(read_file(cell + ".sha256") == sha256_hex(read_file(cell)) + "  " + std::to_string(i) + ".json\n");
+  }
+  StudyOptions merge = o;
+  merge.merge_only = true;
+  auto one_line = [](const std::string& e) { return e.find('\n') == std::string::npos; };
+  // an edited value: the key still matches, the hash does not
+  const std::string cell1 = cell_path(o.out, 1), original = read_file(cell1);
+  std::string edited = original;
+  edited.replace(edited.find("1.5"), 3, "9.5");
+  write_file_atomic(cell1, edited);
+  for (const StudyOptions& run : {merge, o}) {  // merging, and resuming: never reused, never silently re-run
+    const std::string e = error_of([&] { run_study(plan, run); });
+    CHECK_THAT(e, Catch::Contains("cells/1.json") && Catch::Contains("SHA-256") && Catch::Contains("--overwrite"));
+    CHECK(one_line(e));
+  }
+  CHECK(computed == std::vector<size_t>{0, 1, 2});
+  // --overwrite recomputes it and says so
+  StudyOptions over = o;
+  over.overwrite = true;
+  std::FILE* log = std::tmpfile();
+  over.log = log;
+  const StudyRun r = run_study(plan, over);
+  std::rewind(log);
+  std::string said(4096, '\0');
+  said.resize(std::fread(said.data(), 1, said.size(), log));
+  std::fclose(log);
+  CHECK(computed == std::vector<size_t>{0, 1, 2, 1});
+  CHECK_THAT(said, Catch::Contains("cells/1.json") && Catch::Contains("recomput"));
+  REQUIRE(r.merge);
+  CHECK(r.cells[1]->at("value") == 1.5);
+  CHECK(read_file(cell1) == original);
+  // a cell without its hash, a hash that is not one, a hash of another cell's name: refused alike
+  fs::remove(cell_path(o.out, 2) + ".sha256");
+  CHECK_THAT(error_of([&] { run_study(plan, merge); }), Catch::Contains("cells/2.json"));
+  write_file_atomic(cell_path(o.out, 2) + ".sha256", "not a hash\n");
+  CHECK_THAT(error_of([&] { run_study(plan, merge); }), Catch::Contains("cells/2.json.sha256"));
+  write_file_atomic(cell_path(o.out, 2) + ".sha256", sha256_hex(read_file(cell_path(o.out, 2))) + "  1.json\n");
+  CHECK_THAT(error_of([&] { run_study(plan, merge); }), Catch::Contains("cells/2.json.sha256"));
+  // a hash without its cell (a run killed between the two writes): the cell is missing, and computed
+  fs::remove(cell_path(o.out, 2));
+  CHECK_THAT(error_of([&] { run_study(plan, merge); }), Catch::Contains("missing"));
+  REQUIRE(run_study(plan, o).merge);
+  CHECK(computed == std::vector<size_t>{0, 1, 2, 1, 2});
+  fs::remove_all(d);
+}
+
 TEST_CASE("slurm: the study command without cell, thread or Slurm options; the script submits the array and the merge") {
   const std::vector<std::string> argv = {"mantis", "lamp", "sweep", "c.toml", "--cell", "3", "--shard=1/2", "-j", "4",
                                          "--threads=2", "-j8", "--merge", "--emit-slurm", "s.sh", "--slurm-shards", "5",

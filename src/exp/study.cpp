@@ -167,12 +167,43 @@ void refuse_repeated_models(const std::string& where, const std::vector<std::str
   refuse_repeats(where, "models", "model name in the results", models, names);
 }
 
+namespace {
+std::string cell_hash_path(const std::string& cell) { return cell + ".sha256"; }
+// sha256sum's line for a file's bytes
+std::string sha256_line(const std::string& content, const std::string& path) {
+  return sha256_hex(content) + "  " + fs::path(path).filename().string() + "\n";
+}
+}  // namespace
+
+void write_cell(const std::string& path, const ojson& cell) {
+  const std::string content = cell.dump(1) + "\n";
+  write_file_atomic(cell_hash_path(path), sha256_line(content, path));  // first: see study.h
+  write_file_atomic(path, content);
+}
+
 ojson read_cell(const std::string& path) {
+  const std::string content = read_text_file(path, "cell result"), hpath = cell_hash_path(path);
+  std::error_code ec;
+  if (!fs::exists(hpath, ec))
+    throw InputError(fmt::format("{}: no {} beside it (written before cells were hashed, or the hash was removed): "
+                                 "delete it or run with --overwrite to recompute it", path,
+                                 fs::path(hpath).filename().string()));
+  const std::string h = read_text_file(hpath, "cell hash", 4096);
+  const std::string want = sha256_line(content, path);
+  if (h.size() != want.size() || h.compare(64, std::string::npos, want, 64, std::string::npos) != 0 ||
+      !std::all_of(h.begin(), h.begin() + 64, [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); }))
+    throw InputError(fmt::format("{}: not the SHA-256 line of {} ('<64 hex digits>  {}'): delete the cell or run with "
+                                 "--overwrite", hpath, path, fs::path(path).filename().string()));
+  if (h != want)
+    throw InputError(fmt::format("{}: its SHA-256 differs from {} (its values were edited after it was computed, or "
+                                 "its rewrite was interrupted): delete it or run with --overwrite to recompute it",
+                                 path, fs::path(hpath).filename().string()));
   ojson r;
   try {
-    r = ojson::parse(read_file(path));
+    r = ojson::parse(content);
   } catch (const ojson::exception& e) {
-    throw InputError(fmt::format("{}: malformed cell result ({}): delete it or run with --overwrite", path, e.what()));
+    throw InputError(fmt::format("{}: malformed cell result ({}): delete it or run with --overwrite", path,
+                                 escape_control(e.what())));
   }
   if (!r.is_object() || !r.contains("key") || !r["key"].is_object())
     throw InputError(fmt::format("{}: not a cell result (no key object): delete it or run with --overwrite", path));
@@ -398,9 +429,11 @@ StudyRun run_study(const StudyPlan& plan, const StudyOptions& o) {
     ojson r;
     try {
       r = read_cell(file(i));
-    } catch (const InputError&) {
-      if (o.overwrite) return false;
-      throw;
+    } catch (const InputError& e) {
+      if (!o.overwrite) throw;
+      // an unreadable or edited cell is recomputed only when asked, and never without saying so
+      fmt::print(o.log ? o.log : stderr, "recomputing (--overwrite): {}\n", e.what());
+      return false;
     }
     const std::string d = first_difference(r["key"], plan.key(i));
     if (d.empty()) return true;
@@ -430,7 +463,7 @@ StudyRun run_study(const StudyPlan& plan, const StudyOptions& o) {
         ojson cell;
         cell["key"] = plan.key(ci);
         for (auto it = r.begin(); it != r.end(); ++it) cell[it.key()] = it.value();
-        write_file_atomic(file(ci), cell.dump(1) + "\n");
+        write_cell(file(ci), cell);
         r = std::move(cell);
       }
       if (plan.done) {

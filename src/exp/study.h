@@ -7,6 +7,15 @@
 // settings, formats, seeds, the version of the semantics). A stored cell is reused only when its
 // key equals the key of the current configuration; otherwise the run stops with a one-line error
 // naming the first differing field, and `--overwrite` recomputes.
+// Cells are hashed as result files are: beside each cell, DIR/cells/<i>.json.sha256 holds its
+// SHA-256 as sha256sum writes it ("<64 hex>  <i>.json"), written just before the cell (a run
+// killed between the two leaves a hash without its cell: the cell is missing and is computed
+// again; one file per cell, so shards running at once never share one). Every read of a cell —
+// resume, merge, a spawned cell read back — checks it: a cell whose bytes differ from its hash
+// (its values edited after it was computed, or a rewrite interrupted), a cell without its hash
+// (written before cells were hashed, or the hash removed) or a malformed hash is a one-line error
+// naming the file, never reused and never silently recomputed; `--overwrite` recomputes it and
+// says so on the study's log (stderr where it has none).
 //
 // Running. run_study() is the one driver of every study (the LAMP sweep, the μ-sweep): it
 // decides which cells to compute (all, one shard `--cell i`, none for `--merge`), reuses stored
@@ -108,7 +117,10 @@ std::string study_model_name(const std::string& train_config_path);
 // A study's `models` (training configurations) each once, by that name (refuse_repeats).
 void refuse_repeated_models(const std::string& where, const std::vector<std::string>& models);
 
-// Reads a cell file: a JSON object with an object "key". InputError naming the file otherwise.
+// Writes a cell file and its hash (above).
+void write_cell(const std::string& path, const ojson& cell);
+// Reads a cell file: its bytes as its hash says, a JSON object with an object "key". InputError
+// naming the file otherwise.
 ojson read_cell(const std::string& path);
 
 // Writes the result set (names relative to dir, written in order), then manifest.json with
