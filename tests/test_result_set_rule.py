@@ -109,12 +109,16 @@ def absolute(d, tmp):
     write_manifest(d, m)
 
 
+def link_out(d, tmp, name):
+    """d/name moved out of the set (to tmp/<case>-name), a symbolic link to it left in its place."""
+    outside = os.path.join(tmp, os.path.basename(d) + "-" + name)
+    shutil.move(os.path.join(d, name), outside)
+    os.symlink(outside, os.path.join(d, name))
+
+
 def symlink_outside(d, tmp):
     # results.csv a link to a file outside the set with the listed content: the hash alone passes
-    outside = os.path.join(tmp, "linked.csv")
-    shutil.copyfile(os.path.join(d, "results.csv"), outside)
-    os.remove(os.path.join(d, "results.csv"))
-    os.symlink(outside, os.path.join(d, "results.csv"))
+    link_out(d, tmp, "results.csv")
 
 
 def symlink_dir(d, tmp):
@@ -130,10 +134,7 @@ def symlink_dir(d, tmp):
 
 
 def manifest_symlink(d, tmp):
-    outside = os.path.join(tmp, "manifest-elsewhere.json")
-    shutil.copyfile(os.path.join(d, "manifest.json"), outside)
-    os.remove(os.path.join(d, "manifest.json"))
-    os.symlink(outside, os.path.join(d, "manifest.json"))
+    link_out(d, tmp, "manifest.json")
 
 
 def listed_missing(d, tmp):

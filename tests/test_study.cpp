@@ -90,18 +90,27 @@ TEST_CASE("result sets: the manifest is written last and holds every file's SHA-
   fs::remove_all(d);
 }
 
-TEST_CASE("shards: k/N computes the cells i = k mod N, the merge reads them all; bad choices refused") {
-  const fs::path d = scratch("shards");
+namespace {
+// A study of n cells, cell i keyed {"cell": i} holding {"value": value(i)}; `computed` collects
+// the cells it computes, in order.
+StudyPlan counting_plan(size_t n, std::vector<size_t>& computed, std::function<double(size_t)> value) {
   StudyPlan plan;
-  plan.label = "t", plan.cells = 7, plan.unit = "cells";
+  plan.label = "t", plan.cells = n, plan.unit = "cells";
   plan.name = [](size_t i) { return std::to_string(i); };
   plan.key = [](size_t i) { return ojson{{"cell", i}}; };
-  std::vector<size_t> computed;
-  plan.compute = [&](size_t i, const std::function<void()>& tick) {
+  plan.compute = [&computed, value](size_t i, const std::function<void()>& tick) {
     computed.push_back(i);
     tick();
-    return ojson{{"value", double(i * i)}};
+    return ojson{{"value", value(i)}};
   };
+  return plan;
+}
+}  // namespace
+
+TEST_CASE("shards: k/N computes the cells i = k mod N, the merge reads them all; bad choices refused") {
+  const fs::path d = scratch("shards");
+  std::vector<size_t> computed;
+  const StudyPlan plan = counting_plan(7, computed, [](size_t i) { return double(i * i); });
   StudyOptions o;
   o.out = d.string(), o.progress = ProgressMode::quiet, o.log = nullptr;
   parse_shard("1/3", o);
@@ -135,16 +144,8 @@ TEST_CASE("shards: k/N computes the cells i = k mod N, the merge reads them all;
 
 TEST_CASE("cells are hashed: an edited cell is refused by the merge and on resume, and --overwrite says it recomputes it") {
   const fs::path d = scratch("hashed-cells");
-  StudyPlan plan;
-  plan.label = "t", plan.cells = 3, plan.unit = "cells";
-  plan.name = [](size_t i) { return std::to_string(i); };
-  plan.key = [](size_t i) { return ojson{{"cell", i}}; };
   std::vector<size_t> computed;
-  plan.compute = [&](size_t i, const std::function<void()>& tick) {
-    computed.push_back(i);
-    tick();
-    return ojson{{"value", double(i) + 0.5}};
-  };
+  const StudyPlan plan = counting_plan(3, computed, [](size_t i) { return double(i) + 0.5; });
   StudyOptions o;
   o.out = d.string(), o.progress = ProgressMode::quiet, o.log = nullptr;
   REQUIRE(run_study(plan, o).merge);

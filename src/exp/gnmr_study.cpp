@@ -366,17 +366,16 @@ Prepared prepare(const GnmrStudyOptions& o) {
   p.c = read_gnmr_study(o.config);
   const GnmrStudyConfig& c = p.c;
   p.cells = gnmr_study_cells(c);
-  p.out = o.out.empty() ? c.out : o.out;
-  if (p.out.empty()) throw InputError(fmt::format("{}: no output directory (set out = \"…\" or --out)", c.path));
+  p.out = study_out(o.out, c.out, c.path);
   p.so = study_options(o, p.cells.size(), p.out, o.progress, o.log);
   // every (model, arm) configuration and its controller
   for (auto& cell : p.cells) {
     const TrainConfig t = cell_config(c, cell);
     if (!t.controller.name.empty()) make_controller(t.controller, t.model);
   }
-  for (size_t i = 0; i < p.cells.size(); ++i)
-    if (touches(o, i) && !p.data.count(p.cells[i].model))
-      p.data[p.cells[i].model] = training_data_key(c.models[p.cells[i].model]);
+  std::vector<size_t> model_of_cell;
+  for (const auto& cell : p.cells) model_of_cell.push_back(cell.model);
+  p.data = touched_data_keys(o, model_of_cell, c.models);
   if (!c.also_validate.empty()) {
     const auto tok = make_tokenizer(cell_config(c, p.cells[0]).tokenizer);
     for (const std::string& spec : c.also_validate) {

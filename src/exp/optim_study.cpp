@@ -484,12 +484,11 @@ Prepared prepare(const OptimStudyOptions& o) {
   Prepared p;
   p.c = read_optim_study(o.config);
   p.cells = optim_study_cells(p.c);
-  p.out = o.out.empty() ? p.c.out : o.out;
-  if (p.out.empty()) throw InputError(fmt::format("{}: no output directory (set out = \"…\" or --out)", p.c.path));
+  p.out = study_out(o.out, p.c.out, p.c.path);
   p.so = study_options(o, p.cells.size(), p.out, o.progress, o.log);
-  for (size_t i = 0; i < p.cells.size(); ++i)
-    if (touches(o, i) && !p.data.count(p.cells[i].model))
-      p.data[p.cells[i].model] = training_data_key(p.c.models[p.cells[i].model]);
+  std::vector<size_t> model_of_cell;
+  for (const auto& cell : p.cells) model_of_cell.push_back(cell.model);
+  p.data = touched_data_keys(o, model_of_cell, p.c.models);
   return p;
 }
 }  // namespace

@@ -252,8 +252,7 @@ Prepared prepare(const PolicySweepOptions& o) {
   p.c = read_policy_sweep(o.config);
   p.base = policy_from_toml(p.c.templ, o.config + ": template");
   p.cells = cells_of(p.c);
-  p.out = o.out.empty() ? p.c.out : o.out;
-  if (p.out.empty()) throw InputError(fmt::format("{}: no output directory: set out = \"…\" or pass --out", o.config));
+  p.out = study_out(o.out, p.c.out, o.config);
   p.so = study_options(o, p.cells.size(), p.out, o.progress, o.log);
   p.ws = open_study_windows(p.c.model, p.c.ctx, p.c.tokenizer, p.c.data, p.c.seqs, "tokenizer = \"…\" in " + o.config,
                             o.forward);

@@ -11,6 +11,7 @@
 
 #include "core/format.h"  // defines: InputError
 #include "core/file.h"
+#include "exp/manifest.h"  // training_data_key
 
 namespace mantis {
 
@@ -398,6 +399,21 @@ void check_cell_choice(size_t cells, const CellChoice& o) {
   if (o.cell >= 0 && o.shards > 0) throw InputError("--cell and --shard cannot be combined");
   if (o.cell >= 0 && size_t(o.cell) >= cells)
     throw InputError(fmt::format("--cell {}: the sweep has cells 0..{} (see --cells)", o.cell, cells - 1));
+}
+
+std::map<size_t, ojson> touched_data_keys(const CellChoice& c, const std::vector<size_t>& model_of_cell,
+                                          const std::vector<std::string>& models) {
+  std::map<size_t, ojson> keys;
+  for (size_t i = 0; i < model_of_cell.size(); ++i)
+    if (touches(c, i) && !keys.count(model_of_cell[i])) keys[model_of_cell[i]] = training_data_key(models[model_of_cell[i]]);
+  return keys;
+}
+
+std::string study_out(const std::string& given, const std::string& configured, const std::string& config_path) {
+  if (!given.empty()) return given;
+  if (configured.empty())
+    throw InputError(fmt::format("{}: no output directory: set out = \"…\" or pass --out", config_path));
+  return configured;
 }
 
 StudyOptions study_options(const CellChoice& c, size_t cells, const std::string& out, ProgressMode progress,

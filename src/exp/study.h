@@ -190,6 +190,13 @@ void check_cell_choice(size_t cells, const CellChoice& o);
 // InputError before any cell is computed: a bad --cell, --merge with --cell, an uncreatable
 // directory, a stored cell of another key (without overwrite).
 StudyRun run_study(const StudyPlan& plan, const StudyOptions& o);
+// The training data keys (manifest.h training_data_key) of the models whose cells a run with
+// choice `c` touches: model index → key; cell i trains model model_of_cell[i] (a path in `models`).
+std::map<size_t, ojson> touched_data_keys(const CellChoice& c, const std::vector<size_t>& model_of_cell,
+                                          const std::vector<std::string>& models);
+// A study's output directory: `given` (--out), else the configuration's `out`; InputError naming
+// the configuration when neither is set.
+std::string study_out(const std::string& given, const std::string& configured, const std::string& config_path);
 // A study's options from its command's cell choice, checked against its cell count (check_cell_choice)
 // before the study loads what its cells need.
 StudyOptions study_options(const CellChoice& c, size_t cells, const std::string& out, ProgressMode progress,
