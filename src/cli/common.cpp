@@ -161,11 +161,13 @@ void add_slurm(CLI::App& sub, SlurmArgs& a) {
       ->capture_default_str();
 }
 
-int emit_slurm(const SlurmArgs& a, const CellChoice& c) {
+int emit_slurm(const SlurmArgs& a, const CellChoice& c, const std::function<void()>& validate_study) {
   namespace fs = std::filesystem;
   if (a.s.shards == 0) throw InputError("--emit-slurm needs --slurm-shards N");
   if (c.cell >= 0 || c.shards > 0 || c.merge_only)
     throw InputError("--emit-slurm writes the whole study: drop --cell, --shard and --merge");
+  validate(a.s);
+  validate_study();
   const std::string script = slurm_script(a.s, study_command(command_args()), fs::current_path().string());
   write_file_atomic(a.emit, script);
   fs::permissions(a.emit, fs::perms::owner_exec | fs::perms::group_exec, fs::perm_options::add);
