@@ -119,6 +119,15 @@ TEST_CASE("promoted and tensor-core accumulation == MPFR reference (every mode, 
   CHECK_NOTHROW(validate(bad));
   bad.align_bits = 22;
   CHECK_THROWS_AS(validate(bad), InputError);
+  // block ≥ 1 under every accumulation: strict and unfused ignore it, but block = 0 reached a chunk
+  // count's division (SIGFPE in `mantis dot --block 0`, issue 32)
+  for (Accumulation acc : {Accumulation::strict, Accumulation::unfused, Accumulation::blocked, Accumulation::promoted,
+                           Accumulation::tensor_core})
+    for (int b : {0, -1, std::numeric_limits<int>::min()}) {
+      GemmSpec z{.acc = format_lookup("bf16"), .accumulation = acc};
+      z.block = b;
+      CHECK_THROWS_WITH(validate(z), fmt::format("{} accumulation needs a block size ≥ 1, got {}", to_string(acc), b));
+    }
 }
 
 TEST_CASE("input-format rounding before the product") {

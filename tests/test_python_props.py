@@ -92,15 +92,6 @@ LIMITS = [-1, 0, 1, 2 ** 31 - 1, 2 ** 31, 2 ** 32, 2 ** 63, U64_MAX, 2 ** 64, -2
           float("nan"), None, "1", np.int64(-1), np.uint64(U64_MAX), np.int32(7), np.float64(2.0)]
 
 
-def known_cpp_bug(block, accumulation):
-    """block = 0 under strict or unfused accumulation (which do not use the block) divides by zero
-    in core/gemm_avx512.cpp (chunk_count(K, 0)): SIGFPE, in `mantis dot --block 0` too. Validation
-    is C++'s (issue 32, item 4); until it is fixed these examples are not run (test_known_cpp_bug
-    shows as skipped)."""
-    return not isinstance(block, bool) and isinstance(block, (int, np.integer)) and int(block) == 0 \
-        and accumulation in (OMIT, "strict", "unfused")
-
-
 def mostly(usual, other, tenths=8):
     """usual in `tenths` of the examples, other in the rest: most examples should get past the
     argument checks to the bits, and some should not."""
@@ -455,7 +446,6 @@ class Properties(unittest.TestCase):
            stream=integers((0, U64_MAX)), reference=names([OMIT, False, True], [0, None]), as_spec=st.booleans())
     def test_dot(self, v, acc, mode, accumulation, block, sr_bits, seed, stream, reference, as_spec):
         x, y = v
-        assume(not known_cpp_bug(block, accumulation))
         spec = kwargs_of(mode=mode, accumulation=accumulation, block=block, sr_bits=sr_bits, seed=seed, stream=stream)
         kw = kwargs_of(reference=reference)
         record("dot", x=x, y=y, acc=acc, **spec, **kw, as_spec=as_spec)
@@ -490,7 +480,6 @@ class Properties(unittest.TestCase):
            out_dtype=st.sampled_from([OMIT, "float64", "float32", np.float32, np.float64, "f4", None, int]))
     def test_gemm_against_reference(self, m, k, n, seed_data, acc, mode, accumulation, block, align_bits, input_,
                                     input_mode, sr_bits, seed, out_dtype):
-        assume(not known_cpp_bug(block, accumulation))
         rng = np.random.default_rng(seed_data)
         a, b = rng.standard_normal((m, k)).astype(np.float32), rng.standard_normal((k, n)).astype(np.float32)
         spec = kwargs_of(acc=acc, mode=mode, accumulation=accumulation, block=block, align_bits=align_bits,
@@ -505,9 +494,17 @@ class Properties(unittest.TestCase):
         same_values(self, got.astype(np.float64) if got.dtype == np.float32 else got, want, "gemm")
         OUTCOMES["gemm"]["equal to the reference"] += 1
 
-    @unittest.skip("block = 0 with strict / unfused accumulation: SIGFPE in core/gemm_avx512.cpp (known_cpp_bug)")
-    def test_known_cpp_bug(self):
-        mantis.dot(np.ones(2, np.float32), np.ones(2, np.float32), acc="bf16", block=0)
+    def test_block_zero_is_refused(self):
+        # block = 0 under strict / unfused (which do not use it) once divided by zero in the GEMM
+        # kernel: SIGFPE, in `mantis dot --block 0` too (issue 32). Both refuse it now, in one line.
+        for accumulation in ("strict", "unfused", "blocked"):
+            with self.assertRaisesRegex(mantis.Error, "needs a block size ≥ 1, got 0"):
+                mantis.dot(np.ones(2, np.float32), np.ones(2, np.float32), acc="bf16", block=0,
+                           accumulation=accumulation)
+            r = cli("dot", "--format", "bf16", "--block", "0", "--accumulation", accumulation, stdin="1,2\n3,4\n")
+            self.assertEqual(r.returncode, 2)
+            self.assertIn("needs a block size ≥ 1, got 0", r.stderr)
+            self.assertEqual(r.stderr.count("\n"), 1)
 
     @fixed(300)
     @given(row=st.integers(0, 10 ** 6),

@@ -27,7 +27,9 @@ void validate(const GemmSpec& s) {
   if (s.acc_mode == Rounding::sr && s.sr_bits > 52 - p)
     throw InputError(fmt::format("sr accumulation in {} (μ = {}) is exact only with sr_bits ≤ {}; got {}",
                                  s.acc.name, s.acc.mu, 52 - p, s.sr_bits));
-  if (s.accumulation != Accumulation::strict && s.accumulation != Accumulation::unfused && s.block < 1)
+  // Every accumulation: strict and unfused do not use the block, but the kernels still count chunks
+  // by it (block = 0 divided by zero: SIGFPE, issue 32).
+  if (s.block < 1)
     throw InputError(fmt::format("{} accumulation needs a block size ≥ 1, got {}", to_string(s.accumulation), s.block));
   if (s.accumulation == Accumulation::tensor_core) {
     int lg = 0;  // ⌈log2(block + 1)⌉: the exact sum of block + 1 terms of F + 1 bits must fit binary64
