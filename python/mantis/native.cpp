@@ -124,13 +124,6 @@ struct Param {
 };
 using Params = std::vector<Param>;
 
-// Ranges of integer arguments that are not plain C++ types. Each is the library's own limit.
-constexpr int64_t kThreadsMax = 4096;                  // the CLI's --threads range (cli/common.cpp)
-constexpr int64_t kSrBitsMin = 1, kSrBitsMax = 32;     // validate_sr_bits (core/round_array.cpp)
-constexpr int64_t kLayerMax = (int64_t(1) << 30) - 2;  // stream_of: 30 bits of layer + 1 (nn/streams.h)
-constexpr int64_t kSlotMax = (int64_t(1) << 12) - 1;   // stream_of: 12 bits of slot
-constexpr int64_t kSeqsMax = 1000000;                  // the CLI's --seqs range (cli/cmd_model.cpp)
-constexpr int64_t kCtxMax = int64_t(1) << 24;          // the CLI's --ctx range; 0: the model's context
 
 // One call's arguments, bound by position and name as Python binds them (unknown keywords,
 // missing, repeated or surplus arguments are errors) and read through typed converters. A
@@ -782,8 +775,8 @@ py::object py_eval(const Call& c) {
   o.model = model_path(c, "model");
   o.policy = c.text("policy");
   o.data = c.text("data");
-  o.seqs = c.integer<int>("seqs", 1, kSeqsMax);
-  o.ctx = c.integer<int>("ctx", 0, kCtxMax);
+  o.seqs = c.integer<int>("seqs", 1, kEvalMaxSeqs);
+  o.ctx = c.integer<int>("ctx", 0, kEvalMaxCtx);
   o.tokenizer = c.text("tokenizer");
   o.out = c.none("out") ? "" : c.path("out");
   o.progress = c.boolean("progress") ? ProgressMode::automatic : ProgressMode::quiet;
@@ -806,8 +799,8 @@ const std::map<std::string, std::function<py::object(const Call&, const char*)>>
   static const std::map<std::string, std::function<py::object(const Call&, const char*)>> k = {
       {"bool", [](const Call& c, const char* p) { return py::object(py::bool_(c.boolean(p))); }},
       {"u64", [](const Call& c, const char* p) { return py::object(py::int_(c.u64(p))); }},
-      {"layer", [](const Call& c, const char* p) { return py::object(py::int_(c.integer<int>(p, -1, kLayerMax))); }},
-      {"slot", [](const Call& c, const char* p) { return py::object(py::int_(c.integer<int64_t>(p, 0, kSlotMax))); }},
+      {"layer", [](const Call& c, const char* p) { return py::object(py::int_(c.integer<int>(p, -1, kStreamMaxLayer))); }},
+      {"slot", [](const Call& c, const char* p) { return py::object(py::int_(c.integer<int64_t>(p, 0, kStreamMaxSlot))); }},
       {"real", [](const Call& c, const char* p) { return py::object(py::float_(c.real(p))); }},
       {"text", [](const Call& c, const char* p) { return py::object(py::str(c.text(p))); }},
       {"site", [](const Call& c, const char* p) {
@@ -836,7 +829,7 @@ PYBIND11_MODULE(_mantis, m) {
   m.attr("have_openmp") = bool(MANTIS_HAVE_OPENMP);
 
   def(m, "set_threads", {{"n"}}, "The number of threads the calls use (1..4096).", [](const Call& c) {
-    set_num_threads(c.integer<int>("n", 1, kThreadsMax));
+    set_num_threads(c.integer<int>("n", 1, kMaxThreads));
     return py::none();
   });
   def(m, "threads", {}, "The number of threads the calls use.", [](const Call&) { return py::int_(num_threads()); });
@@ -985,7 +978,7 @@ PYBIND11_MODULE(_mantis, m) {
                  "The entry a site uses at a layer (-1: the every-layer entry), for site_gemm.",
                  [](const Policy& p, const Call& c) {
                    const Site s = c.site("name");
-                   return py::cast(p.at(s, c.integer<int>("layer", -1, kLayerMax)));
+                   return py::cast(p.at(s, c.integer<int>("layer", -1, kStreamMaxLayer)));
                  });
   method<Policy>(policy, "describe", "Policy.describe", {}, "", [](const Policy& p, const Call&) {
     std::string d = describe(p);
@@ -995,7 +988,7 @@ PYBIND11_MODULE(_mantis, m) {
   def(m, "site_stream", {{"site"}, {"layer"}, {"slot", zero}},
       "The random stream of a site call in mantis's forward (nn/streams.h).", [](const Call& c) {
         const Site s = c.site("site");
-        return py::int_(stream_of(s, c.integer<int>("layer", -1, kLayerMax), c.integer<int64_t>("slot", 0, kSlotMax)));
+        return py::int_(stream_of(s, c.integer<int>("layer", -1, kStreamMaxLayer), c.integer<int64_t>("slot", 0, kStreamMaxSlot)));
       });
 
   py::class_<PyModel> model(m, "Model", "A loaded checkpoint (load_model).");

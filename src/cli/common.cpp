@@ -109,7 +109,7 @@ SharedOptions& shared() {
 }
 
 void add_threads(CLI::App& sub, const std::string& help) {
-  sub.add_option("--threads,-j", shared().threads, help)->check(CLI::Range(1, 4096));
+  sub.add_option("--threads,-j", shared().threads, help)->check(CLI::Range(1, kMaxThreads));
 }
 void add_quiet(CLI::App& sub, const std::string& help) { sub.add_flag("--quiet,-q", shared().quiet, help); }
 void add_progress(CLI::App& sub, const std::string& quiet_help) {
