@@ -406,6 +406,11 @@ class Torch(unittest.TestCase):
         out, _ = fn(None, q[None], k[None], v[None], None, scaling=8 ** -0.5)
         self.assertEqual(tuple(out.shape), (1, 6, 4, 8))
         self.assertTrue(torch.allclose(out[0].transpose(0, 1), want, rtol=1e-5, atol=1e-6))
+        # no batch row: the empty [B, T, H, D] result, as torch's attention gives
+        for dtype in (torch.float32, torch.float64):
+            query, key, value = (t[None][:0].to(dtype) for t in (q, k, v))
+            out, _ = fn(None, query, key, value, None)
+            self.assertEqual((tuple(out.shape), out.dtype), ((0, 6, 4, 8), dtype))
 
 
 class GilRelease(unittest.TestCase):

@@ -188,6 +188,23 @@ class IssueCases(unittest.TestCase):
         fn = mt.hf_attention("native")
         refused(self, "hf_attention", lambda: fn(None, q[None], kv[None], kv[None], None, scaling="x"),
                 "scaling must be a finite number")
+        # value with fewer batch rows: once an IndexError; with more: the extra rows ignored; no batch
+        # row: a torch RuntimeError, whatever the other shapes
+        two, q0 = torch.ones(2, 2, 6, 8), q[None][:0]
+        for query, key, value, dim in ((q.expand(2, -1, -1, -1), two, two[:1], "B"),
+                                       (q.expand(2, -1, -1, -1), two, torch.ones(3, 2, 6, 8), "B"),
+                                       (q[None], kv[None], kv[None, :1], "Hkv"),
+                                       (q[None], kv[None], kv[None, :, :5], "T"),
+                                       (q[None, :, :5], kv[None], kv[None], "T"),
+                                       (q[None], kv[None, ..., :4], kv[None, ..., :4], "D"),
+                                       (q0, kv[None], kv[None], "B"),
+                                       (q0, two[:0, :, :5], two[:0, :, :5], "T"),
+                                       (q0, two[:0], two[:0, ..., :4], "D")):
+            refused(self, "hf_attention", lambda: fn(None, query, key, value), f"differ in {dim}")
+        refused(self, "hf_attention", lambda: fn(None, q0[:, :3], two[:0], two[:0]),
+                "3 query heads do not share 2 key/value heads")
+        refused(self, "hf_attention", lambda: fn(None, q0[..., :0], two[:0, ..., :0], two[:0, ..., :0]),
+                "the head dimension D is 0")
 
 
 # Values that are wrong for most parameters: integers past the usual limits, other types, text

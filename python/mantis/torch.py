@@ -198,6 +198,31 @@ def _site_matmul(a, b, entry, stream, b_transposed, divisor=1.0):
     return torch.from_numpy(_m.site_gemm(x, w, entry, w_transposed=b_transposed, divisor=divisor, stream=stream))
 
 
+def _attention_shapes(call, qkv, lead):
+    """(H, Hkv, T, D) of the query, key and value tensors qkv ((name, tensor) each): q [*lead, H, T,
+    D], k and v [*lead, Hkv, T, D], the H query heads sharing the Hkv key/value heads evenly."""
+    (qn, q), (kn, k), (vn, v) = qkv
+    dims = (*lead, "H", "T", "D")
+    kv_dims = (*lead, "Hkv", "T", "D")
+    _tensor(q, call, qn, dims)
+    _tensor(k, call, kn, kv_dims)
+    _tensor(v, call, vn, kv_dims)
+    for (an, a), (bn, b) in (((qn, q), (kn, k)), ((kn, k), (vn, v))):
+        for i, dim in enumerate(kv_dims):
+            grouped = a is q and dim == "Hkv"  # q's H heads may be a multiple of k's Hkv
+            if a.shape[i] != b.shape[i] and not grouped:
+                raise _m.Error(f"{call}: {an} {tuple(a.shape)} and {bn} {tuple(b.shape)} do not fit: they differ in "
+                               f"{dim} ({qn} [{', '.join(dims)}], {kn} and {vn} [{', '.join(kv_dims)}])")
+    H, T, D = q.shape[-3:]
+    Hkv = k.shape[-3]
+    if Hkv == 0 or H % Hkv:
+        raise _m.Error(f"{call}: {H} query heads do not share {Hkv} key/value heads evenly")
+    if D == 0:
+        raise _m.Error(f"{call}: the head dimension D is 0")
+    _m._mantis.convert(call, "head index", "slot", max(H - 1, 0))  # a head is its random stream's slot
+    return H, Hkv, T, D
+
+
 @_m._api(layer="layer", causal="bool")
 def attention(q, k, v, policy, layer=0, causal=True):
     """Attention of one sequence: q [H, T, D], k and v [Hkv, T, D] (grouped-query: head h reads kv
@@ -205,16 +230,7 @@ def attention(q, k, v, policy, layer=0, causal=True):
     causal window; output: the attn.pv site GEMM of probs·v. Forward only (no autograd). Each head
     is one site call on stream site_stream(site, layer, head): for sr this is not the per-row-block
     streams of mantis's own forward, and LAMP's recomputation is not applied here."""
-    H, T, D = _tensor(q, "attention", "q", ("H", "T", "D")).shape
-    Hkv = _tensor(k, "attention", "k", ("Hkv", "T", "D")).shape[0]
-    if _tensor(v, "attention", "v", ("Hkv", "T", "D")).shape != k.shape or k.shape[1:] != q.shape[1:]:
-        raise _m.Error(f"attention: q {tuple(q.shape)}, k {tuple(k.shape)} and v {tuple(v.shape)} do not fit "
-                       "[H, T, D], [Hkv, T, D], [Hkv, T, D]")
-    if Hkv == 0 or H % Hkv:
-        raise _m.Error(f"attention: {H} query heads do not share {Hkv} key/value heads evenly")
-    if D == 0:
-        raise _m.Error("attention: the head dimension D is 0")
-    _m._mantis.convert("attention", "head index", "slot", max(H - 1, 0))  # a head is its random stream's slot
+    H, Hkv, T, D = _attention_shapes("attention", (("q", q), ("k", k), ("v", v)), ())
     policy = _m.Policy(policy)
     qk, pv = policy.site("attn.qk", layer), policy.site("attn.pv", layer)
     out = torch.empty(H, T, D, dtype=torch.float32)
@@ -239,9 +255,7 @@ def hf_attention(policy):
 
     @_m._api(dropout="real")
     def hf_attention(module, query, key, value, attention_mask=None, scaling=None, dropout=0.0, **kwargs):
-        for what, t in (("query", query), ("key", key), ("value", value)):
-            _tensor(t, "hf_attention", what, ("B", "H", "T", "D"))
-        D = query.shape[-1]
+        H, _, T, D = _attention_shapes("hf_attention", (("query", query), ("key", key), ("value", value)), ("B",))
         if scaling is not None:
             scaling = _m._mantis.convert("hf_attention", "scaling", "real", scaling)
             if abs(scaling - D ** -0.5) > 1e-12:
@@ -249,8 +263,8 @@ def hf_attention(policy):
         if dropout:
             raise _m.Error("hf_attention: dropout is not emulated")
         layer = _m._mantis.convert("hf_attention", "module.layer_idx", "layer", getattr(module, "layer_idx", 0))
-        if key.shape[0] != query.shape[0]:
-            raise _m.Error(f"hf_attention: query has {query.shape[0]} batch rows, key {key.shape[0]}")
+        if query.shape[0] == 0:  # no batch row: the empty result, as torch's attention gives
+            return torch.empty(0, T, H, D, dtype=query.dtype), None
         outs = [attention(query[b], key[b], value[b], policy, layer) for b in range(query.shape[0])]
         return torch.stack(outs).transpose(1, 2).contiguous().to(query.dtype), None
 
