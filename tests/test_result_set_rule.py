@@ -216,6 +216,27 @@ def control_name(d, tmp):
     write_manifest(d, m)
 
 
+# Names with the characters str.splitlines() splits at beyond C0 (U+0085 NEL, U+2028, U+2029) and a
+# C1 control: echoed in the refusal, they must not break its line.
+SEPARATED = "a\u2028b\x85c\u2029d\x9b"
+
+
+def separator_name(d, tmp):
+    m = manifest(d)
+    m["files"][SEPARATED] = m["files"]["results.csv"]  # listed, missing
+    write_manifest(d, m)
+
+
+def separator_name_bad_sha(d, tmp):
+    m = manifest(d)
+    m["files"][SEPARATED] = "x"
+    write_manifest(d, m)
+
+
+def separator_key_twice(d, tmp):
+    raw_manifest(d, json.dumps(SEPARATED) + ": 1, " + json.dumps(SEPARATED) + ": 2")
+
+
 def empty_name(d, tmp):
     m = manifest(d)
     m["files"][""] = sha(b"")
@@ -288,7 +309,8 @@ def big_integer(d, tmp):
 CASES = [(f.__name__, f) for f in (
     empty_files, no_csv_listed, dotdot, dotdot_inside, absolute, symlink_outside, symlink_dir, manifest_symlink,
     listed_missing, listed_directory, changed_byte, no_manifest, not_json, not_object, no_files, files_not_object,
-    sha_not_string, sha_null, sha_upper, duplicate_key, control_name, empty_name, byte_order_mark, nan_literal,
+    sha_not_string, sha_null, sha_upper, duplicate_key, control_name, separator_name, separator_name_bad_sha,
+    separator_key_twice, empty_name, byte_order_mark, nan_literal,
     infinity_literal, float_overflow, int_overflow, unpaired_surrogate, invalid_utf8, nesting_101, nesting_deep,
     not_a_directory)]
 ACCEPTED = [(f.__name__, f) for f in (untampered, nesting_100, big_integer)]
@@ -309,7 +331,7 @@ def py_verdict(d, reads):
         verify_result_set(d, reads)
     except ResultSetError as e:
         msg = str(e)
-        return ("refused" if msg and "\n" not in msg else f"bad refusal ({msg!r})"), msg
+        return ("refused" if len(msg.splitlines()) == 1 else f"bad refusal ({msg!r})"), msg
     except Exception as e:  # noqa: BLE001 — anything but ResultSetError is a failure of the reader
         return f"crashed ({type(e).__name__}: {e})", ""
     return "accepted", ""
@@ -337,7 +359,8 @@ with tempfile.TemporaryDirectory() as tmp:
         load_result_set(d)
         check(False, "load_result_set accepts a set whose manifest does not list results.json")
     except ResultSetError as e:
-        check("results.json" in str(e) and "\n" not in str(e), f"load_result_set's refusal names results.json: {e}")
+        check("results.json" in str(e) and len(str(e).splitlines()) == 1,
+              f"load_result_set's refusal names results.json: {e}")
     check(py_verdict(d, ["results.csv"])[0] == "accepted", "a set without results.json verifies for a CSV reader")
 
 if failures:

@@ -43,7 +43,7 @@ def refused(d, name):
         load_result_set(d)
     except ResultSetError as e:
         msg = str(e)
-        check("\n" not in msg, f"one-line error, got {msg!r}")
+        check(len(msg.splitlines()) == 1, f"one-line error, got {msg!r}")
         return name in msg
     return False
 
@@ -74,6 +74,11 @@ with tempfile.TemporaryDirectory() as tmp:
     shutil.copytree(SET, d)
     os.remove(os.path.join(d, "results.csv"))
     check(refused(d, "results.csv"), "a set missing a listed file is refused")
+    # a directory name with characters str.splitlines() splits at (U+2028, NEL) and a C1 control
+    d = os.path.join(tmp, "no\u2028such\x85set\x9b")
+    check(refused(d, "no\\u2028such\\x85set\\x9b"), "a missing set's name is escaped in its refusal")
+    d = os.path.join(tmp, os.fsdecode(b"not-utf8-\xff"))  # the byte comes back as \xff, not a lone surrogate
+    check(refused(d, "not-utf8-\\xff"), "a name that is not UTF-8 is escaped in its refusal")
 
     # a partial set, written as the merge would write one: every cell of mu = 10 gone, and the
     # strict mu = 4 tau = 1 cell; "inf"/"nan" strings in place of numbers of one cell

@@ -40,8 +40,30 @@ __all__ = ["ResultSetError", "load_result_set", "is_finite", "loglog_interp", "s
            "fmt_num", "fmt_interval"]
 
 
+def _one_line(s):
+    """s as one line, escaped as the C++ side escapes an InputError's message (core/error.h:
+    escape_control): C0 controls, DEL and C1 controls as \\xNN, U+2028 and U+2029 as \\uNNNN, and a
+    byte that was not UTF-8 (a lone surrogate U+DC80..U+DCFF of os.fsdecode) as the \\xNN of that
+    byte (another lone surrogate as \\uNNNN): nothing str.splitlines() splits at, nothing that
+    cannot be encoded."""
+    def esc(c):
+        u = ord(c)
+        if u < 0x20 or 0x7F <= u < 0xA0:
+            return f"\\x{u:02x}"
+        if 0xDC80 <= u <= 0xDCFF:
+            return f"\\x{u - 0xDC00:02x}"
+        if u in (0x2028, 0x2029) or 0xD800 <= u <= 0xDFFF:
+            return f"\\u{u:04x}"
+        return c
+    return "".join(map(esc, s))
+
+
 class ResultSetError(SystemExit):
-    """A result set that must not be read (no manifest, a missing file, a hash that differs)."""
+    """A result set that must not be read (no manifest, a missing file, a hash that differs); its
+    message is one line (_one_line), whatever names from the manifest or the caller it echoes."""
+
+    def __init__(self, message):
+        super().__init__(_one_line(str(message)))
 
 
 # fields whose string values are text, never a spelled-out number
@@ -84,11 +106,6 @@ _MANIFEST_MAX_DEPTH = 100
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 
 
-def _shown(s):
-    """s with control characters escaped, for a one-line message."""
-    return "".join(f"\\x{ord(c):02x}" if ord(c) < 0x20 or ord(c) == 0x7F else c for c in s)
-
-
 class _Malformed(ValueError):
     pass
 
@@ -97,7 +114,7 @@ def _unique_keys(pairs):
     seen = set()
     for k, _ in pairs:
         if k in seen:
-            raise _Malformed(f'the key "{_shown(k)}" twice in one object')
+            raise _Malformed(f'the key "{k}" twice in one object')
         seen.add(k)
     return dict(pairs)
 
@@ -157,7 +174,7 @@ def _parse_manifest(mpath):
     except RecursionError:
         raise ResultSetError(f"{mpath}: malformed manifest (more than {_MANIFEST_MAX_DEPTH} levels of nesting)") from None
     except (ValueError, UnicodeError) as e:  # JSONDecodeError, _Malformed, UnicodeDecodeError / EncodeError
-        raise ResultSetError(f"{mpath}: malformed manifest ({_shown(str(e))})") from None
+        raise ResultSetError(f"{mpath}: malformed manifest ({e})") from None
     return m
 
 
@@ -190,7 +207,7 @@ def verify_result_set(d, reads=()):
                              "carried them, or changed; write the set again")
     for name, want in files.items():
         if not _plain_relative_path(name):
-            raise ResultSetError(f"{mpath}: lists '{_shown(name)}', which is not a path inside the result set")
+            raise ResultSetError(f"{mpath}: lists '{name}', which is not a path inside the result set")
         if not isinstance(want, str) or not _SHA256.fullmatch(want):
             raise ResultSetError(f"{mpath}: the SHA-256 of '{name}' is not 64 lower-case hex digits")
     for name in reads:
