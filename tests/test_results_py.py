@@ -20,10 +20,12 @@ import os
 import shutil
 import sys
 import tempfile
+import types
 
 src = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 sys.path.insert(0, os.path.join(src, "tools"))
 import lamp_table  # noqa: E402
+import results  # noqa: E402
 from results import (ResultSetError, fmt_interval, load_result_set, loglog_interp,  # noqa: E402
                      round_to_interval, sig_figs)
 
@@ -79,6 +81,33 @@ with tempfile.TemporaryDirectory() as tmp:
     check(refused(d, "no\\u2028such\\x85set\\x9b"), "a missing set's name is escaped in its refusal")
     d = os.path.join(tmp, os.fsdecode(b"not-utf8-\xff"))  # the byte comes back as \xff, not a lone surrogate
     check(refused(d, "not-utf8-\\xff"), "a name that is not UTF-8 is escaped in its refusal")
+
+    # results.json replaced right after the reader hashed it (hashlib's digest is the moment): the
+    # cells returned must be those hashed, not the replacement's
+    d = os.path.join(tmp, "swapped")
+    shutil.copytree(SET, d)
+    listed = json.load(open(os.path.join(d, "manifest.json")))["files"]["results.json"]
+
+    class SwapAfterHash:
+        def __init__(self, data=b""):
+            self.h = hashlib.sha256(data)
+
+        def update(self, data):
+            self.h.update(data)
+
+        def hexdigest(self):
+            got = self.h.hexdigest()
+            if got == listed:
+                with open(os.path.join(d, "results.json"), "w") as f:
+                    f.write('{"cells": []}\n')
+            return got
+
+    results.hashlib = types.SimpleNamespace(sha256=SwapAfterHash)
+    try:
+        _, got = load_result_set(d)
+    finally:
+        results.hashlib = hashlib
+    check(len(got) == len(cells), f"the cells read are those hashed ({len(got)} of {len(cells)} cells read)")
 
     # a partial set, written as the merge would write one: every cell of mu = 10 gone, and the
     # strict mu = 4 tau = 1 cell; "inf"/"nan" strings in place of numbers of one cell

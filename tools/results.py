@@ -2,8 +2,9 @@
 
 A command's results (results.csv, results.json, ...) and DIR/manifest.json form one result set
 (src/exp/study.h): manifest.json is written last and lists the SHA-256 of every file of the set under
-"files". Readers hold every set to one rule (`verify_result_set` here; read_result_set in
-src/exp/study.h for every C++ reader, whose comment states the same rule in the same words):
+"files". Readers hold every set to one rule (`read_result_set` here, which hands the reader the
+bytes it hashed; read_result_set in src/exp/study.h for every C++ reader, whose comment states the
+same rule in the same words):
 
   The result-set rule. A directory DIR holds a valid result set when
   1. DIR/manifest.json is a regular file (not a symbolic link) of at most 64 MiB holding one
@@ -36,8 +37,8 @@ import os
 import re
 import stat
 
-__all__ = ["ResultSetError", "load_result_set", "is_finite", "loglog_interp", "sig_figs", "round_to_interval",
-           "fmt_num", "fmt_interval"]
+__all__ = ["ResultSetError", "read_result_set", "verify_result_set", "load_result_set", "is_finite", "loglog_interp",
+           "sig_figs", "round_to_interval", "fmt_num", "fmt_interval"]
 
 
 def _one_line(s):
@@ -83,22 +84,28 @@ def _numbers(v, key=None):
     return v
 
 
-def _sha256(path):
+def _sha256(path, keep):
+    """(SHA-256 of the file at path, its bytes where keep else None): a file the reader reads is
+    hashed from the bytes it is then given, never read a second time."""
     h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
-def _read_json(path, what):
+    blocks = []
     try:
-        with open(path, encoding="utf-8") as f:
-            return json.load(f)
+        with open(path, "rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                h.update(block)
+                if keep:
+                    blocks.append(block)
+    except OSError as e:
+        raise ResultSetError(f"{path}: cannot be read: {e.strerror}") from None
+    return h.hexdigest(), b"".join(blocks) if keep else None
+
+
+def _json_of(raw, path, what):
+    """The JSON document raw (bytes read from path)."""
+    try:
+        return json.loads(raw.decode("utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise ResultSetError(f"{path}: malformed JSON ({what}): {e}") from None
-    except OSError as e:
-        raise ResultSetError(f"{path}: cannot read {what}: {e.strerror}") from None
 
 
 _MANIFEST_MAX_BYTES = 64 << 20
@@ -185,9 +192,11 @@ def _plain_relative_path(name):
     return all(part not in ("", ".", "..") for part in name.split("/"))
 
 
-def verify_result_set(d, reads=()):
-    """The manifest of result set `d` under the result-set rule (above), `reads` being the files the
-    caller reads; ResultSetError otherwise."""
+def read_result_set(d, reads):
+    """(manifest, {name: bytes}) of result set `d` under the result-set rule (above), `reads` being
+    the files the caller reads: their bytes, each hashed from the bytes returned (a file replaced
+    after its hash was checked cannot be read in its place; as read_result_set in study.h).
+    ResultSetError for anything the rule refuses."""
     if not os.path.isdir(d):
         raise ResultSetError(f"{d}: not a directory (expected a result set: its results and manifest.json)")
     mpath = os.path.join(d, "manifest.json")
@@ -213,6 +222,7 @@ def verify_result_set(d, reads=()):
     for name in reads:
         if name not in files:
             raise ResultSetError(f"{mpath}: {name} is not part of this result set (the manifest does not list it)")
+    content = {}
     for name, want in files.items():
         # every component from d down, without following a link
         path = d
@@ -231,11 +241,19 @@ def verify_result_set(d, reads=()):
                 raise ResultSetError(f"{path}: a symbolic link, not a file of the result set ({mpath} lists {name})")
             if not (stat.S_ISREG(st.st_mode) if last else stat.S_ISDIR(st.st_mode)):
                 raise ResultSetError(f"{path}: not a {'regular file' if last else 'directory'} ({mpath} lists {name})")
-        got = _sha256(path)
+        got, raw = _sha256(path, name in reads)
         if got != want:
             raise ResultSetError(f"{path}: SHA-256 {got[:12]}… differs from the manifest's {want[:12]}…: changed "
                                  "after the set was written (an interrupted or mixed result set)")
-    return man
+        if raw is not None:
+            content[name] = raw
+    return man, content
+
+
+def verify_result_set(d, reads=()):
+    """The manifest of result set `d` under the result-set rule (above), `reads` being the files the
+    caller reads (read_result_set, their bytes dropped); ResultSetError otherwise."""
+    return read_result_set(d, reads)[0]
 
 
 def load_result_set(d):
@@ -245,8 +263,8 @@ def load_result_set(d):
     one of them. Numbers spelled "inf"/"-inf"/"nan" come back as floats. A partial set
     (manifest["partial"]) is returned as is: its cells are those present.
     """
-    man = verify_result_set(d, ["results.json"])
-    res = _read_json(os.path.join(d, "results.json"), "results")
+    man, content = read_result_set(d, ["results.json"])
+    res = _json_of(content["results.json"], os.path.join(d, "results.json"), "results")
     if not isinstance(res, dict) or not isinstance(res.get("cells"), list):
         raise ResultSetError(f"{os.path.join(d, 'results.json')}: no \"cells\" array")
     man = _numbers(man)
