@@ -5,7 +5,10 @@ partial set. Run by tests/run_notebook.sh: python3 tests/test_results_py.py SRC_
 
 - the committed tests/data/lamp-small loads, and its inf/nan strings would come back as floats;
 - a copy whose results.csv (or results.json) got one more byte after the manifest is refused,
-  naming the file; so is a copy without manifest.json, and one missing a listed file;
+  naming the file; so is a copy without manifest.json, one missing a listed file, a directory whose
+  name holds line separators or is not UTF-8 (one line, escaped), and a results.json nested 100,000
+  levels deep; every refusal is one line (str.splitlines());
+- a results.json replaced right after the reader hashed it is not what the reader parses;
 - lamp_table.py prints every section of the full set, and of a partial set (a copy with cells
   removed from results.json and the manifest rewritten as the merge would: partial, cells_missing,
   new hashes), saying PARTIAL at the top;
@@ -47,7 +50,22 @@ def refused(d, name):
         msg = str(e)
         check(len(msg.splitlines()) == 1, f"one-line error, got {msg!r}")
         return name in msg
+    except Exception as e:  # noqa: BLE001 — anything but ResultSetError is a failure of the reader
+        check(False, f"load_result_set crashed: {type(e).__name__}: {str(e)[:100]}")
     return False
+
+
+def rewrite_results_json(d, blob, **fields):
+    """d/results.json replaced by blob, and the manifest rewritten as a writer would: its hash, and
+    `fields` set."""
+    with open(os.path.join(d, "results.json"), "wb") as f:
+        f.write(blob)
+    with open(os.path.join(d, "manifest.json")) as f:
+        m = json.load(f)
+    m.update(fields)
+    m["files"]["results.json"] = hashlib.sha256(blob).hexdigest()
+    with open(os.path.join(d, "manifest.json"), "w") as f:
+        f.write(json.dumps(m, indent=1) + "\n")
 
 
 def tables(d):
@@ -109,6 +127,12 @@ with tempfile.TemporaryDirectory() as tmp:
         results.hashlib = hashlib
     check(len(got) == len(cells), f"the cells read are those hashed ({len(got)} of {len(cells)} cells read)")
 
+    # a results.json nested deeper than Python's parser recurses, listed with its true hash
+    d = os.path.join(tmp, "deep")
+    shutil.copytree(SET, d)
+    rewrite_results_json(d, b'{"cells": ' + b"[" * 100000 + b"]" * 100000 + b"}")
+    check(refused(d, "results.json"), "a results.json nested 100,000 levels deep is refused naming it")
+
     # a partial set, written as the merge would write one: every cell of mu = 10 gone, and the
     # strict mu = 4 tau = 1 cell; "inf"/"nan" strings in place of numbers of one cell
     d = os.path.join(tmp, "partial")
@@ -123,12 +147,7 @@ with tempfile.TemporaryDirectory() as tmp:
     bad = next(c for c in keep if c["kind"] == "lamp" and c["rule"] == "relaxed" and not c["random_control"])
     bad["kl"], bad["kl_interval"], bad["kl_ratio"], bad["kl_ratio_interval"] = "inf", ["nan", "inf"], 0.0, [0, 0]
     res["cells"] = keep
-    blob = (json.dumps(res, indent=1) + "\n").encode()
-    open(os.path.join(d, "results.json"), "wb").write(blob)
-    m = json.load(open(os.path.join(d, "manifest.json")))
-    m["partial"], m["cells_missing"] = True, missing
-    m["files"]["results.json"] = hashlib.sha256(blob).hexdigest()
-    open(os.path.join(d, "manifest.json"), "w").write(json.dumps(m, indent=1) + "\n")
+    rewrite_results_json(d, (json.dumps(res, indent=1) + "\n").encode(), partial=True, cells_missing=missing)
     pm, pc = load_result_set(d)
     pbad = next(c for c in pc if c["cell"] == bad["cell"])
     check(pm["partial"] and pm["cells_missing"] == missing, "partial manifest read")

@@ -106,6 +106,8 @@ def _json_of(raw, path, what):
         return json.loads(raw.decode("utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise ResultSetError(f"{path}: malformed JSON ({what}): {e}") from None
+    except RecursionError:  # deeper than the parser's recursion reaches
+        raise ResultSetError(f"{path}: malformed JSON ({what}): nested too deeply") from None
 
 
 _MANIFEST_MAX_BYTES = 64 << 20
