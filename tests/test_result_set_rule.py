@@ -19,18 +19,13 @@ import subprocess
 import sys
 import tempfile
 
+from script_checks import check, finish
+
 src, mantis = sys.argv[1], sys.argv[2]
 sys.path.insert(0, os.path.join(src, "tools"))
 from results import ResultSetError, load_result_set, verify_result_set  # noqa: E402
 
 SET = os.path.join(src, "tests", "data", "lamp-small")
-failures = []
-
-
-def check(cond, what):
-    if not cond:
-        failures.append(what)
-        print("FAIL:", what)
 
 
 def sha(b):
@@ -363,7 +358,5 @@ with tempfile.TemporaryDirectory() as tmp:
               f"load_result_set's refusal names results.json: {e}")
     check(py_verdict(d, ["results.csv"])[0] == "accepted", "a set without results.json verifies for a CSV reader")
 
-if failures:
-    sys.exit(f"{len(failures)} check(s) failed")
-print(f"result-set rule: {len(CASES)} tampered sets refused by mantis merge and tools/results.py, {len(ACCEPTED)} "
-      "valid ones accepted by both")
+finish(f"result-set rule: {len(CASES)} tampered sets refused by mantis merge and tools/results.py, {len(ACCEPTED)} "
+       "valid ones accepted by both")

@@ -25,6 +25,8 @@ import sys
 import tempfile
 import types
 
+from script_checks import check, finish
+
 src = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 sys.path.insert(0, os.path.join(src, "tools"))
 import lamp_table  # noqa: E402
@@ -33,13 +35,6 @@ from results import (ResultSetError, fmt_interval, load_result_set, loglog_inter
                      round_to_interval, sig_figs)
 
 SET = os.path.join(src, "tests", "data", "lamp-small")
-failures = []
-
-
-def check(cond, what):
-    if not cond:
-        failures.append(what)
-        print("FAIL:", what)
 
 
 def refused(d, name):
@@ -174,6 +169,4 @@ check(round_to_interval(0.0124139, 0.0086, 0.01682) == 0.012, "round_to_interval
 check(sig_figs(1234.5678, 1234.5, 1234.6) == 4 and sig_figs(0.3, 0.1, 10) == 1, "sig_figs clamps to 1..4")
 check(fmt_interval(1178.8, 592.6, 2640) == "1000 [600, 3000]", "fmt_interval ends keep a figure of their own")
 
-if failures:
-    sys.exit(f"{len(failures)} check(s) failed")
-print("results.py / lamp_table.py checks passed")
+finish("results.py / lamp_table.py checks passed")
