@@ -1,5 +1,7 @@
 // test_study — what results are made of: cell keys, result sets, bootstrap intervals, range
 // health of a forward pass, non-finite metrics, and exceptions inside parallel regions.
+#include <sys/stat.h>
+
 #include <catch2/catch.hpp>
 #include <fmt/format.h>
 
@@ -195,6 +197,52 @@ TEST_CASE("cells are hashed: an edited cell is refused by the merge and on resum
   CHECK_THAT(error_of([&] { run_study(plan, merge); }), Catch::Contains("missing"));
   REQUIRE(run_study(plan, o).merge);
   CHECK(computed == std::vector<size_t>{0, 1, 2, 1, 2});
+  fs::remove_all(d);
+}
+
+// JSON nested 300,000 levels deep overflowed the stack when it was copied or dumped: `mantis merge`
+// and a merge of cells exited 139 (issue 32, an audit of item 6). The depth is refused while parsing.
+TEST_CASE("a manifest or cell nested past 100 levels is refused while it is parsed, however deep") {
+  const fs::path d = scratch("deep-json");
+  std::vector<size_t> computed;
+  const StudyPlan plan = counting_plan(2, computed, [](size_t i) { return double(i); });
+  StudyOptions o;
+  o.out = d.string(), o.progress = ProgressMode::quiet, o.log = nullptr;
+  REQUIRE(run_study(plan, o).merge);
+  auto deep = [](size_t n) { return std::string(n, '[') + std::string(n, ']'); };
+  for (size_t n : {size_t(100), size_t(300'000), size_t(3'000'000)}) {
+    INFO(n);
+    // a cell with a hash that matches: only the depth is wrong
+    const std::string cell = cell_path(o.out, 1), content = R"({"key": {"cell": 1}, "x": )" + deep(n) + "}\n";
+    write_file_atomic(cell, content);
+    write_file_atomic(cell + ".sha256", sha256_hex(content) + "  1.json\n");
+    StudyOptions merge = o;
+    merge.merge_only = true;
+    CHECK_THAT(error_of([&] { run_study(plan, merge); }), Catch::Contains("cells/1.json: malformed cell result (more "
+                                                                         "than 100 levels of nesting)"));
+    const std::string m = R"({"x": )" + deep(n) + R"(, "files": {"results.csv": "0"}})";
+    write_file_atomic((d / "manifest.json").string(), m);
+    CHECK_THAT(error_of([&] { verify_result_set(d.string()); }),
+               Catch::Contains("malformed manifest (more than 100 levels of nesting)"));
+  }
+  fs::remove_all(d);
+}
+
+// A result-set writer removed whatever sat at manifest.json (a FIFO became a regular file, exit 0).
+TEST_CASE("a result set is written only over regular files: a special file in its place is refused, untouched") {
+  const fs::path d = scratch("set-special");
+  write_result_set(d.string(), {{"results.csv", "a\n1\n"}}, ojson::object());
+  for (const char* name : {"manifest.json", "results.csv"}) {
+    INFO(name);
+    const fs::path p = d / name;
+    fs::remove(p);
+    REQUIRE(::mkfifo(p.c_str(), 0600) == 0);
+    CHECK_THAT(error_of([&] { write_result_set(d.string(), {{"results.csv", "a\n2\n"}}, ojson::object()); }),
+               Catch::Contains(p.string() + "' is a FIFO (named pipe), not a regular file"));
+    CHECK(fs::is_fifo(p));
+    fs::remove(p);
+    write_result_set(d.string(), {{"results.csv", "a\n1\n"}}, ojson::object());
+  }
   fs::remove_all(d);
 }
 

@@ -170,6 +170,33 @@ void refuse_repeated_models(const std::string& where, const std::vector<std::str
 
 namespace {
 std::string cell_hash_path(const std::string& cell) { return cell + ".sha256"; }
+
+bool is_sha256_hex(std::string_view h) {
+  return h.size() == 64 && std::all_of(h.begin(), h.end(), [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); });
+}
+
+// JSON a reader walks, copies and writes out again (manifests, cells): at most kJsonMaxDepth levels,
+// refused while parsing — a deeper value overflowed the stack when it was copied or dumped (`mantis
+// merge` exited 139 on 300,000 levels). With `twice`, the first key repeated within an object.
+constexpr int kJsonMaxDepth = 100;
+ojson parse_bounded_json(const std::string& text, std::string* twice) {
+  std::vector<std::set<std::string>> keys;  // per open object
+  const ojson::parser_callback_t check = [&](int depth, ojson::parse_event_t ev, ojson& parsed) {
+    const bool start = ev == ojson::parse_event_t::object_start || ev == ojson::parse_event_t::array_start;
+    if (start && depth >= kJsonMaxDepth) throw InputError(fmt::format("more than {} levels of nesting", kJsonMaxDepth));
+    if (!twice) return true;
+    if (ev == ojson::parse_event_t::object_start) keys.emplace_back();
+    else if (ev == ojson::parse_event_t::object_end) keys.pop_back();
+    else if (ev == ojson::parse_event_t::key && !keys.back().insert(parsed.get<std::string>()).second && twice->empty())
+      *twice = parsed.get<std::string>();
+    return true;
+  };
+  try {
+    return ojson::parse(text, check);
+  } catch (const ojson::exception& e) {
+    throw InputError(e.what());
+  }
+}
 // sha256sum's line for a file's bytes
 std::string sha256_line(const std::string& content, const std::string& path) {
   return sha256_hex(content) + "  " + fs::path(path).filename().string() + "\n";
@@ -192,7 +219,7 @@ ojson read_cell(const std::string& path) {
   const std::string h = read_text_file(hpath, "cell hash", 4096);
   const std::string want = sha256_line(content, path);
   if (h.size() != want.size() || h.compare(64, std::string::npos, want, 64, std::string::npos) != 0 ||
-      !std::all_of(h.begin(), h.begin() + 64, [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); }))
+      !is_sha256_hex(std::string_view(h).substr(0, 64)))
     throw InputError(fmt::format("{}: not the SHA-256 line of {} ('<64 hex digits>  {}'): delete the cell or run with "
                                  "--overwrite", hpath, path, fs::path(path).filename().string()));
   if (h != want)
@@ -201,10 +228,9 @@ ojson read_cell(const std::string& path) {
                                  path, fs::path(hpath).filename().string()));
   ojson r;
   try {
-    r = ojson::parse(content);
-  } catch (const ojson::exception& e) {
-    throw InputError(fmt::format("{}: malformed cell result ({}): delete it or run with --overwrite", path,
-                                 escape_control(e.what())));
+    r = parse_bounded_json(content, nullptr);
+  } catch (const std::exception& e) {  // a parse error, or parse_bounded_json's depth
+    throw InputError(fmt::format("{}: malformed cell result ({}): delete it or run with --overwrite", path, e.what()));
   }
   if (!r.is_object() || !r.contains("key") || !r["key"].is_object())
     throw InputError(fmt::format("{}: not a cell result (no key object): delete it or run with --overwrite", path));
@@ -216,6 +242,10 @@ void write_result_set(const std::string& dir, const std::vector<std::pair<std::s
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec || !fs::is_directory(dir, ec)) throw InputError(fmt::format("cannot create directory {}", dir));
+  // Every path the set replaces must be a regular file or missing, checked before the old set is
+  // touched (a FIFO named manifest.json was removed: the old set stays valid on a refusal).
+  check_output_path((fs::path(dir) / "manifest.json").string(), "result set file");
+  for (auto& [name, content] : files) check_output_path((fs::path(dir) / name).string(), "result set file");
   // First invalidate the old set: from here until the new manifest exists, readers refuse it.
   fs::remove(fs::path(dir) / "manifest.json", ec);
   if (ec) throw InputError(fmt::format("{}/manifest.json: cannot remove the old manifest: {}", dir, ec.message()));
@@ -237,41 +267,18 @@ void write_manifest(const std::string& dir, const std::vector<std::string>& file
 
 namespace {
 
-constexpr int kManifestMaxDepth = 100;
-
-// Levels of nesting of v (a scalar 0, a container 1 + its deepest element), counted up to `limit` + 1.
-int nesting(const ojson& v, int limit) {
-  if (!v.is_structured()) return 0;
-  int d = 0;
-  for (const auto& e : v) {
-    if (d >= limit) break;
-    d = std::max(d, nesting(e, limit - 1));
-  }
-  return d + 1;
-}
-
 // Rule 1: the manifest's JSON, refusing what two readers could read two ways.
 ojson parse_manifest(const std::string& text, const std::string& mpath) {
   auto bad = [&](const std::string& why) { return InputError(fmt::format("{}: malformed manifest ({})", mpath, why)); };
   if (text.starts_with("\xEF\xBB\xBF")) throw bad("a byte-order mark before the JSON");
-  std::vector<std::set<std::string>> keys;  // per open object
   std::string twice;
-  const ojson::parser_callback_t note_keys = [&](int, ojson::parse_event_t ev, ojson& parsed) {
-    if (ev == ojson::parse_event_t::object_start) keys.emplace_back();
-    else if (ev == ojson::parse_event_t::object_end) keys.pop_back();
-    else if (ev == ojson::parse_event_t::key && !keys.back().insert(parsed.get<std::string>()).second && twice.empty())
-      twice = parsed.get<std::string>();
-    return true;
-  };
   ojson m;
   try {
-    m = ojson::parse(text, note_keys);
-  } catch (const ojson::exception& e) {
-    throw bad(escape_control(e.what()));
+    m = parse_bounded_json(text, &twice);
+  } catch (const std::exception& e) {
+    throw bad(e.what());
   }
   if (!twice.empty()) throw bad(fmt::format("the key \"{}\" twice in one object", escape_control(twice)));
-  if (nesting(m, kManifestMaxDepth) > kManifestMaxDepth)
-    throw bad(fmt::format("more than {} levels of nesting", kManifestMaxDepth));
   return m;
 }
 
@@ -289,11 +296,7 @@ bool plain_relative_path(const std::string& name) {
   }
 }
 
-bool sha256_string(const ojson& v) {
-  if (!v.is_string()) return false;
-  const std::string& h = v.get_ref<const std::string&>();
-  return h.size() == 64 && std::all_of(h.begin(), h.end(), [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); });
-}
+bool sha256_string(const ojson& v) { return v.is_string() && is_sha256_hex(v.get_ref<const std::string&>()); }
 
 }  // namespace
 
