@@ -80,9 +80,8 @@ std::string read_fd(int fd, const std::string& who, size_t max_bytes) {
 
 std::string special_file_kind(const std::string& path) {
   struct stat st;
-  if (::stat(path.c_str(), &st) == 0) return kind_of(st.st_mode);
-  if (::lstat(path.c_str(), &st) == 0 && S_ISLNK(st.st_mode)) return "a dangling symbolic link";
-  return "";
+  if (::lstat(path.c_str(), &st) != 0) return "";
+  return S_ISLNK(st.st_mode) ? "a symbolic link" : kind_of(st.st_mode);
 }
 
 int open_input(const std::string& path, const std::string& what) {
@@ -109,7 +108,7 @@ std::string read_file(const std::string& path) {
   return read_fd(f.fd, path, std::numeric_limits<size_t>::max());
 }
 
-std::string read_gzip(const std::string& path) {
+std::string read_gzip(const std::string& path, size_t max_bytes) {
   std::error_code ec;
   if (!fs::exists(path, ec)) throw InputError(fmt::format("{}: no such file", path));
   const int fd = open_input(path);
@@ -130,6 +129,8 @@ std::string read_gzip(const std::string& path) {
       throw InputError(fmt::format("{}: corrupt gzip data: {}", path, msg ? msg : "unknown error"));
     }
     if (n == 0) break;
+    if (out.size() + size_t(n) > max_bytes)
+      throw InputError(fmt::format("{}: decompresses to more than {} bytes", path, max_bytes));
     out.append(buf, size_t(n));
   }
   // A stream cut short ends the reads without a negative count: zlib records it as Z_BUF_ERROR
@@ -161,29 +162,17 @@ void sync_directory(const std::string& dir) {
   }
 }
 
-namespace {
-// The file write_file_atomic replaces for `path`: the path itself, or the end of its chain of symbolic
-// links (so that the link survives); InputError for anything but a regular file or a missing path.
-fs::path output_target(const std::string& path, const std::string& what) {
+void check_output_path(const std::string& path, const std::string& what) {
   if (path.empty()) throw InputError(fmt::format("{}: the path is empty", what));
   const std::string kind = special_file_kind(path);
   if (!kind.empty())
     throw InputError(fmt::format("{} '{}' is {}, not a regular file: mantis writes a new file and renames it over "
                                  "the old one, which would replace it (give a file path)", what, path, kind));
-  std::error_code ec;
-  if (fs::is_symlink(path, ec)) {
-    const fs::path real = fs::canonical(path, ec);
-    if (ec) throw InputError(fmt::format("{} '{}': cannot follow the symbolic link: {}", what, path, ec.message()));
-    return real;
-  }
-  return fs::path(path);
 }
-}  // namespace
-
-void check_output_path(const std::string& path, const std::string& what) { (void)output_target(path, what); }
 
 void write_file_atomic(const std::string& path, std::span<const std::string_view> pieces) {
-  const fs::path target = output_target(path, "output");
+  check_output_path(path, "output");
+  const fs::path target(path);
   const fs::path dir = target.parent_path().empty() ? fs::path(".") : target.parent_path();
   remove_stale_temporaries(dir.string(), target.filename().string());  // a killed writer's leftovers
   const fs::path tmp = temporary_path(target.string());
@@ -206,9 +195,9 @@ void write_file_atomic(const std::string& path, std::span<const std::string_view
   if (err == 0 && ::fsync(fd) != 0) err = errno;
   if (::close(fd) != 0 && err == 0) err = errno;
   // Checked again just before the rename: the path may have become a special file meanwhile.
-  if (err == 0 && !special_file_kind(target.string()).empty()) {
+  if (err == 0 && !special_file_kind(path).empty()) {
     ::unlink(tmp.c_str());
-    (void)output_target(target.string(), "output");  // throws, naming it
+    check_output_path(path, "output");  // throws, naming it
   }
   if (err == 0 && ::rename(tmp.c_str(), target.c_str()) != 0) err = errno;
   if (err != 0) {
@@ -242,6 +231,9 @@ int remove_stale_temporaries(const std::string& dir, const std::string& only) {
   for (const auto& e : fs::directory_iterator(dir, ec)) {
     const std::string name = e.path().filename().string();
     std::smatch m;
+    // (a plain prefix test first: a cells directory holds thousands of names, and this runs per write)
+    if (!only.empty() && (name.size() < only.size() + 2 || name[0] != '.' || name.compare(1, only.size(), only) != 0))
+      continue;
     if (!std::regex_match(name, m, re) || (!only.empty() && m[1].str() != only)) continue;
     const long long pid = std::stoll(m[2].str());
     // Only a writer that no longer exists can have abandoned it; a live (or unknowable) PID keeps it.
@@ -360,11 +352,11 @@ NpyHeader read_npy_header(const std::string& path, int fd, uint64_t file_size) {
 // the file's size checked against the header's declared size before they are read.
 template <class T>
 std::vector<T> npy_data(const std::string& path, int fd, uint64_t file_size, const NpyHeader& h) {
-  const uint64_t want = uint64_t(h.count) * sizeof(T);  // ≤ file_size (read_npy_header): no overflow
-  if (file_size - h.offset != want)
+  const uint64_t avail = file_size - h.offset;  // compared by division first: count · sizeof(T) may not fit
+  if (uint64_t(h.count) > avail / sizeof(T) || avail != uint64_t(h.count) * sizeof(T))
     throw InputError(fmt::format("{}: {} data bytes for {} values of {}", path, file_size - h.offset, h.count, h.descr));
   std::vector<T> v(size_t(h.count));
-  if (!read_exact(fd, reinterpret_cast<char*>(v.data()), size_t(want)))
+  if (!read_exact(fd, reinterpret_cast<char*>(v.data()), size_t(avail)))
     throw InputError(fmt::format("{}: the file ended before its {} values (changed while read?)", path, h.count));
   return v;
 }

@@ -8,8 +8,9 @@
 // fsync'ed, and the file is renamed over the target (atomic on POSIX), then the directory is
 // fsync'ed (best effort). A reader sees the old file or the new one, never a mixture; on any
 // failure the temporary file is removed and the target is untouched. Only a regular file or a
-// missing path is ever replaced: a symbolic link is followed to its target, and a directory, FIFO,
-// device, socket or dangling link is refused (check_output_path) — a rename would destroy it.
+// missing path is ever replaced: a directory, FIFO, device, socket or symbolic link is refused
+// (check_output_path) — a rename would destroy it, and following a link would write wherever it
+// points (a link planted in a shared directory).
 #pragma once
 
 #include <cstdint>
@@ -23,7 +24,8 @@
 namespace mantis {
 
 // What a path names when it is not a regular file ("a directory", "a FIFO (named pipe)", "a
-// character device", …); empty for a regular file (symbolic links followed) or a missing path.
+// character device", "a symbolic link", …; the path itself, links not followed); empty for a
+// regular file or a missing path.
 std::string special_file_kind(const std::string& path);
 // An open descriptor (O_RDONLY, O_CLOEXEC) of the regular file at `path`; InputError naming `what`
 // (or the path alone when `what` is empty) for a missing, unreadable or special file. A FIFO is
@@ -31,12 +33,14 @@ std::string special_file_kind(const std::string& path);
 int open_input(const std::string& path, const std::string& what = "");
 
 std::string read_file(const std::string& path);
-// The decompressed bytes of a gzip file (zlib; a file that is not gzip is read as is).
-std::string read_gzip(const std::string& path);
+// The decompressed bytes of a gzip file (zlib; a file that is not gzip is read as is); more than
+// max_bytes is an InputError (a small file can decompress without bound).
+inline constexpr size_t kGzipMaxBytes = size_t(1) << 30;
+std::string read_gzip(const std::string& path, size_t max_bytes = kGzipMaxBytes);
 
-// An output path write_file_atomic may replace: missing, or a regular file (through symbolic links);
-// anything else is an InputError naming `what` and the kind of file. Commands call it for their
-// output paths before they start work; write_file_atomic checks again before it renames.
+// An output path write_file_atomic may replace: missing, or a regular file; anything else is an
+// InputError naming `what` and the kind of file. Commands whose output is a file call it before
+// they start work; write_file_atomic checks again before it renames.
 void check_output_path(const std::string& path, const std::string& what = "output");
 
 void write_file_atomic(const std::string& path, std::span<const std::string_view> pieces);
