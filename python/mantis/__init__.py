@@ -42,7 +42,7 @@ def _api(**kinds):
     """The functions written in Python (here and in mantis.torch) take their arguments as the
     native calls do: a wrong call (an unknown keyword, a missing or surplus argument) is one line of
     mantis.Error naming the call, and each parameter named in ``kinds`` is converted by native.cpp's
-    conversion layer (``_mantis.convert``: the kinds bool, u64, layer, slot, real, text, site). An
+    conversion layer (``_mantis.convert``: the kinds bool, u64, layer, slot, real, site). An
     error of a call made inside gets this call's name in front ("logits: Policy: ...")."""
 
     def wrap(f):

@@ -56,38 +56,6 @@ struct PyModel {
 
 // --- messages ------------------------------------------------------------------------------------
 
-// `s` as one line of valid UTF-8: control characters (C0, DEL, C1), the Unicode line and
-// paragraph separators, and bytes that are not UTF-8 become \xNN / \uNNNN — what str.splitlines()
-// would split at, and what PyErr_SetString could not decode. Every message leaves through this.
-std::string one_line(std::string_view s) {
-  std::string out;
-  out.reserve(s.size());
-  for (size_t i = 0; i < s.size();) {
-    const auto b = static_cast<unsigned char>(s[i]);
-    const size_t len = b < 0x80 ? 1 : (b >> 5) == 0x6 ? 2 : (b >> 4) == 0xe ? 3 : (b >> 3) == 0x1e ? 4 : 0;
-    uint32_t cp = len == 1 ? b : len == 2 ? b & 0x1f : len == 3 ? b & 0x0f : b & 0x07;
-    bool ok = len > 0 && i + len <= s.size();
-    for (size_t k = 1; ok && k < len; ++k) {
-      const auto c = static_cast<unsigned char>(s[i + k]);
-      ok = (c >> 6) == 0x2;
-      cp = cp << 6 | (c & 0x3f);
-    }
-    // overlong forms, surrogates and values past U+10FFFF are not UTF-8 either
-    ok = ok && !(len == 2 && cp < 0x80) && !(len == 3 && cp < 0x800) &&
-         !(len == 4 && (cp < 0x10000 || cp > 0x10ffff)) && !(cp >= 0xd800 && cp <= 0xdfff);
-    if (!ok) {
-      out += fmt::format("\\x{:02x}", b);
-      ++i;
-      continue;
-    }
-    if (cp < 0x20 || cp == 0x7f || (cp >= 0x80 && cp < 0xa0)) out += fmt::format("\\x{:02x}", cp);
-    else if (cp == 0x2028 || cp == 0x2029) out += fmt::format("\\u{:04x}", cp);
-    else out.append(s.substr(i, len));
-    i += len;
-  }
-  return out;
-}
-
 // A value the caller gave, for a message: its type and a short repr.
 std::string shown(py::handle v) {
   std::string type = Py_TYPE(v.ptr())->tp_name, r;
@@ -802,7 +770,6 @@ const std::map<std::string, std::function<py::object(const Call&, const char*)>>
       {"layer", [](const Call& c, const char* p) { return py::object(py::int_(c.integer<int>(p, -1, kStreamMaxLayer))); }},
       {"slot", [](const Call& c, const char* p) { return py::object(py::int_(c.integer<int64_t>(p, 0, kStreamMaxSlot))); }},
       {"real", [](const Call& c, const char* p) { return py::object(py::float_(c.real(p))); }},
-      {"text", [](const Call& c, const char* p) { return py::object(py::str(c.text(p))); }},
       {"site", [](const Call& c, const char* p) {
          c.site(p);
          return py::object(py::str(c.text(p)));
@@ -822,7 +789,7 @@ PYBIND11_MODULE(_mantis, m) {
     try {
       if (p) std::rethrow_exception(p);
     } catch (const InputError& e) {
-      PyErr_SetString(error.ptr(), one_line(e.what()).c_str());
+      PyErr_SetString(error.ptr(), e.what());  // one line of valid UTF-8 (InputError escapes it)
     }
   });
   m.attr("version") = MANTIS_VERSION;
@@ -840,9 +807,9 @@ PYBIND11_MODULE(_mantis, m) {
   def(m, "scheme_presets", {}, "", [](const Call&) { return py::cast(scheme_presets()); });
   def(m, "site_names", {}, "", [](const Call&) { return py::str(site_names()); });
   def(m, "one_line", {{"text"}}, "text as one line of valid UTF-8 (control characters escaped)",
-      [](const Call& c) { return py::str(one_line(c.text("text"))); });
+      [](const Call& c) { return py::str(escape_control(c.text("text"))); });
   def(m, "shown", {{"value"}}, "a value's type and short repr, one line, for a message",
-      [](const Call& c) { return py::str(one_line(shown(c["value"]))); });
+      [](const Call& c) { return py::str(escape_control(shown(c["value"]))); });
   // Not through def(): the error is the named call's, not convert's.
   m.def(
       "convert",

@@ -18,8 +18,10 @@ struct InputError : std::runtime_error {
   explicit InputError(std::string_view message);
 };
 
-// `s` with its control bytes (NUL, ESC, line breaks, ...) written as \xNN: user input echoed in an
-// InputError, whose what() would end at a NUL and which must stay one line on a terminal.
+// `s` as one line of valid UTF-8: control characters (C0 — NUL, ESC, line breaks, … —, DEL, C1) and
+// bytes that are not UTF-8 written as \xNN, the Unicode line and paragraph separators as \uNNNN:
+// what a terminal, str.splitlines() or Python's decoder would break at. User input echoed in an
+// InputError (a NUL would end what(), a line break split the message) goes through it.
 std::string escape_control(std::string_view s);
 
 }  // namespace mantis
