@@ -115,7 +115,7 @@ TEST_CASE("promoted and tensor-core accumulation == MPFR reference (every mode, 
   }
   bad.align_bits = 46;
   CHECK_NOTHROW(validate(bad));
-  bad.block = std::numeric_limits<int>::max(), bad.align_bits = 21;  // ⌈log2(2^31)⌉ = 31: F ≤ 21
+  bad.block = kGemmMaxBlock, bad.align_bits = 21;  // ⌈log2(2^30 + 1)⌉ = 31: F ≤ 21
   CHECK_NOTHROW(validate(bad));
   bad.align_bits = 22;
   CHECK_THROWS_AS(validate(bad), InputError);
@@ -123,10 +123,11 @@ TEST_CASE("promoted and tensor-core accumulation == MPFR reference (every mode, 
   // count's division (SIGFPE in `mantis dot --block 0`, issue 32)
   for (Accumulation acc : {Accumulation::strict, Accumulation::unfused, Accumulation::blocked, Accumulation::promoted,
                            Accumulation::tensor_core})
-    for (int b : {0, -1, std::numeric_limits<int>::min()}) {
+    for (int b : {0, -1, std::numeric_limits<int>::min(), kGemmMaxBlock + 1, std::numeric_limits<int>::max()}) {
       GemmSpec z{.acc = format_lookup("bf16"), .accumulation = acc};
       z.block = b;
-      CHECK_THROWS_WITH(validate(z), fmt::format("{} accumulation needs a block size ≥ 1, got {}", to_string(acc), b));
+      CHECK_THROWS_WITH(validate(z), fmt::format("block = {} is outside 1..1073741824 (k_b of blocked, promoted and "
+                                                 "tensor_core accumulation)", b));
     }
 }
 

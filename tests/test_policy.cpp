@@ -102,6 +102,10 @@ TEST_CASE("policy: every error names the file, the line and the valid choices") 
   CHECK_THAT(parse("[site.attn.qk]\naccumulation = \"strict\"\n"), Contains("unknown site 'attn'") && Contains("quote"));
   CHECK_THAT(parse("[site.\"layer.x.attn.qk\"]\n"), Contains("unknown site 'layer.x.attn.qk'"));
   CHECK_THAT(parse("[site.\"layer.-1.ln\"]\n"), Contains("unknown site"));
+  // a layer a stream key can hold (nn/streams.h: 30 bits of layer + 1), no more
+  CHECK_NOTHROW(policy_from_toml("[site.\"layer.1073741822.ln\"]\n", "pol.toml"));
+  CHECK_THAT(parse("[site.\"layer.1073741823.ln\"]\n"), Contains("unknown site 'layer.1073741823.ln'"));
+  CHECK_THAT(parse("[site.\"layer.2147483647.ln\"]\n"), Contains("unknown site"));
   CHECK_THAT(parse("\n\n[site.\"attn.qk\"]\naccumulation = \"strict\"\nacumulator = \"ps4\"\n"),
              Contains("pol.toml:5") && Contains("unknown key 'acumulator'") &&
                  Contains("accumulation, accumulator, align_bits, block, input, input_a, input_b, output, rounding, seed, "

@@ -29,8 +29,9 @@ void validate(const GemmSpec& s) {
                                  s.acc.name, s.acc.mu, 52 - p, s.sr_bits));
   // Every accumulation: strict and unfused do not use the block, but the kernels still count chunks
   // by it (block = 0 divided by zero: SIGFPE, issue 32).
-  if (s.block < 1)
-    throw InputError(fmt::format("{} accumulation needs a block size ≥ 1, got {}", to_string(s.accumulation), s.block));
+  if (s.block < 1 || s.block > kGemmMaxBlock)
+    throw InputError(fmt::format("block = {} is outside 1..{} (k_b of blocked, promoted and tensor_core accumulation)",
+                                 s.block, kGemmMaxBlock));
   if (s.accumulation == Accumulation::tensor_core) {
     int lg = 0;  // ⌈log2(block + 1)⌉: the exact sum of block + 1 terms of F + 1 bits must fit binary64
     while ((int64_t(1) << lg) < int64_t(s.block) + 1) ++lg;

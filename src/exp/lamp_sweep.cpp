@@ -9,6 +9,7 @@
 #include "core/file.h"
 #include "core/toml.h"
 #include "exp/bootstrap.h"
+#include "exp/eval.h"  // kEvalMaxSeqs, kEvalMaxCtx
 #include "exp/manifest.h"
 #include "exp/study.h"
 #include "exp/study_windows.h"
@@ -205,7 +206,7 @@ LampSweepConfig read_lamp_sweep(const std::string& path) {
   };
   str("out", c.out), str("model", c.model), str("data", c.data), str("tokenizer", c.tokenizer);
   str("recompute", c.recompute);
-  integer("seqs", c.seqs, 1, 1000000), integer("ctx", c.ctx, 0, 1 << 24), integer("seed", c.seed, 0, INT64_MAX);
+  integer("seqs", c.seqs, 1, kEvalMaxSeqs), integer("ctx", c.ctx, 0, kEvalMaxCtx), integer("seed", c.seed, 0, INT64_MAX);
   numbers("mu", c.mu), numbers("strict_tau", c.strict_tau), numbers("relaxed_tau", c.relaxed_tau);
   boolean("random_control", c.random_control), boolean("length_scaling", c.length_scaling);
   if (c.model.empty()) throw InputError(fmt::format("{}: 'model' (a checkpoint path) is required", path));

@@ -200,7 +200,7 @@ MuSweepConfig read_mu_sweep(const std::string& path) {
   if (const toml::node* n = t.get("gemm_trials")) c.gemm_trials = int(integer(*n, "gemm_trials", 1, 100000));
   if (const toml::node* n = t.get("seed")) c.seed = uint64_t(integer(*n, "seed", 0, INT64_MAX));
   if (const toml::node* n = t.get("sr_bits")) {
-    c.sr_bits = int(integer(*n, "sr_bits", 1, 32));
+    c.sr_bits = int(integer(*n, "sr_bits", kSrBitsMin, kSrBitsMax));
     c.sr_where = where(*n);
   }
   if (auto s = string("rounding")) {

@@ -12,6 +12,7 @@
 #include "core/file.h"
 #include "core/scheme.h"
 #include "core/toml.h"
+#include "exp/eval.h"  // kEvalMaxSeqs, kEvalMaxCtx
 #include "exp/bootstrap.h"
 #include "exp/manifest.h"
 #include "exp/study_windows.h"
@@ -188,7 +189,7 @@ PolicySweepConfig read_policy_sweep(const std::string& path) {
     return resolved;
   };
   str("out", c.out), str("model", c.model), str("data", c.data), str("tokenizer", c.tokenizer), str("template", c.templ);
-  integer("seqs", c.seqs, 1, 1000000), integer("ctx", c.ctx, 0, 1 << 24), integer("seed", c.seed, 0, INT64_MAX);
+  integer("seqs", c.seqs, 1, kEvalMaxSeqs), integer("ctx", c.ctx, 0, kEvalMaxCtx), integer("seed", c.seed, 0, INT64_MAX);
   strings("sites", c.sites, "site", [](const std::string& s) {
     if (!site_from_string(s)) throw InputError(fmt::format("unknown site \"{}\" (sites: {})", s, site_names()));
     return s;
