@@ -7,6 +7,7 @@ pkgs=(meson ninja-build pkg-config g++ python3 libmpfr-dev libgmp-dev libeigen3-
       libfmt-dev libtomlplusplus-dev libcli11-dev nlohmann-json3-dev zlib1g-dev libssl-dev
       jupyter-nbconvert python3-matplotlib python3-ipykernel
       python3-torch   # the PyTorch reference checks (tests/reference) and mantis.torch
+      python3-hypothesis  # the Python module's property-based tests (tests/test_python_props.py)
       python3-pybind11 python3-dev python3-numpy)  # the Python module (python/)
 missing=()
 for p in "${pkgs[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done

@@ -49,9 +49,10 @@ inline std::string mantis_bin() {
 inline int child_deadline_seconds = 200;
 
 // Runs `mantis args…` with `input` on stdin. stdout_path, when given, receives stdout instead of
-// the capture (/dev/full: every write fails, as on a full disk).
+// the capture (/dev/full: every write fails, as on a full disk); stdin_path, when given, is stdin
+// instead of `input` (/dev/zero: an endless source).
 inline Result run(const std::vector<std::string>& args, const std::string& input = "",
-                  const std::string& stdout_path = "") {
+                  const std::string& stdout_path = "", const std::string& stdin_path = "") {
   static int counter = 0;
   const fs::path dir = scratch_dir();
   const std::string tag = std::to_string(counter++);
@@ -64,7 +65,7 @@ inline Result run(const std::vector<std::string>& args, const std::string& input
   argv.push_back(nullptr);
   posix_spawn_file_actions_t fa;
   posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_addopen(&fa, 0, in.c_str(), O_RDONLY, 0);
+  posix_spawn_file_actions_addopen(&fa, 0, stdin_path.empty() ? in.c_str() : stdin_path.c_str(), O_RDONLY, 0);
   posix_spawn_file_actions_addopen(&fa, 1, stdout_path.empty() ? out.c_str() : stdout_path.c_str(),
                                    O_WRONLY | O_CREAT | O_TRUNC, 0644);
   posix_spawn_file_actions_addopen(&fa, 2, err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);

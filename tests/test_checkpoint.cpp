@@ -1,5 +1,7 @@
 // Checkpoints: every reader (HF GPT-2 and LLaMA, sharded or not, llm.c, llama2.c, our own safetensors) against models the
 // tests write themselves, the writer's bit-exact round trip, and every error path by message.
+#include <sys/stat.h>
+
 #include <catch2/catch.hpp>
 
 #include <unistd.h>
@@ -862,6 +864,16 @@ TEST_CASE("config.json problems are named") {
   CHECK_THAT(error_of(dir), Contains("model.safetensors: no such file"));
   write_text(dir + "/pytorch_model.bin", "PK");
   CHECK_THAT(error_of(dir), Contains("pytorch_model.bin (pickle) is not read"));
+  // a FIFO or a directory where a file belongs is named as such (it was "no such file")
+  fs::remove(dir + "/pytorch_model.bin");
+  REQUIRE(::mkfifo((dir + "/model.safetensors").c_str(), 0600) == 0);
+  CHECK_THAT(error_of(dir), Contains("model.safetensors is a FIFO (named pipe), not a regular file"));
+  fs::remove(dir + "/model.safetensors");
+  fs::create_directory(dir + "/model.safetensors");
+  CHECK_THAT(error_of(dir), Contains("model.safetensors is a directory, not a regular file"));
+  fs::remove(dir + "/config.json");
+  REQUIRE(::mkfifo((dir + "/config.json").c_str(), 0600) == 0);
+  CHECK_THAT(error_of(dir), Contains("config.json' is a FIFO (named pipe), not a regular file"));
 }
 
 TEST_CASE("sizes in config.json are checked against the file before anything proportional is allocated") {

@@ -522,7 +522,53 @@ TEST_CASE("format names and files: huge numbers / directories / endless files", 
   check_error(run({"formats", "ps99999999999999999999"}), {"1..23"});
   const std::string dir = scratch_dir().string();
   check_error(run({"round", "--format", dir}, "1\n"), {dir, "is a directory"});
-  check_error(run({"round", "--format", "/dev/zero"}, "1\n"), {"/dev/zero", "larger than 67108864 bytes"});
+  check_error(run({"round", "--format", "/dev/zero"}, "1\n"), {"/dev/zero", "is a character device, not a regular file"});
+}
+
+namespace {
+// A .npy of float32 values, shape (n,), as numpy writes it (version 1.0, data at a multiple of 64).
+std::string npy_f4(const std::vector<float>& v) {
+  std::string h = "{'descr': '<f4', 'fortran_order': False, 'shape': (" + std::to_string(v.size()) + ",), }";
+  h.append((64 - (10 + h.size() + 1) % 64) % 64, ' ');
+  h += '\n';
+  std::string b = std::string("\x93NUMPY") + char(1) + char(0) + char(h.size() & 0xff) + char(h.size() >> 8) + h;
+  return b.append(reinterpret_cast<const char*>(v.data()), v.size() * 4);
+}
+}  // namespace
+
+// Issue 32: `round --in /dev/zero` grew without bound, a FIFO blocked forever, `round < /dev/zero`
+// spun; `--out /dev/full` replaced the device node with a regular file, exit 0.
+TEST_CASE("special files: inputs are refused by name, stdin is bounded, outputs are never replaced", "[cli][errors]") {
+  const fs::path d = scratch_dir() / "special";
+  fs::create_directories(d);
+  const std::string fifo = (d / "pipe").string();
+  fs::remove(fifo);
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);  // no writer: a read would block forever
+  const std::string x = (d / "x.npy").string(), y = (d / "y.npy").string();
+  spit(x, npy_f4({1.0f, 2.5f, -3.25f, 1e-3f}));
+  for (const char* cmd : {"round", "quantize"}) {
+    auto args = [&](const std::string& in, const std::string& out) {
+      return std::string(cmd) == "round" ? std::vector<std::string>{"round", "--format", "bf16", "--in", in, "--out", out}
+                                         : std::vector<std::string>{"quantize", "--scheme", "mxfp4", "--in", in, "--out", out};
+    };
+    check_error(run(args("/dev/zero", y)), {"/dev/zero is a character device, not a regular file"});
+    check_error(run(args(fifo, y)), {fifo + " is a FIFO (named pipe), not a regular file"});
+    check_error(run(args(d.string(), y)), {d.string() + " is a directory, not a regular file"});
+    CHECK(!fs::exists(y));
+    // outputs: only this test's own special files are tried (a broken check would replace /dev/null)
+    check_error(run(args(x, fifo)), {"--out '" + fifo + "' is a FIFO (named pipe), not a regular file"});
+    check_error(run(args(x, d.string())), {"--out '" + d.string() + "' is a directory, not a regular file"});
+    CHECK(fs::is_fifo(fifo));
+    CHECK(fs::is_directory(d));
+    CHECK(run(args(x, y)).status == 0);
+    CHECK(fs::is_regular_file(y));
+    fs::remove(y);
+  }
+  // (character devices as outputs: test_io's check_output_path case; the same rule, not tried here)
+  // standard input is bounded like every text input
+  check_error(run({"round", "--format", "bf16"}, "", "", "/dev/zero"), {"standard input holds more than 67108864 bytes"});
+  check_error(run({"dot", "--format", "ps4"}, "", "", "/dev/zero"), {"standard input holds more than 67108864 bytes"});
+  fs::remove(fifo);
 }
 
 TEST_CASE("control bytes of echoed input are escaped: the message stays whole", "[cli][errors]") {

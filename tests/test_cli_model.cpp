@@ -629,16 +629,24 @@ TEST_CASE("lamp sweep: merge refuses missing and malformed cells; --allow-partia
   CHECK(man["partial"] == true);
   CHECK(man["cells_missing"] == nlohmann::json::array({3}));
   CHECK(lines(slurp(out / "results.csv")).size() == 6);  // the header and 5 cells
-  // malformed cell files: one line naming the file, never a value copied into the CSV
+  // an edited cell: refused by its hash (exp/study.h)
+  spit(out / "cells" / "3.json", good + " ");
+  check_error(run({"lamp", "sweep", cfg.string(), "--merge"}), {"cells/3.json", "SHA-256"});
+  // malformed cell files, their hashes matching (as a faulty writer would leave them): one line
+  // naming the file, never a value copied into the CSV
+  auto put = [&](const std::string& text) {
+    spit(out / "cells" / "3.json", text);
+    spit(out / "cells" / "3.json.sha256", mantis::sha256_hex(text) + "  3.json\n");
+  };
   auto with = [&](const std::function<void(nlohmann::json&)>& edit) {
     auto j = nlohmann::json::parse(good);
     edit(j);
-    spit(out / "cells" / "3.json", j.dump());
+    put(j.dump());
     return run({"lamp", "sweep", cfg.string(), "--merge"});
   };
-  spit(out / "cells" / "3.json", "[1, 2]");
+  put("[1, 2]");
   check_error(run({"lamp", "sweep", cfg.string(), "--merge"}), {"cells/3.json", "no key"});
-  spit(out / "cells" / "3.json", "{\"key\": ");
+  put("{\"key\": ");
   check_error(run({"lamp", "sweep", cfg.string(), "--merge"}), {"cells/3.json", "malformed"});
   check_error(with([](auto& j) { j.erase("kl"); }), {"cells/3.json", "no 'kl'"});
   check_error(with([](auto& j) { j["kl"] = "abc"; }), {"cells/3.json", "'kl' is not a number"});
@@ -649,7 +657,7 @@ TEST_CASE("lamp sweep: merge refuses missing and malformed cells; --allow-partia
   check_error(with([](auto& j) { j["health"] = 3; }), {"cells/3.json", "health"});
   // a well-formed cell under another key is a stale cell, named as such
   check_error(with([](auto& j) { j["key"]["cell"]["tau"] = 0.5; }), {"cells/3.json", "cell.tau"});
-  spit(out / "cells" / "3.json", good);
+  put(good);
   CHECK(run({"lamp", "sweep", cfg.string(), "--merge", "-q"}).status == 0);
   CHECK(nlohmann::json::parse(slurp(out / "manifest.json"))["partial"] == false);
 }
@@ -769,14 +777,14 @@ TEST_CASE("eval / lamp --cells: an unwritable standard output is status 2", "[cl
 TEST_CASE("bad data / policy / output paths: the error names the real problem", "[cli][eval][errors]") {
   const std::string dir = model_dir("bytes-gpt2", bytes_gpt2());
   const std::string scratch = scratch_dir().string();
-  check_error(run({"eval", "-m", dir, "-d", "/dev/null"}), {"/dev/null", "empty file, not a token shard"});
-  check_error(run({"eval", "-m", dir, "-d", "/dev/zero"}), {"/dev/zero", "not a token shard"});
+  check_error(run({"eval", "-m", dir, "-d", "/dev/null"}), {"/dev/null is a character device, not a regular file"});
+  check_error(run({"eval", "-m", dir, "-d", "/dev/zero"}), {"/dev/zero is a character device, not a regular file"});
   check_error(run({"eval", "-m", dir, "-d", scratch}), {scratch, "is a directory"});
   // A policy that is a directory is an error, not a silent FP32 run.
   check_error(run({"eval", "-m", dir, "-p", scratch}), {"policy file", scratch, "is a directory"});
   check_error(run({"logits", "-m", dir, "-p", scratch, "--tokens", "1 2", "-o", scratch + "/x.npy"}),
               {"policy file", "is a directory"});
-  check_error(run({"eval", "-m", dir, "-p", "/dev/zero"}), {"/dev/zero", "larger than 67108864 bytes"});
+  check_error(run({"eval", "-m", dir, "-p", "/dev/zero"}), {"policy file '/dev/zero' is a character device"});
   const fs::path train = write_config("train-dir-policy.toml", "[model]\narch = \"llama\"\nlayers = 1\nheads = 2\n"
                                                                "dim = 16\nctx = 24\n[data]\ntokenizer = \"bytes\"\n"
                                                                "train = \"kjv/test\"\nvalidation = \"kjv/validation\"\n"

@@ -199,6 +199,9 @@ TEST_CASE("TOML formats: explicit exponent range, fnuz, errors name the problem"
   CHECK_THAT(err("mantissa_bits=3\nemin=5\nemax=2"), Catch::Contains("emin"));
   CHECK_THAT(err("mantissa_bits=60\nemin=-1020\nemax=0"), Catch::Contains("range"));
   CHECK_THAT(err("mantissa_bits='a'\nexponent_bits=4"), Catch::Contains("integer"));
+  // a name with a line break made a Format's repr span lines (issue 32)
+  CHECK(err("name = \"x\\ny\"\nmantissa_bits=3\nexponent_bits=4") == "format name 'x\\x0ay' holds control characters");
+  CHECK_THAT(err("name = \"a\\u007fb\"\nmantissa_bits=3\nexponent_bits=4"), Catch::Contains("'a\\x7fb' holds control"));
 }
 
 TEST_CASE("unknown names list the known ones; rounding names") {

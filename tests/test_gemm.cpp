@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <limits>
 
 #include "core/gemm.h"
 #include "core/oracle.h"
@@ -104,6 +105,30 @@ TEST_CASE("promoted and tensor-core accumulation == MPFR reference (every mode, 
   GemmSpec bad = tc;
   bad.align_bits = 50, bad.block = 32;
   CHECK_THROWS_AS(validate(bad), InputError);
+  // At and past every edge, without overflow (issue 32: align_bits = 2^31 − 7 overflowed the bound
+  // check, passed, and the GEMM returned inf). Block 32: F + 1 + 6 ≤ 53, F ≤ 46.
+  bad.block = 32;
+  for (int f : {47, 53, 1 << 30, std::numeric_limits<int>::max() - 6, std::numeric_limits<int>::max(), -1,
+                std::numeric_limits<int>::min()}) {
+    bad.align_bits = f;
+    CHECK_THROWS_WITH(validate(bad), Catch::Contains(fmt::format("tensor_core: align_bits = {} with a block of 32", f)));
+  }
+  bad.align_bits = 46;
+  CHECK_NOTHROW(validate(bad));
+  bad.block = kGemmMaxBlock, bad.align_bits = 21;  // ⌈log2(2^30 + 1)⌉ = 31: F ≤ 21
+  CHECK_NOTHROW(validate(bad));
+  bad.align_bits = 22;
+  CHECK_THROWS_AS(validate(bad), InputError);
+  // block ≥ 1 under every accumulation: strict and unfused ignore it, but block = 0 reached a chunk
+  // count's division (SIGFPE in `mantis dot --block 0`, issue 32)
+  for (Accumulation acc : {Accumulation::strict, Accumulation::unfused, Accumulation::blocked, Accumulation::promoted,
+                           Accumulation::tensor_core})
+    for (int b : {0, -1, std::numeric_limits<int>::min(), kGemmMaxBlock + 1, std::numeric_limits<int>::max()}) {
+      GemmSpec z{.acc = format_lookup("bf16"), .accumulation = acc};
+      z.block = b;
+      CHECK_THROWS_WITH(validate(z), fmt::format("block = {} is outside 1..1073741824 (k_b of blocked, promoted and "
+                                                 "tensor_core accumulation)", b));
+    }
 }
 
 TEST_CASE("input-format rounding before the product") {

@@ -3,7 +3,11 @@
 // (io/dataset.h): .npy token arrays, llm.c token shards, UTF-8 text files.
 #include <catch2/catch.hpp>
 
+#include <sys/stat.h>
+#include <unistd.h>
 #include <zlib.h>
+
+#include <fmt/format.h>
 
 #include <filesystem>
 #include <string>
@@ -83,8 +87,88 @@ TEST_CASE("io: text inputs are bounded and name what they are") {
   CHECK_THAT(error_of([&] { read_text_file(d.string(), "policy"); }), Contains("is a directory"));
   CHECK_THAT(error_of([&] { read_text_file((d / "none").string(), "config"); }), Contains("config") && Contains("cannot be read"));
   CHECK_THAT(error_of([&] { read_text_file((d / "policy.toml").string(), "policy", 5); }), Contains("larger than 5 bytes"));
-  CHECK_THAT(error_of([] { read_text_file("/dev/zero", "format", 1 << 16); }), Contains("larger than 65536 bytes"));
+  CHECK_THAT(error_of([] { read_text_file("/dev/zero", "format", 1 << 16); }),
+             Contains("format '/dev/zero' is a character device, not a regular file"));
   CHECK_THAT(error_of([&] { read_file(d.string()); }), Contains("is a directory"));
+}
+
+// Special files as inputs (issue 32): /dev/zero grew without bound, a FIFO blocked forever; each is
+// refused by name before a byte is read, by every reader (they all open through open_input).
+TEST_CASE("io: a FIFO, a device or a directory is refused by name as an input, never read") {
+  const fs::path d = scratch("io-special-in");
+  const std::string fifo = (d / "pipe").string();
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);  // no writer: opening it for reading would block
+  spit(d / "real.npy", "");
+  ::symlink("/dev/zero", (d / "zero-link").c_str());
+  struct Case {
+    std::string path, kind;
+  };
+  const Case cases[] = {{fifo, "a FIFO (named pipe)"}, {"/dev/zero", "a character device"},
+                        {"/dev/null", "a character device"}, {(d / "zero-link").string(), "a character device"},
+                        {d.string(), "a directory"}};
+  for (const auto& c : cases) {
+    INFO(c.path);
+    const std::string tail = " is " + c.kind + ", not a regular file";
+    CHECK(error_of([&] { read_file(c.path); }) == c.path + tail);
+    CHECK(error_of([&] { read_text_file(c.path, "policy file"); }) == "policy file '" + c.path + "'" + tail);
+    CHECK(error_of([&] { read_gzip(c.path); }) == c.path + tail);
+    CHECK(error_of([&] { read_npy_floats(c.path); }) == c.path + tail);
+    CHECK(error_of([&] { read_npy_ints(c.path); }) == c.path + tail);
+    CHECK(error_of([&] { (void)read_shard(c.path); }) == c.path + tail);
+    CHECK(special_file_kind(c.path) == (fs::is_symlink(c.path) ? "a symbolic link" : c.kind));  // the path itself
+  }
+  CHECK(special_file_kind((d / "real.npy").string()).empty());
+  CHECK(special_file_kind((d / "absent").string()).empty());
+}
+
+// Special files as outputs (issue 32): `--out /dev/full` replaced the device node with a regular file.
+TEST_CASE("io: an atomic write never replaces anything but a regular file, nor writes through a link") {
+  const fs::path d = scratch("io-special-out");
+  const std::string fifo = (d / "pipe").string();
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  fs::create_directories(d / "sub");
+  ::symlink((d / "absent").c_str(), (d / "dangling").c_str());
+  struct Case {
+    std::string path, kind;
+  };
+  // Only files this test made are written to: were the check broken, /dev/null would be replaced.
+  for (const Case& c : {Case{fifo, "a FIFO (named pipe)"}, Case{(d / "sub").string(), "a directory"},
+                        Case{(d / "dangling").string(), "a symbolic link"}}) {
+    INFO(c.path);
+    const std::string e = error_of([&] { write_file_atomic(c.path, "x"); });
+    CHECK_THAT(e, Catch::StartsWith("output '" + c.path + "' is " + c.kind + ", not a regular file"));
+    CHECK(e == error_of([&] { check_output_path(c.path); }));
+    CHECK(special_file_kind(c.path) == c.kind);  // still what it was
+  }
+  for (const char* dev : {"/dev/null", "/dev/full"})
+    CHECK_THAT(error_of([&] { check_output_path(dev); }),
+               Catch::StartsWith(fmt::format("output '{}' is a character device, not a regular file", dev)));
+  CHECK(fs::is_fifo(fifo));
+  CHECK(fs::is_symlink(d / "dangling"));
+  // a symbolic link to a regular file is refused too: following it would write wherever a link planted
+  // in a shared directory points, replacing it would break the link
+  spit(d / "real.txt", "old");
+  fs::create_symlink(d / "real.txt", d / "link.txt");
+  CHECK_THAT(error_of([&] { write_file_atomic((d / "link.txt").string(), "new"); }),
+             Catch::StartsWith("output '" + (d / "link.txt").string() + "' is a symbolic link, not a regular file"));
+  CHECK(fs::is_symlink(d / "link.txt"));
+  CHECK(slurp(d / "real.txt") == "old");
+  CHECK_NOTHROW(check_output_path((d / "real.txt").string()));
+  CHECK_NOTHROW(check_output_path((d / "new-file").string()));
+  CHECK(entries(d) == std::vector<std::string>{"dangling", "link.txt", "pipe", "real.txt", "sub"});
+}
+
+// A writer killed mid-write (SIGTERM during `quantize --out`) left its temporary for good (issue 32):
+// the next write of the same target removes it; another target's, or a live writer's, stays.
+TEST_CASE("io: an atomic write removes its target's temporaries left by dead writers") {
+  const fs::path d = scratch("io-stale-target");
+  spit(d / ".y.npy.2147483646.0.tmp", std::string(1000, 'x'));  // no such process
+  spit(d / ".other.npy.2147483646.0.tmp", "x");                 // another target's
+  const std::string live = temporary_path((d / "y.npy").string());
+  spit(live, "live");                                             // this process: alive
+  write_file_atomic((d / "y.npy").string(), "data");
+  CHECK(entries(d) == std::vector<std::string>{".other.npy.2147483646.0.tmp", fs::path(live).filename().string(),
+                                               "y.npy"});
 }
 
 TEST_CASE("io: gzip files are decompressed, plain files read as they are, corrupt ones named") {
@@ -104,6 +188,10 @@ TEST_CASE("io: gzip files are decompressed, plain files read as they are, corrup
   spit(d / "cut.gz", gz);
   CHECK_THAT(error_of([&] { read_gzip((d / "cut.gz").string()); }), Contains("cut.gz") && Contains("corrupt gzip data"));
   CHECK_THAT(error_of([&] { read_gzip((d / "none.gz").string()); }), Contains("no such file"));
+  // decompression is bounded (a small file may decompress without end)
+  CHECK(read_gzip((d / "a.txt.gz").string(), text.size()) == text);
+  CHECK_THAT(error_of([&] { read_gzip((d / "a.txt.gz").string(), text.size() - 1); }),
+             Contains("a.txt.gz: decompresses to more than 38 bytes"));
 }
 
 TEST_CASE("io: .npy round trip and every malformed file named") {
@@ -131,6 +219,24 @@ TEST_CASE("io: .npy round trip and every malformed file named") {
   CHECK_THAT(broken("short.npy", bytes.substr(0, bytes.size() - 4)), Contains("data bytes for 6 values of <f4"));
   const int64_t negative[] = {-1};
   CHECK_THAT(error_of([&] { write_npy((d / "neg.npy").string(), v, negative); }), Contains("negative dimension"));
+  // numpy reads at most 32 dimensions: more are refused both ways (issue 32: 101 were written)
+  const std::vector<int64_t> ones33(33, 1), ones32(32, 1);
+  const std::vector<float> one = {2.5f};
+  CHECK_THAT(error_of([&] { write_npy((d / "d33.npy").string(), one, ones33); }),
+             Contains("an array of 33 dimensions (a .npy holds at most 32"));
+  CHECK(!fs::exists(d / "d33.npy"));
+  write_npy((d / "d32.npy").string(), one, ones32);
+  CHECK(read_npy_floats((d / "d32.npy").string()).shape == ones32);
+  std::string h101 = "{'descr': '<f4', 'fortran_order': False, 'shape': (";
+  for (int i = 0; i < 101; ++i) h101 += "1, ";
+  h101 += "), }";
+  h101.append((64 - (10 + h101.size() + 1) % 64) % 64, ' ');
+  h101 += '\n';
+  std::string f101 = std::string("\x93NUMPY") + char(1) + char(0) + char(h101.size() & 0xff) + char(h101.size() >> 8) +
+                     h101 + std::string(4, '\0');
+  CHECK_THAT(broken("d101.npy", f101), Contains("more than 32 dimensions"));
+  // the data is read by the header's declared size: a file longer than it declares is refused
+  CHECK_THAT(broken("long.npy", bytes + "xxxx"), Contains("28 data bytes for 6 values of <f4"));
 
   // float64 arrays, and the float32 / float64 reader's errors
   const std::vector<double> w = {1.5, -0.0, 5e-324, 1e300, -2.25, 0.1};

@@ -102,6 +102,10 @@ TEST_CASE("policy: every error names the file, the line and the valid choices") 
   CHECK_THAT(parse("[site.attn.qk]\naccumulation = \"strict\"\n"), Contains("unknown site 'attn'") && Contains("quote"));
   CHECK_THAT(parse("[site.\"layer.x.attn.qk\"]\n"), Contains("unknown site 'layer.x.attn.qk'"));
   CHECK_THAT(parse("[site.\"layer.-1.ln\"]\n"), Contains("unknown site"));
+  // a layer a stream key can hold (nn/streams.h: 30 bits of layer + 1), no more
+  CHECK_NOTHROW(policy_from_toml("[site.\"layer.1073741822.ln\"]\n", "pol.toml"));
+  CHECK_THAT(parse("[site.\"layer.1073741823.ln\"]\n"), Contains("unknown site 'layer.1073741823.ln'"));
+  CHECK_THAT(parse("[site.\"layer.2147483647.ln\"]\n"), Contains("unknown site"));
   CHECK_THAT(parse("\n\n[site.\"attn.qk\"]\naccumulation = \"strict\"\nacumulator = \"ps4\"\n"),
              Contains("pol.toml:5") && Contains("unknown key 'acumulator'") &&
                  Contains("accumulation, accumulator, align_bits, block, input, input_a, input_b, output, rounding, seed, "
@@ -141,6 +145,36 @@ TEST_CASE("policy: every error names the file, the line and the valid choices") 
   CHECK_THAT(error_of([] { load_policy("/nonexistent/policy.toml"); }), Contains("/nonexistent/policy.toml"));
   CHECK_THAT(error_of([] { lamp_policy(0); }), Contains("out of range 1..23"));
   CHECK_THAT(error_of([] { lamp_policy(24); }), Contains("out of range 1..23"));
+}
+
+// A key with a line break made a two-line message (issue 32, through Python's mantis.Error): every
+// InputError escapes its control bytes when it is made, so no message can span lines.
+TEST_CASE("policy: a key with a line break or other control bytes stays one line in the message") {
+  auto parse = [](const std::string& text) { return error_of([&] { policy_from_toml(text, "pol.toml"); }); };
+  const std::string nl = parse("[site.\"attn\\nqk\"]\n");
+  CHECK_THAT(nl, Contains("unknown site 'attn\\x0aqk'"));
+  CHECK(nl.find('\n') == std::string::npos);
+  CHECK_THAT(parse("\"we\\u001b[1mird\" = 1\n"), Contains("unknown key 'we\\x1b[1mird'"));
+  CHECK(std::string(InputError("a\nb\r\tc\x7f").what()) == "a\\x0ab\\x0d\\x09c\\x7f");
+}
+
+// Two spellings of one site both loaded and one silently won (issue 32): layer numbers are read as
+// numbers, so layer.00 is layer.0, and a site given twice is refused naming both spellings.
+TEST_CASE("policy: a site spelled twice is refused; a layer's leading zeros name the same layer") {
+  auto parse = [](const std::string& text) { return error_of([&] { policy_from_toml(text, "pol.toml"); }); };
+  const std::string a = "[site.\"layer.0.attn.qk\"]\naccumulation = \"strict\"\naccumulator = \"ps4\"\n";
+  const std::string b = "[site.\"layer.00.attn.qk\"]\naccumulation = \"strict\"\naccumulator = \"ps7\"\n";
+  CHECK(parse(a + b) == "pol.toml:4: site 'layer.00.attn.qk' is site 'layer.0.attn.qk' again (layer 0): give each "
+                        "site one table");
+  // (toml++ hands the keys over in sorted order, so the message is the same whichever comes first)
+  CHECK_THAT(parse(b + a), Contains("pol.toml:1: site 'layer.00.attn.qk' is site 'layer.0.attn.qk' again"));
+  CHECK_THAT(parse(b + "[site.\"layer.000.attn.qk\"]\n"), Contains("is site 'layer.00.attn.qk' again"));
+  // one spelling alone is the canonical site
+  const Policy p = policy_from_toml(b, "pol.toml");
+  CHECK(p.layer.count({0, Site::attn_qk}) == 1);
+  CHECK(describe(p).find("layer.0.attn.qk: ") != std::string::npos);
+  // the every-layer entry and one layer's are different sites, and so are two layers
+  CHECK_NOTHROW(policy_from_toml("[site.\"attn.qk\"]\n" + a + "[site.\"layer.1.attn.qk\"]\n", "pol.toml"));
 }
 
 TEST_CASE("policy: input_a / input_b take schemes (presets, case-insensitive) and formats; dx / dw too") {

@@ -81,6 +81,71 @@ class Rounding(unittest.TestCase):
         # multi-dimensional shapes are kept
         self.assertEqual(mantis.round(m, "bf16").shape, (64, 64))
 
+    def test_out_overlap_is_decided_by_bytes(self):
+        # In place means the same bytes with the same dtype and shape; any other overlap of out= with
+        # x is refused before anything is written. The float64 / float32 views of one buffer below
+        # start at the same address: once taken for "x itself", they gave ~50,000 and ~199,000
+        # wrong elements with no error.
+        n = 200000
+        b = sample(n, np.float64, 5)
+        for call in (lambda x, out: mantis.round(x, "bf16", out=out),
+                     lambda x, out: mantis.quantize(x, "mxfp8_e4m3", out=out)):
+            cases = (("f64 x, f32 view out", b, b.view(np.float32)[:n]),
+                     ("f32 view x, f64 out", b.view(np.float32)[:n], b),
+                     ("shifted by one element", b[1:], b[:-1]),
+                     ("same start, half the bytes", b[:n // 2], b.view(np.float32)[:n // 2]))
+            for what, x, out in cases:
+                with self.subTest(what=what):
+                    before = b.copy()
+                    with self.assertRaisesRegex(mantis.Error, "overlaps x"):
+                        call(x, out)
+                    self.assertTrue(np.array_equal(bits(b), bits(before)))
+        # the same bytes, dtype and shape through another array object: in place
+        y = b.copy()
+        mantis.round(y, "bf16", out=y[:])
+        self.assertTrue(np.array_equal(bits(y), bits(mantis.round(b, "bf16"))))
+        # the two halves of one buffer do not overlap: allowed, and correct
+        z = b.copy()
+        want = mantis.round(z[:n // 2], "bf16")
+        mantis.round(z[:n // 2], "bf16", out=z[n // 2:])
+        self.assertTrue(np.array_equal(bits(z[n // 2:]), bits(want)))
+
+    def test_results_keep_the_input_shape(self):
+        # 0-d, empty and multi-dimensional inputs, contiguous or not: every result has x's shape
+        # (np.ascontiguousarray once turned a 0-d input into shape (1,), and out=x then failed) and
+        # the CLI's bits for the same .npy (which keeps a 0-d shape too).
+        base = sample(64, np.float64, 6)
+        arrays = [base[5].reshape(()), np.float64(base[6]), base[:0], base[:0].reshape(4, 0), base[:24].reshape(2, 3, 4),
+                  base[:24].reshape(4, 6)[::-1, ::2], base[:1]]
+        for x in arrays:
+            for dtype in (np.float32, np.float64):
+                xs = np.asarray(x).astype(dtype)
+                shape = xs.shape
+                with self.subTest(shape=shape, dtype=np.dtype(dtype).name):
+                    src, dst = os.path.join(TMP, "s.npy"), os.path.join(TMP, "s-out.npy")
+                    np.save(src, xs)
+                    cli("round", "--format", "bf16", "--rounding", "sr", "--seed", "3", "--in", src, "--out", dst)
+                    want = np.load(dst)
+                    self.assertEqual(want.shape, shape)
+                    got = mantis.round(xs, "bf16", mode="sr", seed=3)
+                    self.assertEqual(got.shape, shape)
+                    self.assertTrue(np.array_equal(bits(got), bits(want)))
+                    self.assertEqual(mantis.round_reference(xs, "bf16", mode="sr", seed=3).shape, shape)
+                    cli("quantize", "--scheme", "mxfp4", "--in", src, "--out", dst)
+                    q = mantis.quantize(xs, "mxfp4")
+                    self.assertEqual(q.shape, shape)
+                    self.assertTrue(np.array_equal(bits(q), bits(np.load(dst))))
+                    y = np.ascontiguousarray(xs) if xs.ndim else xs.copy()
+                    self.assertIs(mantis.round(y, "bf16", mode="sr", seed=3, out=y), y)
+                    self.assertEqual(y.shape, shape)
+                    self.assertTrue(np.array_equal(bits(y), bits(want)))
+                    self.assertIs(mantis.quantize(y, "mxfp4", out=y), y)
+        # a 0-d operand is not a vector of one element (it was, through np.ascontiguousarray)
+        with self.assertRaisesRegex(mantis.Error, r"x has shape \(\); expected a vector"):
+            mantis.dot(np.float32(2), np.float32(3), acc="ps4")
+        with self.assertRaisesRegex(mantis.Error, r"a has shape \(\); expected a matrix"):
+            mantis.gemm(np.float32(2), np.ones((1, 1), np.float32), acc="ps4")
+
     def test_index_range_past_2_64_wraps(self):
         # element i uses word (index0 + i) mod 2^64 (round_array.h); index0 = 2^64 - 1 once segfaulted
         x = sample(3001, np.float32, 4)
@@ -113,7 +178,8 @@ class Rounding(unittest.TestCase):
         self.assertEqual(r.returncode, 2)
         with self.assertRaises(mantis.Error) as e:
             mantis.round(np.ones(3, np.float32), "nope")
-        self.assertIn(str(e.exception), r.stderr)
+        # the call and the argument, then the CLI's message
+        self.assertEqual(str(e.exception), "round: fmt: " + r.stderr.strip().removeprefix("mantis: error: "))
         self.assertIsInstance(e.exception, ValueError)
         with self.assertRaisesRegex(mantis.Error, "dtype int64"):
             mantis.round(np.arange(3), "bf16")
@@ -257,6 +323,13 @@ class Torch(unittest.TestCase):
         self.assertTrue(np.array_equal(q.numpy(), mantis.quantize(x.detach().numpy().reshape(2, 50), "mxfp4")))
         with self.assertRaisesRegex(mantis.Error, "dtype"):
             mt.round(torch.ones(3, dtype=torch.float16), "bf16")
+        # 0-d and empty tensors keep their shape (a 0-d tensor once failed: out had shape (), x (1,))
+        for t in (torch.tensor(1.3), torch.tensor(1.3, dtype=torch.float64), torch.ones(0, 3)):
+            with self.subTest(shape=tuple(t.shape), dtype=t.dtype):
+                r = mt.round(t, "bf16")
+                self.assertEqual(r.shape, t.shape)
+                self.assertTrue(np.array_equal(bits(r.numpy()), bits(mantis.round(t.numpy(), "bf16"))))
+                self.assertEqual(mt.quantize(t, "mxfp4").shape, t.shape)
 
     def test_linear_and_hooks(self):
         import torch
@@ -333,6 +406,11 @@ class Torch(unittest.TestCase):
         out, _ = fn(None, q[None], k[None], v[None], None, scaling=8 ** -0.5)
         self.assertEqual(tuple(out.shape), (1, 6, 4, 8))
         self.assertTrue(torch.allclose(out[0].transpose(0, 1), want, rtol=1e-5, atol=1e-6))
+        # no batch row: the empty [B, T, H, D] result, as torch's attention gives
+        for dtype in (torch.float32, torch.float64):
+            query, key, value = (t[None][:0].to(dtype) for t in (q, k, v))
+            out, _ = fn(None, query, key, value, None)
+            self.assertEqual((tuple(out.shape), out.dtype), ((0, 6, 4, 8), dtype))
 
 
 class GilRelease(unittest.TestCase):

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <limits>
 
 #include "core/philox.h"
 #include "exp/replay.h"
@@ -182,6 +183,11 @@ TEST_CASE("replay refuses bad input with one line, before any step") {
     ReplayOptions x = o;
     x.steps = 3;  // G holds two
     CHECK(err(x) == f.g + ": missing step tensor t.2.w");
+    // steps far beyond G's were an allocation of N step tables first (exit 3, "out of memory"; issue 32)
+    for (int64_t n : {int64_t(1) << 31, int64_t(1) << 62, std::numeric_limits<int64_t>::max()}) {
+      x.steps = n;
+      CHECK(err(x) == f.g + ": missing step tensor t.2.w");
+    }
     x.steps = 1;  // G holds one more than asked for
     CHECK(err(x) == f.g + ": tensor t.1.w: step 1 is beyond --steps 1 (steps 0..0)");
   }
@@ -281,6 +287,26 @@ class Named : public Optimizer {
 };
 
 }  // namespace
+
+TEST_CASE("a diverged update is an error naming the step and tensor, and nothing is written") {
+  const fs::path dir = mantis::test::scratch("replay-diverged");
+  const Files f = write_files(dir, kShapes, 2);
+  ReplayOptions o;
+  o.params = f.p, o.grads = f.g, o.steps = 2, o.out = (dir / "out.safetensors").string();
+  for (const char* opt : {"adamw", "gefen", "adam8bit"}) {
+    o.optimizer = opt;
+    o.lr = 1e39;  // an update of ~1e39 overflows binary32 (issue 32: written as inf, exit 0)
+    const std::string e = error_of([&] { replay(o); });
+    INFO(opt << ": " << e);
+    CHECK_THAT(e, Catch::StartsWith("optim replay: step 0: the update (lr 1e+39) made tensor ") &&
+                      Catch::Contains(" non-finite (value ") && Catch::EndsWith("nothing was written"));
+    CHECK(e.find('\n') == std::string::npos);
+    CHECK(!fs::exists(o.out));
+  }
+  o.optimizer = "adamw", o.lr = 1e-3;  // the same run at an ordinary lr writes finite parameters
+  CHECK_NOTHROW(replay(o));
+  CHECK(fs::exists(o.out));
+}
 
 TEST_CASE("replay reports Gefen-style state: every <p>.period and the 256-entry codebook") {
   register_optimizer({"test-named", "state named as Gefen's", {}, [](const OptimizerOptions& o) { OptionReader(o, {}); },

@@ -5,7 +5,10 @@ partial set. Run by tests/run_notebook.sh: python3 tests/test_results_py.py SRC_
 
 - the committed tests/data/lamp-small loads, and its inf/nan strings would come back as floats;
 - a copy whose results.csv (or results.json) got one more byte after the manifest is refused,
-  naming the file; so is a copy without manifest.json, and one missing a listed file;
+  naming the file; so is a copy without manifest.json, one missing a listed file, a directory whose
+  name holds line separators or is not UTF-8 (one line, escaped), and a results.json nested 100,000
+  levels deep; every refusal is one line (str.splitlines());
+- a results.json replaced right after the reader hashed it is not what the reader parses;
 - lamp_table.py prints every section of the full set, and of a partial set (a copy with cells
   removed from results.json and the manifest rewritten as the merge would: partial, cells_missing,
   new hashes), saying PARTIAL at the top;
@@ -20,21 +23,18 @@ import os
 import shutil
 import sys
 import tempfile
+import types
+
+from script_checks import check, finish
 
 src = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 sys.path.insert(0, os.path.join(src, "tools"))
 import lamp_table  # noqa: E402
+import results  # noqa: E402
 from results import (ResultSetError, fmt_interval, load_result_set, loglog_interp,  # noqa: E402
                      round_to_interval, sig_figs)
 
 SET = os.path.join(src, "tests", "data", "lamp-small")
-failures = []
-
-
-def check(cond, what):
-    if not cond:
-        failures.append(what)
-        print("FAIL:", what)
 
 
 def refused(d, name):
@@ -43,9 +43,24 @@ def refused(d, name):
         load_result_set(d)
     except ResultSetError as e:
         msg = str(e)
-        check("\n" not in msg, f"one-line error, got {msg!r}")
+        check(len(msg.splitlines()) == 1, f"one-line error, got {msg!r}")
         return name in msg
+    except Exception as e:  # noqa: BLE001 — anything but ResultSetError is a failure of the reader
+        check(False, f"load_result_set crashed: {type(e).__name__}: {str(e)[:100]}")
     return False
+
+
+def rewrite_results_json(d, blob, **fields):
+    """d/results.json replaced by blob, and the manifest rewritten as a writer would: its hash, and
+    `fields` set."""
+    with open(os.path.join(d, "results.json"), "wb") as f:
+        f.write(blob)
+    with open(os.path.join(d, "manifest.json")) as f:
+        m = json.load(f)
+    m.update(fields)
+    m["files"]["results.json"] = hashlib.sha256(blob).hexdigest()
+    with open(os.path.join(d, "manifest.json"), "w") as f:
+        f.write(json.dumps(m, indent=1) + "\n")
 
 
 def tables(d):
@@ -74,6 +89,44 @@ with tempfile.TemporaryDirectory() as tmp:
     shutil.copytree(SET, d)
     os.remove(os.path.join(d, "results.csv"))
     check(refused(d, "results.csv"), "a set missing a listed file is refused")
+    # a directory name with characters str.splitlines() splits at (U+2028, NEL) and a C1 control
+    d = os.path.join(tmp, "no\u2028such\x85set\x9b")
+    check(refused(d, "no\\u2028such\\x85set\\x9b"), "a missing set's name is escaped in its refusal")
+    d = os.path.join(tmp, os.fsdecode(b"not-utf8-\xff"))  # the byte comes back as \xff, not a lone surrogate
+    check(refused(d, "not-utf8-\\xff"), "a name that is not UTF-8 is escaped in its refusal")
+
+    # results.json replaced right after the reader hashed it (hashlib's digest is the moment): the
+    # cells returned must be those hashed, not the replacement's
+    d = os.path.join(tmp, "swapped")
+    shutil.copytree(SET, d)
+    listed = json.load(open(os.path.join(d, "manifest.json")))["files"]["results.json"]
+
+    class SwapAfterHash:
+        def __init__(self, data=b""):
+            self.h = hashlib.sha256(data)
+
+        def update(self, data):
+            self.h.update(data)
+
+        def hexdigest(self):
+            got = self.h.hexdigest()
+            if got == listed:
+                with open(os.path.join(d, "results.json"), "w") as f:
+                    f.write('{"cells": []}\n')
+            return got
+
+    results.hashlib = types.SimpleNamespace(sha256=SwapAfterHash)
+    try:
+        _, got = load_result_set(d)
+    finally:
+        results.hashlib = hashlib
+    check(len(got) == len(cells), f"the cells read are those hashed ({len(got)} of {len(cells)} cells read)")
+
+    # a results.json nested deeper than Python's parser recurses, listed with its true hash
+    d = os.path.join(tmp, "deep")
+    shutil.copytree(SET, d)
+    rewrite_results_json(d, b'{"cells": ' + b"[" * 100000 + b"]" * 100000 + b"}")
+    check(refused(d, "results.json"), "a results.json nested 100,000 levels deep is refused naming it")
 
     # a partial set, written as the merge would write one: every cell of mu = 10 gone, and the
     # strict mu = 4 tau = 1 cell; "inf"/"nan" strings in place of numbers of one cell
@@ -89,12 +142,7 @@ with tempfile.TemporaryDirectory() as tmp:
     bad = next(c for c in keep if c["kind"] == "lamp" and c["rule"] == "relaxed" and not c["random_control"])
     bad["kl"], bad["kl_interval"], bad["kl_ratio"], bad["kl_ratio_interval"] = "inf", ["nan", "inf"], 0.0, [0, 0]
     res["cells"] = keep
-    blob = (json.dumps(res, indent=1) + "\n").encode()
-    open(os.path.join(d, "results.json"), "wb").write(blob)
-    m = json.load(open(os.path.join(d, "manifest.json")))
-    m["partial"], m["cells_missing"] = True, missing
-    m["files"]["results.json"] = hashlib.sha256(blob).hexdigest()
-    open(os.path.join(d, "manifest.json"), "w").write(json.dumps(m, indent=1) + "\n")
+    rewrite_results_json(d, (json.dumps(res, indent=1) + "\n").encode(), partial=True, cells_missing=missing)
     pm, pc = load_result_set(d)
     pbad = next(c for c in pc if c["cell"] == bad["cell"])
     check(pm["partial"] and pm["cells_missing"] == missing, "partial manifest read")
@@ -121,6 +169,4 @@ check(round_to_interval(0.0124139, 0.0086, 0.01682) == 0.012, "round_to_interval
 check(sig_figs(1234.5678, 1234.5, 1234.6) == 4 and sig_figs(0.3, 0.1, 10) == 1, "sig_figs clamps to 1..4")
 check(fmt_interval(1178.8, 592.6, 2640) == "1000 [600, 3000]", "fmt_interval ends keep a figure of their own")
 
-if failures:
-    sys.exit(f"{len(failures)} check(s) failed")
-print("results.py / lamp_table.py checks passed")
+finish("results.py / lamp_table.py checks passed")

@@ -1,5 +1,7 @@
 // test_study — what results are made of: cell keys, result sets, bootstrap intervals, range
 // health of a forward pass, non-finite metrics, and exceptions inside parallel regions.
+#include <sys/stat.h>
+
 #include <catch2/catch.hpp>
 #include <fmt/format.h>
 
@@ -19,7 +21,11 @@
 #include "nn/policy.h"
 #include "core/round_array.h"
 #include "exp/eval.h"
+#include "exp/gnmr_study.h"
+#include "exp/lamp_sweep.h"
 #include "exp/merge.h"
+#include "exp/mu_sweep.h"
+#include "exp/optim_study.h"
 #include "exp/policy_sweep.h"
 #include "exp/slurm.h"
 #include "exp/study.h"
@@ -86,18 +92,27 @@ TEST_CASE("result sets: the manifest is written last and holds every file's SHA-
   fs::remove_all(d);
 }
 
-TEST_CASE("shards: k/N computes the cells i = k mod N, the merge reads them all; bad choices refused") {
-  const fs::path d = scratch("shards");
+namespace {
+// A study of n cells, cell i keyed {"cell": i} holding {"value": value(i)}; `computed` collects
+// the cells it computes, in order.
+StudyPlan counting_plan(size_t n, std::vector<size_t>& computed, std::function<double(size_t)> value) {
   StudyPlan plan;
-  plan.label = "t", plan.cells = 7, plan.unit = "cells";
+  plan.label = "t", plan.cells = n, plan.unit = "cells";
   plan.name = [](size_t i) { return std::to_string(i); };
   plan.key = [](size_t i) { return ojson{{"cell", i}}; };
-  std::vector<size_t> computed;
-  plan.compute = [&](size_t i, const std::function<void()>& tick) {
+  plan.compute = [&computed, value](size_t i, const std::function<void()>& tick) {
     computed.push_back(i);
     tick();
-    return ojson{{"value", double(i * i)}};
+    return ojson{{"value", value(i)}};
   };
+  return plan;
+}
+}  // namespace
+
+TEST_CASE("shards: k/N computes the cells i = k mod N, the merge reads them all; bad choices refused") {
+  const fs::path d = scratch("shards");
+  std::vector<size_t> computed;
+  const StudyPlan plan = counting_plan(7, computed, [](size_t i) { return double(i * i); });
   StudyOptions o;
   o.out = d.string(), o.progress = ProgressMode::quiet, o.log = nullptr;
   parse_shard("1/3", o);
@@ -126,6 +141,108 @@ TEST_CASE("shards: k/N computes the cells i = k mod N, the merge reads them all;
   CellChoice both;
   both.cell = 2, both.shard = 0, both.shards = 2;
   CHECK_THAT(error_of([&] { check_cell_choice(7, both); }), Catch::Contains("--cell and --shard"));
+  fs::remove_all(d);
+}
+
+TEST_CASE("cells are hashed: an edited cell is refused by the merge and on resume, and --overwrite says it recomputes it") {
+  const fs::path d = scratch("hashed-cells");
+  std::vector<size_t> computed;
+  const StudyPlan plan = counting_plan(3, computed, [](size_t i) { return double(i) + 0.5; });
+  StudyOptions o;
+  o.out = d.string(), o.progress = ProgressMode::quiet, o.log = nullptr;
+  REQUIRE(run_study(plan, o).merge);
+  // each cell's SHA-256 beside it, as sha256sum writes it
+  for (size_t i = 0; i < 3; ++i) {
+    const std::string cell = cell_path(o.out, i);
+    CHECK(read_file(cell + ".sha256") == sha256_hex(read_file(cell)) + "  " + std::to_string(i) + ".json\n");
+  }
+  StudyOptions merge = o;
+  merge.merge_only = true;
+  auto one_line = [](const std::string& e) { return e.find('\n') == std::string::npos; };
+  // an edited value: the key still matches, the hash does not
+  const std::string cell1 = cell_path(o.out, 1), original = read_file(cell1);
+  std::string edited = original;
+  edited.replace(edited.find("1.5"), 3, "9.5");
+  write_file_atomic(cell1, edited);
+  for (const StudyOptions& run : {merge, o}) {  // merging, and resuming: never reused, never silently re-run
+    const std::string e = error_of([&] { run_study(plan, run); });
+    CHECK_THAT(e, Catch::Contains("cells/1.json") && Catch::Contains("SHA-256") && Catch::Contains("--overwrite"));
+    CHECK(one_line(e));
+  }
+  CHECK(computed == std::vector<size_t>{0, 1, 2});
+  // --overwrite recomputes it and says so
+  StudyOptions over = o;
+  over.overwrite = true;
+  std::FILE* log = std::tmpfile();
+  over.log = log;
+  const StudyRun r = run_study(plan, over);
+  std::rewind(log);
+  std::string said(4096, '\0');
+  said.resize(std::fread(said.data(), 1, said.size(), log));
+  std::fclose(log);
+  CHECK(computed == std::vector<size_t>{0, 1, 2, 1});
+  CHECK_THAT(said, Catch::Contains("cells/1.json") && Catch::Contains("recomput"));
+  REQUIRE(r.merge);
+  CHECK(r.cells[1]->at("value") == 1.5);
+  CHECK(read_file(cell1) == original);
+  // a cell without its hash, a hash that is not one, a hash of another cell's name: refused alike
+  fs::remove(cell_path(o.out, 2) + ".sha256");
+  CHECK_THAT(error_of([&] { run_study(plan, merge); }), Catch::Contains("cells/2.json"));
+  write_file_atomic(cell_path(o.out, 2) + ".sha256", "not a hash\n");
+  CHECK_THAT(error_of([&] { run_study(plan, merge); }), Catch::Contains("cells/2.json.sha256"));
+  write_file_atomic(cell_path(o.out, 2) + ".sha256", sha256_hex(read_file(cell_path(o.out, 2))) + "  1.json\n");
+  CHECK_THAT(error_of([&] { run_study(plan, merge); }), Catch::Contains("cells/2.json.sha256"));
+  // a hash without its cell (a run killed between the two writes): the cell is missing, and computed
+  fs::remove(cell_path(o.out, 2));
+  CHECK_THAT(error_of([&] { run_study(plan, merge); }), Catch::Contains("missing"));
+  REQUIRE(run_study(plan, o).merge);
+  CHECK(computed == std::vector<size_t>{0, 1, 2, 1, 2});
+  fs::remove_all(d);
+}
+
+// JSON nested 300,000 levels deep overflowed the stack when it was copied or dumped: `mantis merge`
+// and a merge of cells exited 139 (issue 32, an audit of item 6). The depth is refused while parsing.
+TEST_CASE("a manifest or cell nested past 100 levels is refused while it is parsed, however deep") {
+  const fs::path d = scratch("deep-json");
+  std::vector<size_t> computed;
+  const StudyPlan plan = counting_plan(2, computed, [](size_t i) { return double(i); });
+  StudyOptions o;
+  o.out = d.string(), o.progress = ProgressMode::quiet, o.log = nullptr;
+  REQUIRE(run_study(plan, o).merge);
+  auto deep = [](size_t n) { return std::string(n, '[') + std::string(n, ']'); };
+  for (size_t n : {size_t(100), size_t(300'000), size_t(3'000'000)}) {
+    INFO(n);
+    // a cell with a hash that matches: only the depth is wrong
+    const std::string cell = cell_path(o.out, 1), content = R"({"key": {"cell": 1}, "x": )" + deep(n) + "}\n";
+    write_file_atomic(cell, content);
+    write_file_atomic(cell + ".sha256", sha256_hex(content) + "  1.json\n");
+    StudyOptions merge = o;
+    merge.merge_only = true;
+    CHECK_THAT(error_of([&] { run_study(plan, merge); }), Catch::Contains("cells/1.json: malformed cell result (more "
+                                                                         "than 100 levels of nesting)"));
+    const std::string m = R"({"x": )" + deep(n) + R"(, "files": {"results.csv": "0"}})";
+    write_file_atomic((d / "manifest.json").string(), m);
+    CHECK_THAT(error_of([&] { verify_result_set(d.string()); }),
+               Catch::Contains("malformed manifest (more than 100 levels of nesting)"));
+  }
+  fs::remove_all(d);
+}
+
+// A result-set writer removed whatever sat at manifest.json (a FIFO became a regular file, exit 0).
+TEST_CASE("a result set is written only over regular files: a special file in its place is refused, untouched") {
+  const fs::path d = scratch("set-special");
+  write_result_set(d.string(), {{"results.csv", "a\n1\n"}}, ojson::object());
+  for (const char* name : {"manifest.json", "results.csv"}) {
+    INFO(name);
+    const fs::path p = d / name;
+    fs::remove(p);
+    REQUIRE(::mkfifo(p.c_str(), 0600) == 0);
+    CHECK_THAT(error_of([&] { write_result_set(d.string(), {{"results.csv", "a\n2\n"}}, ojson::object()); }),
+               Catch::Contains(p.string() + "' is a FIFO (named pipe), not a regular file"));
+    CHECK(fs::is_fifo(p));
+    fs::remove(p);
+    write_result_set(d.string(), {{"results.csv", "a\n1\n"}}, ojson::object());
+  }
   fs::remove_all(d);
 }
 
@@ -262,6 +379,52 @@ TEST_CASE("policy sweep: cells from the axes; each cell is eval's numbers for it
     write(extra);
     CHECK_THAT(error_of([&] { read_policy_sweep(cfg.string()); }), Catch::Contains(msg));
   }
+  fs::remove_all(d);
+}
+
+TEST_CASE("study axes list each value once, compared after names resolve (aliases, case, files, μ)") {
+  const fs::path d = scratch("axes");
+  const std::string root = MANTIS_SOURCE_DIR;
+  auto refused = [&](const std::string& what, auto read, const std::string& text) {
+    INFO(what << ": " << text);
+    const fs::path cfg = d / "c.toml";
+    std::ofstream(cfg) << text;
+    CHECK_THAT(error_of([&] { read(cfg.string()); }), Catch::Contains("twice"));
+  };
+  auto mu = [](const std::string& p) { return read_mu_sweep(p); };
+  refused("mu-sweep mu", mu, "mu = [3, 3]\nlengths = [16]\n");
+  refused("mu-sweep lengths", mu, "mu = [3]\nlengths = [16, 64, 16]\n");
+  refused("mu-sweep shapes", mu, "mu = [3]\ngemm_shapes = [[4, 4, 16], [4, 4, 16]]\n");
+  // one format under an alias, in capitals, as a file of the same definition, as μ
+  std::ofstream(d / "mybf16.toml") << "name = \"mybf16\"\nmantissa_bits = 7\nexponent_bits = 8\n";
+  const std::string ps = "model = \"m\"\nsites = [\"mlp.fc\"]\n";
+  auto policy = [](const std::string& p) { return read_policy_sweep(p); };
+  refused("formats alias", policy, ps + "formats = [\"bf16\", \"bfloat16\"]\n");
+  refused("formats case", policy, ps + "formats = [\"bf16\", \"BF16\"]\n");
+  refused("formats file", policy, ps + "formats = [\"bf16\", \"" + (d / "mybf16.toml").string() + "\"]\n");
+  refused("formats and mu", policy, ps + "formats = [\"PS4\"]\nmu = [4]\n");
+  refused("bf16 is ps7", policy, ps + "formats = [\"bf16\"]\nmu = [7]\n");
+  refused("roundings", policy, ps + "mu = [4]\nroundings = [\"rne\", \"RNE\"]\n");
+  refused("schemes", policy, ps + "mu = [4]\nschemes = [\"mxfp4\", \"MXFP4\"]\n");
+  refused("sites", policy, "model = \"m\"\nmu = [4]\nsites = [\"mlp.fc\", \"mlp.fc\"]\n");
+  auto lamp = [](const std::string& p) { return read_lamp_sweep(p); };
+  refused("lamp strict_tau", lamp, "model = \"m\"\nstrict_tau = [0.1, 1e-1]\n");
+  refused("lamp relaxed_tau", lamp, "model = \"m\"\nrelaxed_tau = [0.0, -0.0]\n");
+  // one model under two paths (its name in the results is the file's stem)
+  const std::string om = root + "/tests/data/optim-small-model.toml";
+  const std::string om2 = root + "/tests/data/../data/optim-small-model.toml";
+  auto optim = [](const std::string& p) { return read_optim_study(p); };
+  refused("optim models", optim, "models = [\"" + om + "\", \"" + om2 + "\"]\noptimizers = [\"adamw\"]\n");
+  auto gnmr = [](const std::string& p) { return read_gnmr_study(p); };
+  const std::string arm = "[[arm]]\nname = \"a\"\nconfig = \"\"\n";
+  refused("gnmr models", gnmr, "models = [\"a/train-x.toml\", \"b/x.toml\"]\n" + arm);
+  refused("gnmr also_validate", gnmr, "models = [\"x.toml\"]\nalso_validate = [\"validation\", \"validation\"]\n" + arm);
+  // distinct values stay distinct
+  const fs::path cfg = d / "c.toml";
+  std::ofstream(cfg) << ps << "formats = [\"bf16\", \"fp16\", \"" << (d / "mybf16.toml").string() << "x\"]\n";
+  CHECK_THAT(error_of([&] { read_policy_sweep(cfg.string()); }), Catch::Contains("mybf16.tomlx"));  // a missing file
+  std::ofstream(cfg) << ps << "formats = [\"bf16\", \"fp16\", \"e5m2\"]\nmu = [4, 10]\nroundings = [\"rne\", \"sr\"]\n";
+  CHECK(read_policy_sweep(cfg.string()).formats.size() == 5);
   fs::remove_all(d);
 }
 

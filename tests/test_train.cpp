@@ -1,5 +1,7 @@
 // test_train — the training loop: determinism across threads, bit-identical resume, controller
 // hooks, bad input (the optimizers, schedule and clipping: test_optim).
+#include <sys/stat.h>
+
 #include <catch2/catch.hpp>
 #include <fmt/format.h>
 #include <sys/wait.h>
@@ -399,6 +401,27 @@ TEST_CASE("training: a non-finite update stops with the step named and leaves no
   CHECK(msg.find('\n') == std::string::npos);
   std::error_code ec;  // (the directory need not exist at all)
   for (auto& e : fs::directory_iterator(dir, ec)) CHECK(e.path().filename().string().find("checkpoint") == std::string::npos);
+}
+
+// A FIFO (or any non-directory) at a checkpoint's name was swapped out and removed, exit 0 (issue 32,
+// an audit of item 3): only an interrupted run's checkpoint directory may be replaced there.
+TEST_CASE("training: a special file or a file at a checkpoint's name is refused and left as it was") {
+  const std::string dir = (scratch() / "ckpt-special").string();
+  fs::create_directories(dir);
+  const std::string ck = dir + "/checkpoint-00000001";
+  REQUIRE(::mkfifo(ck.c_str(), 0600) == 0);
+  TrainConfig c = tiny("gpt2", dir);
+  c.steps = 1;
+  CHECK_THAT(error_of([&] { Trainer(c).run(); }), Catch::Contains(ck + " is a FIFO (named pipe), not a checkpoint directory"));
+  CHECK(fs::is_fifo(ck));
+  fs::remove(ck);
+  write_file_atomic(ck, "a file");
+  CHECK_THAT(error_of([&] { Trainer(c).run(); }), Catch::Contains(ck + " is a file, not a checkpoint directory"));
+  CHECK(read_file(ck) == "a file");
+  fs::remove(ck);
+  fs::create_directories(ck);  // an interrupted run's directory: swapped out
+  Trainer(c).run();
+  CHECK(fs::exists(ck + "/config.json"));
 }
 
 TEST_CASE("training: a huge ctx is refused before the model is allocated") {

@@ -2,10 +2,27 @@
 
 A command's results (results.csv, results.json, ...) and DIR/manifest.json form one result set
 (src/exp/study.h): manifest.json is written last and lists the SHA-256 of every file of the set under
-"files". A directory without a manifest, or with a listed file that is missing or whose SHA-256
-differs, holds an interrupted or mixed set; `load_result_set` refuses it with a one-line error
-naming the file (ResultSetError, a SystemExit: a script that does not catch it exits with the
-message on stderr and status 1).
+"files". Readers hold every set to one rule (`read_result_set` here, which hands the reader the
+bytes it hashed; read_result_set in src/exp/study.h for every C++ reader, whose comment states the
+same rule in the same words):
+
+  The result-set rule. A directory DIR holds a valid result set when
+  1. DIR/manifest.json is a regular file (not a symbolic link) of at most 64 MiB holding one
+     JSON object (RFC 8259: UTF-8 without a byte-order mark, no NaN or Infinity, no number
+     beyond binary64's range, no unpaired surrogate), with no key twice in any object and at
+     most 100 levels of nesting;
+  2. its "files" is a non-empty object {name: SHA-256};
+  3. every name is a relative path inside DIR: '/'-separated, not absolute, with no empty, '.'
+     or '..' component, no backslash and no control character;
+  4. every SHA-256 is a string of 64 lower-case hexadecimal digits;
+  5. every file the reader reads is among the names;
+  6. every name is a regular file reached from DIR without following a symbolic link, and its
+     SHA-256 equals the listed one.
+  Anything else is refused with one line naming the manifest or the file.
+
+The refusal is ResultSetError (a SystemExit: a script that does not catch it exits with the
+message on stderr and status 1). tests/test_result_set_rule.py holds both readers to the rule on
+the same tampered sets.
 
 JSON has no infinities or NaN, so mantis writes them as the strings "inf", "-inf" and "nan";
 `load_result_set` turns those strings back into floats in every field except the few that hold
@@ -17,13 +34,37 @@ import hashlib
 import json
 import math
 import os
+import re
+import stat
 
-__all__ = ["ResultSetError", "load_result_set", "is_finite", "loglog_interp", "sig_figs", "round_to_interval",
-           "fmt_num", "fmt_interval"]
+__all__ = ["ResultSetError", "read_result_set", "verify_result_set", "load_result_set", "is_finite", "loglog_interp",
+           "sig_figs", "round_to_interval", "fmt_num", "fmt_interval"]
+
+
+def _one_line(s):
+    """s as one line, escaped as the C++ side escapes an InputError's message (core/error.h:
+    escape_control): C0 controls, DEL and C1 controls as \\xNN, U+2028 and U+2029 as \\uNNNN, and a
+    byte that was not UTF-8 (a lone surrogate U+DC80..U+DCFF of os.fsdecode) as the \\xNN of that
+    byte (another lone surrogate as \\uNNNN): nothing str.splitlines() splits at, nothing that
+    cannot be encoded."""
+    def esc(c):
+        u = ord(c)
+        if u < 0x20 or 0x7F <= u < 0xA0:
+            return f"\\x{u:02x}"
+        if 0xDC80 <= u <= 0xDCFF:
+            return f"\\x{u - 0xDC00:02x}"
+        if u in (0x2028, 0x2029) or 0xD800 <= u <= 0xDFFF:
+            return f"\\u{u:04x}"
+        return c
+    return "".join(map(esc, s))
 
 
 class ResultSetError(SystemExit):
-    """A result set that must not be read (no manifest, a missing file, a hash that differs)."""
+    """A result set that must not be read (no manifest, a missing file, a hash that differs); its
+    message is one line (_one_line), whatever names from the manifest or the caller it echoes."""
+
+    def __init__(self, message):
+        super().__init__(_one_line(str(message)))
 
 
 # fields whose string values are text, never a spelled-out number
@@ -43,48 +84,178 @@ def _numbers(v, key=None):
     return v
 
 
-def _sha256(path):
+def _sha256(path, keep):
+    """(SHA-256 of the file at path, its bytes where keep else None): a file the reader reads is
+    hashed from the bytes it is then given, never read a second time."""
     h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
-def _read_json(path, what):
+    blocks = []
     try:
-        with open(path, encoding="utf-8") as f:
-            return json.load(f)
-    except json.JSONDecodeError as e:
-        raise ResultSetError(f"{path}: malformed JSON ({what}): {e}") from None
+        with open(path, "rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                h.update(block)
+                if keep:
+                    blocks.append(block)
     except OSError as e:
-        raise ResultSetError(f"{path}: cannot read {what}: {e.strerror}") from None
+        raise ResultSetError(f"{path}: cannot be read: {e.strerror}") from None
+    return h.hexdigest(), b"".join(blocks) if keep else None
 
 
-def verify_result_set(d):
-    """The manifest of result set `d` after checking every file it lists; ResultSetError otherwise."""
-    mpath = os.path.join(d, "manifest.json")
+def _json_of(raw, path, what):
+    """The JSON document raw (bytes read from path)."""
+    try:
+        return json.loads(raw.decode("utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ResultSetError(f"{path}: malformed JSON ({what}): {e}") from None
+    except RecursionError:  # deeper than the parser's recursion reaches
+        raise ResultSetError(f"{path}: malformed JSON ({what}): nested too deeply") from None
+
+
+_MANIFEST_MAX_BYTES = 64 << 20
+_MANIFEST_MAX_DEPTH = 100
+_SHA256 = re.compile(r"[0-9a-f]{64}")
+
+
+class _Malformed(ValueError):
+    pass
+
+
+def _unique_keys(pairs):
+    seen = set()
+    for k, _ in pairs:
+        if k in seen:
+            raise _Malformed(f'the key "{k}" twice in one object')
+        seen.add(k)
+    return dict(pairs)
+
+
+def _finite_float(s):
+    x = float(s)
+    if math.isinf(x):
+        raise _Malformed(f"the number {s[:40]} is beyond binary64's range")
+    return x
+
+
+def _binary64_int(s):
+    x = int(s)
+    try:
+        float(x)
+    except OverflowError:
+        raise _Malformed(f"the number {s[:40]}… is beyond binary64's range") from None
+    return x
+
+
+def _no_constant(s):
+    raise _Malformed(f"{s} is not JSON")
+
+
+def _nesting(v, limit):
+    """Levels of nesting of v (a scalar 0, a container 1 + its deepest element), counted up to limit + 1."""
+    if not isinstance(v, (dict, list)):
+        if isinstance(v, str):
+            v.encode("utf-8")  # an unpaired surrogate raises UnicodeEncodeError
+        return 0
+    d = 0
+    for k, e in (v.items() if isinstance(v, dict) else enumerate(v)):
+        if isinstance(k, str):
+            k.encode("utf-8")
+        if d >= limit:
+            break
+        d = max(d, _nesting(e, limit - 1))
+    return d + 1
+
+
+def _parse_manifest(mpath):
+    """Rule 1: the manifest's JSON, refusing what two readers could read two ways."""
+    try:
+        with open(mpath, "rb") as f:
+            raw = f.read(_MANIFEST_MAX_BYTES + 1)
+    except OSError as e:
+        raise ResultSetError(f"{mpath}: cannot read the manifest: {e.strerror}") from None
+    if len(raw) > _MANIFEST_MAX_BYTES:
+        raise ResultSetError(f"{mpath}: the manifest is larger than {_MANIFEST_MAX_BYTES} bytes")
+    try:
+        if raw.startswith(b"\xef\xbb\xbf"):
+            raise _Malformed("a byte-order mark before the JSON")
+        m = json.loads(raw.decode("utf-8"), object_pairs_hook=_unique_keys, parse_float=_finite_float,
+                       parse_int=_binary64_int, parse_constant=_no_constant)
+        if _nesting(m, _MANIFEST_MAX_DEPTH) > _MANIFEST_MAX_DEPTH:
+            raise _Malformed(f"more than {_MANIFEST_MAX_DEPTH} levels of nesting")
+    except RecursionError:
+        raise ResultSetError(f"{mpath}: malformed manifest (more than {_MANIFEST_MAX_DEPTH} levels of nesting)") from None
+    except (ValueError, UnicodeError) as e:  # JSONDecodeError, _Malformed, UnicodeDecodeError / EncodeError
+        raise ResultSetError(f"{mpath}: malformed manifest ({e})") from None
+    return m
+
+
+def _plain_relative_path(name):
+    """Rule 3: a relative path of plain components."""
+    if not name or name.startswith("/") or any(c == "\\" or ord(c) < 0x20 or ord(c) == 0x7F for c in name):
+        return False
+    return all(part not in ("", ".", "..") for part in name.split("/"))
+
+
+def read_result_set(d, reads):
+    """(manifest, {name: bytes}) of result set `d` under the result-set rule (above), `reads` being
+    the files the caller reads: their bytes, each hashed from the bytes returned (a file replaced
+    after its hash was checked cannot be read in its place; as read_result_set in study.h).
+    ResultSetError for anything the rule refuses."""
     if not os.path.isdir(d):
-        raise ResultSetError(f"{d}: not a directory (expected a result set: results.json, manifest.json, ...)")
-    if not os.path.isfile(mpath):
+        raise ResultSetError(f"{d}: not a directory (expected a result set: its results and manifest.json)")
+    mpath = os.path.join(d, "manifest.json")
+    if not os.path.lexists(mpath):
         raise ResultSetError(f"{mpath}: no manifest: the result set is incomplete (an interrupted run?) or was "
                              "not written by a result-set writer; merge it again")
-    man = _read_json(mpath, "result-set manifest")
-    files = man.get("files") if isinstance(man, dict) else None
+    if os.path.islink(mpath) or not os.path.isfile(mpath):
+        raise ResultSetError(f"{mpath}: not a regular file ("
+                             f"{'a symbolic link' if os.path.islink(mpath) else 'a directory or special file'}): "
+                             "a result set's manifest is one")
+    man = _parse_manifest(mpath)
+    if not isinstance(man, dict):
+        raise ResultSetError(f"{mpath}: not a JSON object")
+    files = man.get("files")
     if not isinstance(files, dict) or not files:
-        raise ResultSetError(f"{mpath}: the manifest lists no files (\"files\": {{name: sha256}}): written by an "
-                             "older mantis? merge the set again")
+        raise ResultSetError(f"{mpath}: lists no files (\"files\": {{name: sha256}}): written before result sets "
+                             "carried them, or changed; write the set again")
     for name, want in files.items():
-        path = os.path.join(d, name)
-        if os.path.isabs(name) or ".." in name.replace("\\", "/").split("/"):
-            raise ResultSetError(f"{mpath}: lists '{name}', which is outside the result set")
-        if not os.path.isfile(path):
-            raise ResultSetError(f"{path}: listed in the manifest but missing: an interrupted or mixed result set")
-        got = _sha256(path)
+        if not _plain_relative_path(name):
+            raise ResultSetError(f"{mpath}: lists '{name}', which is not a path inside the result set")
+        if not isinstance(want, str) or not _SHA256.fullmatch(want):
+            raise ResultSetError(f"{mpath}: the SHA-256 of '{name}' is not 64 lower-case hex digits")
+    for name in reads:
+        if name not in files:
+            raise ResultSetError(f"{mpath}: {name} is not part of this result set (the manifest does not list it)")
+    content = {}
+    for name, want in files.items():
+        # every component from d down, without following a link
+        path = d
+        parts = name.split("/")
+        for i, part in enumerate(parts):
+            path = os.path.join(path, part)
+            last = i == len(parts) - 1
+            try:
+                st = os.lstat(path)
+            except FileNotFoundError:
+                raise ResultSetError(f"{path}: listed in {mpath} but missing (an interrupted or mixed result set)") \
+                    from None
+            except OSError as e:
+                raise ResultSetError(f"{path}: cannot be read: {e.strerror}") from None
+            if stat.S_ISLNK(st.st_mode):
+                raise ResultSetError(f"{path}: a symbolic link, not a file of the result set ({mpath} lists {name})")
+            if not (stat.S_ISREG(st.st_mode) if last else stat.S_ISDIR(st.st_mode)):
+                raise ResultSetError(f"{path}: not a {'regular file' if last else 'directory'} ({mpath} lists {name})")
+        got, raw = _sha256(path, name in reads)
         if got != want:
-            raise ResultSetError(f"{path}: SHA-256 {got[:12]}… differs from the manifest's {str(want)[:12]}…: the "
-                                 "file was changed after the set was written (an interrupted or mixed set)")
-    return man
+            raise ResultSetError(f"{path}: SHA-256 {got[:12]}… differs from the manifest's {want[:12]}…: changed "
+                                 "after the set was written (an interrupted or mixed result set)")
+        if raw is not None:
+            content[name] = raw
+    return man, content
+
+
+def verify_result_set(d, reads=()):
+    """The manifest of result set `d` under the result-set rule (above), `reads` being the files the
+    caller reads (read_result_set, their bytes dropped); ResultSetError otherwise."""
+    return read_result_set(d, reads)[0]
 
 
 def load_result_set(d):
@@ -94,10 +265,8 @@ def load_result_set(d):
     one of them. Numbers spelled "inf"/"-inf"/"nan" come back as floats. A partial set
     (manifest["partial"]) is returned as is: its cells are those present.
     """
-    man = verify_result_set(d)
-    if "results.json" not in man["files"]:
-        raise ResultSetError(f"{os.path.join(d, 'manifest.json')}: results.json is not part of this result set")
-    res = _read_json(os.path.join(d, "results.json"), "results")
+    man, content = read_result_set(d, ["results.json"])
+    res = _json_of(content["results.json"], os.path.join(d, "results.json"), "results")
     if not isinstance(res, dict) or not isinstance(res.get("cells"), list):
         raise ResultSetError(f"{os.path.join(d, 'results.json')}: no \"cells\" array")
     man = _numbers(man)

@@ -1,9 +1,16 @@
 """mantis — exact emulation of custom floating-point formats, from Python.
 
 The same library the `mantis` command line runs, called in process on numpy arrays (no copies:
-results are written into a new array or into ``out=``, which may be the input). Every result is
-bit-identical to the CLI's (tests/test_python.py checks it). Bad input raises ``mantis.Error``
-(a ValueError) with the CLI's one-line message. Long calls release the GIL.
+results are written into a new array or into ``out=``, which may be x itself — the same bytes with
+the same dtype and shape — or memory x does not share; any other overlap is refused). Every result is
+bit-identical to the CLI's (tests/test_python.py checks it). Long calls release the GIL.
+
+Bad input raises ``mantis.Error`` (a ValueError): one line that starts with the call's name —
+and, where the library refused a value, the CLI's message after it. Every argument of every call
+goes through one conversion layer (native.cpp): an unknown keyword or a missing argument is an
+error; integers are ints or numpy integers (not bools or floats) in a stated range, never wrapped
+or truncated (seed, stream, index0: 0..2^64-1; sr_bits: 1..32); flags are True or False; names are
+strings; arrays keep their shape (0-d included) and must already have the dtype the call needs.
 
     import numpy as np, mantis
     x = np.random.default_rng(0).standard_normal(10**6).astype(np.float32)
@@ -13,14 +20,15 @@ bit-identical to the CLI's (tests/test_python.py checks it). Bad input raises ``
 Random words: element i of the flattened (C-order) array uses Philox (seed, stream, index0 + i),
 so a tensor rounded in slices gives the same bits as rounded whole.
 """
+import functools as _functools
+import inspect as _inspect
 import json as _json
 import os as _os
 import tempfile as _tempfile
 
-import numpy as _np
-
 from . import _mantis
-from ._mantis import Error, GemmSpec, Model, Scheme, SitePolicy
+from ._mantis import Error, GemmSpec, Model, Scheme, SitePolicy, dot, gemm, load_model, quantize, round, \
+    round_reference, set_threads, site_gemm, threads
 
 __all__ = ["Error", "Format", "Scheme", "GemmSpec", "Policy", "Model", "SitePolicy", "formats", "schemes",
            "roundings", "sites", "round", "round_reference", "quantize", "gemm", "dot", "load_model", "logits",
@@ -28,26 +36,67 @@ __all__ = ["Error", "Format", "Scheme", "GemmSpec", "Policy", "Model", "SitePoli
 
 Error.__module__ = __name__
 version = _mantis.version
-set_threads = _mantis.set_threads
-threads = _mantis.threads
 
 
+def _api(**kinds):
+    """The functions written in Python (here and in mantis.torch) take their arguments as the
+    native calls do: a wrong call (an unknown keyword, a missing or surplus argument) is one line of
+    mantis.Error naming the call, and each parameter named in ``kinds`` is converted by native.cpp's
+    conversion layer (``_mantis.convert``: the kinds bool, u64, layer, slot, real, site). An
+    error of a call made inside gets this call's name in front ("logits: Policy: ...")."""
+
+    def wrap(f):
+        sig = _inspect.signature(f)
+        name = f.__qualname__.split(".<locals>.")[-1].removesuffix(".__init__")
+
+        @_functools.wraps(f)
+        def call(*args, **kwargs):
+            try:
+                bound = sig.bind(*args, **kwargs)
+            except TypeError as e:
+                raise Error(f"{name}: {_mantis.one_line(str(e))}") from None
+            for p, kind in kinds.items():
+                if p in bound.arguments:  # defaults are valid
+                    bound.arguments[p] = _mantis.convert(name, p, kind, bound.arguments[p])
+            try:
+                return f(*bound.args, **bound.kwargs)
+            except Error as e:
+                if str(e).startswith(name + ": "):
+                    raise
+                raise Error(f"{name}: {e}") from None
+
+        return call
+
+    return wrap
+
+
+def _shown(v):
+    """A value the caller gave, in a message: its type and a short repr, one line."""
+    return _mantis.shown(v)
+
+
+@_api()
 def formats():
     """The named formats (formats/*.toml and their aliases); the families ps<μ>, e<E>m<M>, … are
     described by ``mantis.Format.__doc__`` and `mantis formats`."""
     return list(_mantis.named_formats()) + [a for a, _ in _mantis.format_aliases()]
 
 
+@_api()
 def schemes():
     """The scaled-format presets (OCP MX, NVFP4, DeepSeek tiles, INT8)."""
     return list(_mantis.scheme_presets())
 
 
+@_api()
 def roundings():
+    """The rounding modes (rne, rna, rz, ru, rd, ro, sr, sre)."""
     return list(_mantis.rounding_names())
 
 
+@_api()
 def sites():
+    """The sites a policy names (attn.qkv, attn.qk, …)."""
     return [s.strip() for s in _mantis.site_names().split(",")]
 
 
@@ -57,101 +106,17 @@ class Format(_mantis.Format):
     as keyword arguments (``Format(name="my8", mantissa_bits=3, exponent_bits=4, specials="fn",
     overflow="nan")``), validated exactly as a .toml file is. `mantis formats` lists the families."""
 
+    @_api()
     def __init__(self, name=None, *, toml=None, source="<string>", **fields):
         if fields:
             if toml is not None:
-                raise Error("format: give TOML text or keyword fields, not both")
-            toml, source = _toml({"name": name, **fields} if name is not None else fields), "<keyword arguments>"
-        if toml is not None:
-            super().__init__(toml=toml, source=source)
-        elif isinstance(name, str):
-            super().__init__(name)
-        else:
-            raise Error(f"format: expected a name, a .toml path, toml= or keyword fields, got {type(name).__name__}")
+                raise Error("Format: give TOML text or keyword fields, not both")
+            toml, source = _toml({"name": name, **fields} if name is not None else fields, "Format"), "<keyword arguments>"
+            name = None
+        super().__init__(name, toml=toml, source=source)
 
 
-def _format(f):
-    if isinstance(f, _mantis.Format):
-        return f
-    if isinstance(f, str):
-        return Format(f)
-    raise Error(f"format: expected a name, a .toml path or a mantis.Format, got {type(f).__name__}")
-
-
-def _scheme(s):
-    if isinstance(s, Scheme):
-        return s
-    if isinstance(s, str):
-        return Scheme(s)
-    raise Error(f"scheme: expected a preset name, a .toml path or a mantis.Scheme, got {type(s).__name__}")
-
-
-def _float_array(x, what="x"):
-    a = _np.asarray(x)
-    if a.dtype not in (_np.float32, _np.float64):
-        raise Error(f"{what} has dtype {a.dtype}; expected float32 or float64 (convert explicitly)")
-    return _np.ascontiguousarray(a)
-
-
-def _check_out(a, out, call):
-    """out= may be x itself, or memory x does not share: a partial overlap would read elements the
-    call has already overwritten."""
-    if out is None:
-        return
-    if not isinstance(out, _np.ndarray) or not (out.flags.c_contiguous and out.flags.writeable):
-        raise Error(f"{call}: out must be a writeable C-contiguous numpy array")
-    same = out.__array_interface__["data"][0] == a.__array_interface__["data"][0]
-    if not same and _np.shares_memory(out, a):
-        raise Error(f"{call}: out overlaps x without being x (give x itself, or separate memory)")
-
-
-def round(x, fmt, mode="rne", seed=0, stream=0, index0=0, out=None, sr_bits=32):
-    """x rounded to ``fmt`` (float32 / float64 array; the result has x's dtype, float64 where the
-    format does not fit binary32, or is written into ``out``, which may be x itself)."""
-    a = _float_array(x)
-    _check_out(a, out, "round")
-    return _mantis.round(a, _format(fmt), mode, seed, stream, index0, sr_bits, out)
-
-
-def round_reference(x, fmt, mode="rne", seed=0, stream=0, index0=0, sr_bits=32):
-    """The MPFR oracle's rounding (float64 result): what ``round`` is tested against."""
-    return _mantis.round_reference(_float_array(x), _format(fmt), mode, seed, stream, index0, sr_bits)
-
-
-def quantize(x, scheme, mode="rne", seed=0, stream=0, out=None, sr_bits=32, stats=False):
-    """The dequantised values of x under a scaled format (a matrix whose columns are its last axis,
-    as `mantis quantize`); element (i, j) rounds with word (seed, stream, i·cols + j).
-    stats=True also returns the scales and block counts (what `mantis quantize --json` prints)."""
-    a = _float_array(x)
-    _check_out(a, out, "quantize")
-    y, st = _mantis.quantize(a, _scheme(scheme), mode, seed, stream, sr_bits, out)
-    return (y, st) if stats else y
-
-
-def _spec(spec, kw):
-    if spec is None:
-        return GemmSpec(**{k: (_format(v) if k in ("acc", "input") and v is not None else v) for k, v in kw.items()})
-    if kw:
-        raise Error("give either a GemmSpec or keyword arguments, not both")
-    if isinstance(spec, (str, _mantis.Format)):
-        return GemmSpec(_format(spec))
-    return spec
-
-
-def gemm(a, b, spec=None, out_dtype="float64", reference=False, **kw):
-    """C = A·B with a rounded accumulator (core/gemm.h): A [M, K], B [K, N] float32. ``spec`` is a
-    GemmSpec, an accumulator format, or keyword arguments of GemmSpec (acc=, mode=, accumulation=,
-    block=, align_bits=, input=, input_mode=, sr_bits=, seed=, stream=). float64 results hold the
-    accumulator's values exactly; reference=True computes them with the MPFR oracle."""
-    return _mantis.gemm(_np.ascontiguousarray(a), _np.ascontiguousarray(b), _spec(spec, kw), out_dtype, reference)
-
-
-def dot(x, y, spec=None, reference=False, **kw):
-    """x·y (float32 vectors) with a rounded accumulator; as `mantis dot`."""
-    return _mantis.dot(_np.ascontiguousarray(x), _np.ascontiguousarray(y), _spec(spec, kw), reference)
-
-
-def _toml_value(v):
+def _toml_value(v, call):
     if isinstance(v, bool):
         return "true" if v else "false"
     if isinstance(v, (int, float)):
@@ -159,22 +124,22 @@ def _toml_value(v):
     if isinstance(v, str):
         return _json.dumps(v)  # a TOML basic string is a JSON string
     if isinstance(v, (list, tuple)):
-        return "[" + ", ".join(_toml_value(e) for e in v) + "]"
-    raise Error(f"policy: cannot write {type(v).__name__} {v!r} as a TOML value")
+        return "[" + ", ".join(_toml_value(e, call) for e in v) + "]"
+    raise Error(f"{call}: cannot write {_shown(v)} as a TOML value")
 
 
-def _toml(d, prefix=""):
+def _toml(d, call, prefix=""):
     """A dict as TOML text: scalars and arrays first, then one [table] per nested dict."""
     lines, tables = [], []
     for k, v in d.items():
         if isinstance(v, dict):
             tables.append((k, v))
         else:
-            lines.append(f"{_json.dumps(str(k))} = {_toml_value(v)}")
+            lines.append(f"{_json.dumps(str(k))} = {_toml_value(v, call)}")
     for k, v in tables:
         name = f"{prefix}.{_json.dumps(str(k))}" if prefix else _json.dumps(str(k))
         lines.append(f"\n[{name}]")
-        lines.append(_toml(v, name))
+        lines.append(_toml(v, call, name))
     return "\n".join(lines)
 
 
@@ -183,11 +148,14 @@ class Policy:
     a .toml path), TOML text, or a dict in the TOML's own shape
     (``{"site": {"attn.qk": {"accumulation": "strict", "accumulator": "ps4", "output": "ps4"}}}``)."""
 
+    @_api()
     def __init__(self, spec="native"):
+        if isinstance(spec, _os.PathLike):
+            spec = _os.fspath(spec)
         if isinstance(spec, Policy):
             self._p, self.toml, self.spec = spec._p, spec.toml, spec.spec
         elif isinstance(spec, dict):
-            self.toml, self.spec = _toml(spec), None
+            self.toml, self.spec = _toml(spec, "Policy"), None
             self._p = _mantis.Policy.from_toml(self.toml, "<dict>")
         elif isinstance(spec, str) and ("\n" in spec or "=" in spec):
             self.toml, self.spec = spec, None
@@ -196,8 +164,9 @@ class Policy:
             self.toml, self.spec = None, spec
             self._p = _mantis.Policy.from_spec(spec)
         else:
-            raise Error(f"policy: expected a spec, TOML text or a dict, got {type(spec).__name__}")
+            raise Error(f"Policy: spec must be a spec or path, TOML text, a dict or a Policy, got {_shown(spec)}")
 
+    @_api()
     def site(self, name, layer=-1):
         """The entry a site uses at a layer (-1: the every-layer entry), for site_gemm."""
         return self._p.site(name, layer)
@@ -209,34 +178,20 @@ class Policy:
         return f"mantis.Policy({self._p.describe()!r})"
 
 
-def load_model(path):
-    """A checkpoint (a mantis or Hugging Face directory, llm.c or llama2.c file)."""
-    return _mantis.load_model(_os.fspath(path))
-
-
+@_api()
 def logits(model, tokens, policy="native"):
-    """The float32 logits [T, vocab] of one token sequence under a policy (`mantis logits`)."""
-    if not isinstance(model, Model):
-        model = load_model(model)
-    t = _np.asarray(tokens)
-    if t.dtype.kind not in "iu":
-        raise Error(f"tokens has dtype {t.dtype}; expected integers")
-    return _mantis.logits(model, t, Policy(policy)._p)
+    """The float32 logits [T, vocab] of one token sequence (1-D integers) under a policy (`mantis
+    logits`); model: a Model or a checkpoint path."""
+    return _mantis.logits(model, tokens, Policy(policy)._p)
 
 
-def site_gemm(x, w, entry, w_transposed=True, bias=None, divisor=1.0, stream=0):
-    """One site GEMM of a policy entry (nn/linear.h): round_output((x·wᵀ)/divisor + bias) with the
-    entry's accumulation and operand rounding; w [out, in] (w_transposed=False: [in, out])."""
-    c = _np.ascontiguousarray
-    return _mantis.site_gemm(c(x), c(w), entry, w_transposed, None if bias is None else c(bias), divisor, stream)
-
-
+@_api()
 def eval(model, policy="native", data="validation", seqs=16, ctx=0, tokenizer="", out=None, progress=False):
     """`mantis eval`: FP32 and the policy on the same windows of real text. Returns a dict with
     "results" (results.json), "manifest" and "report" (the table the CLI prints); out= also writes
-    the result set there, as the CLI does."""
-    model = model.path if isinstance(model, Model) else _os.fspath(model)
-    p = policy if isinstance(policy, Policy) else Policy(policy)
+    the result set there, as the CLI does. seqs: 1..1000000 windows; ctx: 1..2^24 tokens per
+    window (0: the model's context)."""
+    p = Policy(policy)
     tmp = None
     try:
         if p.spec is not None:
@@ -246,8 +201,7 @@ def eval(model, policy="native", data="validation", seqs=16, ctx=0, tokenizer=""
             tmp.write(p.toml)
             tmp.close()
             spec = tmp.name
-        report, results, manifest = _mantis.eval(model, spec, data, seqs, ctx, tokenizer,
-                                                 "" if out is None else _os.fspath(out), progress)
+        report, results, manifest = _mantis.eval(model, spec, data, seqs, ctx, tokenizer, out, progress)
     finally:
         if tmp is not None:
             _os.unlink(tmp.name)

@@ -29,14 +29,21 @@ import mantis as _m
 __all__ = ["round", "quantize", "linear", "apply_policy", "attention", "hf_attention", "SITES"]
 
 
-def _numpy(x, what):
+def _tensor(x, call, what, dims=None):
+    """x checked: a CPU float32 / float64 tensor (of len(dims) dimensions where given; dims names them)."""
     if not isinstance(x, torch.Tensor):
-        raise _m.Error(f"{what}: expected a torch.Tensor, got {type(x).__name__}")
+        raise _m.Error(f"{call}: {what} must be a torch.Tensor, got {_m._shown(x)}")
     if x.device.type != "cpu":
-        raise _m.Error(f"{what}: mantis.torch runs on CPU tensors ({what} is on {x.device})")
+        raise _m.Error(f"{call}: mantis.torch runs on CPU tensors ({what} is on {x.device})")
     if x.dtype not in (torch.float32, torch.float64):
-        raise _m.Error(f"{what}: dtype {x.dtype}; expected torch.float32 or torch.float64")
-    return x.detach().contiguous().numpy()
+        raise _m.Error(f"{call}: {what} has dtype {x.dtype}; expected torch.float32 or torch.float64")
+    if dims is not None and x.dim() != len(dims):
+        raise _m.Error(f"{call}: {what} has shape {tuple(x.shape)}; expected [{', '.join(dims)}]")
+    return x
+
+
+def _numpy(x, call, what="x", dims=None):
+    return _tensor(x, call, what, dims).detach().contiguous().numpy()
 
 
 class _Round(torch.autograd.Function):
@@ -63,23 +70,25 @@ class _Quantize(torch.autograd.Function):
         return g, None, None, None, None, None
 
 
+@_m._api()
 def round(x, fmt, mode="rne", seed=0, stream=0, index0=0, sr_bits=32):
-    """x rounded to fmt (same dtype); straight-through gradient."""
-    return _Round.apply(x, _m._format(fmt), mode, seed, stream, index0, sr_bits)
+    """x rounded to fmt (same dtype and shape); straight-through gradient."""
+    return _Round.apply(x, fmt, mode, seed, stream, index0, sr_bits)
 
 
+@_m._api()
 def quantize(x, scheme, mode="rne", seed=0, stream=0, sr_bits=32):
     """x through a scaled format (its last axis the columns, as mantis.quantize); straight-through."""
-    return _Quantize.apply(x, _m._scheme(scheme), mode, seed, stream, sr_bits)
+    return _Quantize.apply(x, scheme, mode, seed, stream, sr_bits)
 
 
 class _SiteLinear(torch.autograd.Function):
     # forward: the site GEMM's bits; backward: the binary32 Linear's gradients.
     @staticmethod
     def forward(ctx, x, weight, bias, entry, w_transposed, stream):
-        x2 = _numpy(x, "linear: x").reshape(-1, x.shape[-1]).astype(np.float32, copy=False)
-        w = _numpy(weight, "linear: weight").astype(np.float32, copy=False)
-        b = None if bias is None else _numpy(bias, "linear: bias").astype(np.float32, copy=False)
+        x2 = _numpy(x, "linear").reshape(math.prod(x.shape[:-1]), x.shape[-1]).astype(np.float32, copy=False)
+        w = _numpy(weight, "linear", "weight").astype(np.float32, copy=False)
+        b = None if bias is None else _numpy(bias, "linear", "bias").astype(np.float32, copy=False)
         y = _m.site_gemm(x2, w, entry, w_transposed=w_transposed, bias=b, stream=stream)
         ctx.save_for_backward(x, weight)
         ctx.w_transposed, ctx.has_bias = w_transposed, bias is not None
@@ -99,9 +108,15 @@ class _SiteLinear(torch.autograd.Function):
         return dx.reshape(x.shape).to(x.dtype), dw, db, None, None, None
 
 
+@_m._api(w_transposed="bool", stream="u64")
 def linear(x, weight, bias, entry, w_transposed=True, stream=0):
     """y = x·Wᵀ + b through a policy entry (``policy.site("mlp.fc", layer)``); W [out, in]
     (w_transposed=False: [in, out], GPT-2's Conv1D)."""
+    if _tensor(x, "linear", "x").dim() == 0:
+        raise _m.Error("linear: x has shape (); expected [..., in]")
+    _tensor(weight, "linear", "weight", ("out", "in") if w_transposed else ("in", "out"))
+    if bias is not None:
+        _tensor(bias, "linear", "bias", ("out",))
     return _SiteLinear.apply(x, weight, bias, entry, w_transposed, stream)
 
 
@@ -133,11 +148,19 @@ def _site_of(name):
     return None
 
 
+@_m._api()
 def apply_policy(model, policy, sites=None):
     """Route every projection of an HF-style GPT-2 / LLaMA module tree through its site's policy
     entry (forward hooks; a module whose entry is native is left alone). ``sites`` limits it to
-    some site names. Returns (handles, routed): the hooks and the (module name, site, layer) list."""
-    policy = policy if isinstance(policy, _m.Policy) else _m.Policy(policy)
+    some site names (a list). Returns (handles, routed): the hooks and the (module name, site,
+    layer) list."""
+    if not isinstance(model, torch.nn.Module):
+        raise _m.Error(f"apply_policy: model must be a torch.nn.Module, got {_m._shown(model)}")
+    if sites is not None:
+        if isinstance(sites, (str, bytes)) or not hasattr(sites, "__iter__"):
+            raise _m.Error(f"apply_policy: sites must be a list of site names, got {_m._shown(sites)}")
+        sites = {_m._mantis.convert("apply_policy", "sites", "site", s) for s in sites}
+    policy = _m.Policy(policy)
     handles, routed = [], []
     for name, module in model.named_modules():
         hit = _site_of(name)
@@ -171,21 +194,44 @@ def apply_policy(model, policy, sites=None):
 def _site_matmul(a, b, entry, stream, b_transposed, divisor=1.0):
     """a [M, K] · b through a site entry (binary32); b is [N, K] (b_transposed) or [K, N]."""
     x = _numpy(a, "attention").astype(np.float32, copy=False)
-    w = _numpy(b, "attention").astype(np.float32, copy=False)
+    w = _numpy(b, "attention", "k or v").astype(np.float32, copy=False)
     return torch.from_numpy(_m.site_gemm(x, w, entry, w_transposed=b_transposed, divisor=divisor, stream=stream))
 
 
+def _attention_shapes(call, qkv, lead):
+    """(H, Hkv, T, D) of the query, key and value tensors qkv ((name, tensor) each): q [*lead, H, T,
+    D], k and v [*lead, Hkv, T, D], the H query heads sharing the Hkv key/value heads evenly."""
+    (qn, q), (kn, k), (vn, v) = qkv
+    dims = (*lead, "H", "T", "D")
+    kv_dims = (*lead, "Hkv", "T", "D")
+    _tensor(q, call, qn, dims)
+    _tensor(k, call, kn, kv_dims)
+    _tensor(v, call, vn, kv_dims)
+    for (an, a), (bn, b) in (((qn, q), (kn, k)), ((kn, k), (vn, v))):
+        for i, dim in enumerate(kv_dims):
+            grouped = a is q and dim == "Hkv"  # q's H heads may be a multiple of k's Hkv
+            if a.shape[i] != b.shape[i] and not grouped:
+                raise _m.Error(f"{call}: {an} {tuple(a.shape)} and {bn} {tuple(b.shape)} do not fit: they differ in "
+                               f"{dim} ({qn} [{', '.join(dims)}], {kn} and {vn} [{', '.join(kv_dims)}])")
+    H, T, D = q.shape[-3:]
+    Hkv = k.shape[-3]
+    if Hkv == 0 or H % Hkv:
+        raise _m.Error(f"{call}: {H} query heads do not share {Hkv} key/value heads evenly")
+    if D == 0:
+        raise _m.Error(f"{call}: the head dimension D is 0")
+    _m._mantis.convert(call, "head index", "slot", max(H - 1, 0))  # a head is its random stream's slot
+    return H, Hkv, T, D
+
+
+@_m._api(layer="layer", causal="bool")
 def attention(q, k, v, policy, layer=0, causal=True):
     """Attention of one sequence: q [H, T, D], k and v [Hkv, T, D] (grouped-query: head h reads kv
     head h // (H / Hkv)). Scores: the attn.qk site GEMM of q·kᵀ ÷ √D; softmax in binary32 over the
     causal window; output: the attn.pv site GEMM of probs·v. Forward only (no autograd). Each head
     is one site call on stream site_stream(site, layer, head): for sr this is not the per-row-block
     streams of mantis's own forward, and LAMP's recomputation is not applied here."""
-    H, T, D = q.shape
-    Hkv = k.shape[0]
-    if H % Hkv:
-        raise _m.Error(f"attention: {H} query heads do not share {Hkv} key/value heads evenly")
-    policy = policy if isinstance(policy, _m.Policy) else _m.Policy(policy)
+    H, Hkv, T, D = _attention_shapes("attention", (("q", q), ("k", k), ("v", v)), ())
+    policy = _m.Policy(policy)
     qk, pv = policy.site("attn.qk", layer), policy.site("attn.pv", layer)
     out = torch.empty(H, T, D, dtype=torch.float32)
     mask = torch.ones(T, T, dtype=torch.bool).triu(1) if causal else None
@@ -199,21 +245,27 @@ def attention(q, k, v, policy, layer=0, causal=True):
     return out
 
 
+@_m._api()
 def hf_attention(policy):
     """A function with the signature of transformers' attention functions
     (``fn(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kw)``, tensors
     [B, H, T, D]) computing ``attention`` per batch row; the layer is ``module.layer_idx``. Causal;
     the mask argument is not read (padding masks are not supported), scaling must be 1/√D."""
-    policy = policy if isinstance(policy, _m.Policy) else _m.Policy(policy)
+    policy = _m.Policy(policy)
 
-    def fn(module, query, key, value, attention_mask=None, scaling=None, dropout=0.0, **kwargs):
-        D = query.shape[-1]
-        if scaling is not None and abs(scaling - D ** -0.5) > 1e-12:
-            raise _m.Error(f"hf_attention: scaling {scaling} is not 1/sqrt({D})")
+    @_m._api(dropout="real")
+    def hf_attention(module, query, key, value, attention_mask=None, scaling=None, dropout=0.0, **kwargs):
+        H, _, T, D = _attention_shapes("hf_attention", (("query", query), ("key", key), ("value", value)), ("B",))
+        if scaling is not None:
+            scaling = _m._mantis.convert("hf_attention", "scaling", "real", scaling)
+            if abs(scaling - D ** -0.5) > 1e-12:
+                raise _m.Error(f"hf_attention: scaling {scaling} is not 1/sqrt({D})")
         if dropout:
             raise _m.Error("hf_attention: dropout is not emulated")
-        layer = getattr(module, "layer_idx", 0)
+        layer = _m._mantis.convert("hf_attention", "module.layer_idx", "layer", getattr(module, "layer_idx", 0))
+        if query.shape[0] == 0:  # no batch row: the empty result, as torch's attention gives
+            return torch.empty(0, T, H, D, dtype=query.dtype), None
         outs = [attention(query[b], key[b], value[b], policy, layer) for b in range(query.shape[0])]
         return torch.stack(outs).transpose(1, 2).contiguous().to(query.dtype), None
 
-    return fn
+    return hf_attention

@@ -49,13 +49,10 @@ int run_study(const GnmrArgs& a) {
     for (size_t i = 0; i < cells.size(); ++i) fmt::print("{}\t{}\n", i, cells[i].name());
     return 0;
   }
-  if (!a.slurm.emit.empty()) {
-    (void)read_gnmr_study(a.study);
-    return emit_slurm(a.slurm, a.so);
-  }
   GnmrStudyOptions o = a.so;
   o.config = a.study, o.out = a.out;
   o.progress = shared().progress_mode();
+  if (!a.slurm.emit.empty()) return emit_slurm(a.slurm, o, [&] { validate_gnmr_study(o); });
   const GnmrStudyResult r = run_gnmr_study(o);
   if (r.merged) report_figures(r.out);
   return 0;

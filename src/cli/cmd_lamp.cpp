@@ -39,13 +39,10 @@ Runner setup_lamp(CLI::App& sub) {
       for (size_t i = 0; i < names.size(); ++i) fmt::print("{}\t{}\n", i, names[i]);
       return 0;
     }
-    if (!a->slurm.emit.empty()) {
-      (void)read_lamp_sweep(a->sweep.config);
-      return emit_slurm(a->slurm, a->sweep);
-    }
     LampSweepOptions o = a->sweep;
     o.progress = shared().progress_mode();
     o.device = a->device.device == "cuda" ? "cuda/" + a->device.attention : "cpu";
+    if (!a->slurm.emit.empty()) return emit_slurm(a->slurm, o, [&] { validate_lamp_sweep(o); });
     o.forward = device_forward(a->device);
     const LampSweepResult r = run_lamp_sweep(o);
     if (r.merged) report_figures(r.out);

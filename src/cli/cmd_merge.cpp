@@ -17,6 +17,7 @@ Runner setup_merge(CLI::App& sub) {
   sub.add_option("dirs", *dirs, "result directories")->required()->check(kPath);
   add_out(sub, *out, "the merged CSV (written atomically; default: stdout)");
   return [dirs, out] {
+    if (!out->empty()) check_output_path(*out, "--out");
     const std::string csv = merge_result_sets(*dirs);
     if (out->empty()) {
       std::fwrite(csv.data(), 1, csv.size(), stdout);

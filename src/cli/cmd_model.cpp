@@ -20,6 +20,7 @@ struct LogitsArgs {
 
 int run_logits(const LogitsArgs& a) {
   if (a.tokens.empty() == a.tokens_file.empty()) throw InputError("give exactly one of --tokens and --tokens-file");
+  check_output_path(a.out, "--out");
   const std::vector<int64_t> ids = a.tokens.empty() ? parse_token_ids(read_text_file(a.tokens_file, "token file"), a.tokens_file)
                                                     : parse_token_ids(a.tokens, "--tokens");
   std::vector<int32_t> tokens;
@@ -62,8 +63,8 @@ Runner setup_eval(CLI::App& sub) {
                  "a UTF-8 text file instead of --data, tokenized on the fly with the model's tokenizer (--tokenizer)")
       ->check(kPath)
       ->excludes(data);
-  sub.add_option("--seqs,-n", o->seqs, "windows, spread evenly over the data")->capture_default_str()->check(CLI::Range(1, 1000000));
-  sub.add_option("--ctx,-T", o->ctx, "tokens per window (default: the model's context)")->check(CLI::Range(1, 1 << 24));
+  sub.add_option("--seqs,-n", o->seqs, "windows, spread evenly over the data")->capture_default_str()->check(CLI::Range(1, kEvalMaxSeqs));
+  sub.add_option("--ctx,-T", o->ctx, "tokens per window (default: the model's context)")->check(CLI::Range(1, kEvalMaxCtx));
   sub.add_option("--tokenizer,-t", o->tokenizer, "tokenizer of the data (default: bytes for V = 256, gpt2 for V = 50257)");
   add_out(sub, o->out, "write DIR/results.csv, DIR/results.json, DIR/manifest.json (atomically)");
   add_figures(sub);

@@ -39,14 +39,11 @@ Runner setup_optim_study(CLI::App& sub) {
       for (size_t i = 0; i < cells.size(); ++i) fmt::print("{}\t{}\n", i, cells[i].name());
       return 0;
     }
-    if (!a->slurm.emit.empty()) {
-      (void)read_optim_study(a->study.config);
-      return emit_slurm(a->slurm, a->study);
-    }
     OptimStudyOptions o = a->study;
     o.isolate = !a->in_process;
     o.threads = shared().threads;
     o.progress = shared().progress_mode();
+    if (!a->slurm.emit.empty()) return emit_slurm(a->slurm, o, [&] { validate_optim_study(o); });
     const OptimStudyResult r = run_optim_study(o);
     if (r.merged) report_figures(r.out);
     return 0;

@@ -50,6 +50,7 @@ int run_quantize(const QuantizeArgs& a) {
   const Scheme s = scheme_lookup(a.scheme);
   const Rounding mode = rounding_from_string(a.rounding);
   validate_quantize(s, mode, a.sr_bits);
+  check_output_path(a.out, "--out");
   NpyFloats x = read_npy_floats(a.in);
   const auto [rows, cols] = matrix_shape(x.shape);
   std::vector<double> scales, zero_points;
@@ -114,6 +115,7 @@ int run_round(const RoundArgs& a) {
   if (a.in.empty() != a.out.empty()) throw InputError("round: --in and --out go together (.npy arrays)");
   if (!a.in.empty()) {  // element i of the flattened array uses the random word (seed, stream, i)
     if (a.reference) throw InputError("round: --reference reads stdin (not --in)");
+    check_output_path(a.out, "--out");
     NpyFloats x = read_npy_floats(a.in);
     if (x.f8) {
       std::vector<double> y(x.f8_data.size());

@@ -27,14 +27,13 @@ int run_mu(const SweepArgs& a) {
     for (size_t i = 0; i < names.size(); ++i) fmt::print("{}\t{}\n", i, names[i]);
     return 0;
   }
-  if (!a.slurm.emit.empty()) {
-    (void)read_mu_sweep(a.mu.config);
-    if (a.mu.out.empty()) throw InputError("--emit-slurm needs --out DIR (where the shards' cells meet)");
-    return emit_slurm(a.slurm, a.policy);
-  }
   MuSweepOptions m = a.mu;
   static_cast<CellChoice&>(m) = a.policy;
   m.progress = shared().progress_mode();
+  if (!a.slurm.emit.empty()) {
+    if (a.mu.out.empty()) throw InputError("--emit-slurm needs --out DIR (where the shards' cells meet)");
+    return emit_slurm(a.slurm, m, [&] { validate_mu_sweep(m); });
+  }
   const MuSweepResult r = run_mu_sweep(m);
   std::fwrite(r.report.data(), 1, r.report.size(), stdout);
   if (r.merged) report_figures(m.out);
@@ -47,14 +46,11 @@ int run_policy(const SweepArgs& a) {
     for (size_t i = 0; i < names.size(); ++i) fmt::print("{}\t{}\n", i, names[i]);
     return 0;
   }
-  if (!a.slurm.emit.empty()) {
-    (void)read_policy_sweep(a.mu.config);
-    return emit_slurm(a.slurm, a.policy);
-  }
   PolicySweepOptions o = a.policy;
   o.config = a.mu.config, o.out = a.mu.out;
   o.progress = shared().progress_mode();
   o.device = a.device.device == "cuda" ? "cuda/" + a.device.attention : "cpu";
+  if (!a.slurm.emit.empty()) return emit_slurm(a.slurm, o, [&] { validate_policy_sweep(o); });
   o.forward = device_forward(a.device);
   const PolicySweepResult r = run_policy_sweep(o);
   if (r.merged) report_figures(r.out);

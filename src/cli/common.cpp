@@ -23,6 +23,10 @@ std::string read_all_stdin() {
   char buf[1 << 16];
   for (;;) {
     const size_t k = std::fread(buf, 1, sizeof buf, stdin);
+    // Bounded like every text input: `< /dev/zero` or an endless pipe ends here, not in memory.
+    if (s.size() + k > kTextInputMaxBytes)
+      throw InputError(fmt::format("standard input holds more than {} bytes (give larger inputs as files: .npy, "
+                                   "token shards)", kTextInputMaxBytes));
     s.append(buf, k);
     if (k < sizeof buf) {
       if (std::ferror(stdin)) throw InputError("cannot read standard input");
@@ -105,7 +109,7 @@ SharedOptions& shared() {
 }
 
 void add_threads(CLI::App& sub, const std::string& help) {
-  sub.add_option("--threads,-j", shared().threads, help)->check(CLI::Range(1, 4096));
+  sub.add_option("--threads,-j", shared().threads, help)->check(CLI::Range(1, kMaxThreads));
 }
 void add_quiet(CLI::App& sub, const std::string& help) { sub.add_flag("--quiet,-q", shared().quiet, help); }
 void add_progress(CLI::App& sub, const std::string& quiet_help) {
@@ -157,11 +161,13 @@ void add_slurm(CLI::App& sub, SlurmArgs& a) {
       ->capture_default_str();
 }
 
-int emit_slurm(const SlurmArgs& a, const CellChoice& c) {
+int emit_slurm(const SlurmArgs& a, const CellChoice& c, const std::function<void()>& validate_study) {
   namespace fs = std::filesystem;
   if (a.s.shards == 0) throw InputError("--emit-slurm needs --slurm-shards N");
   if (c.cell >= 0 || c.shards > 0 || c.merge_only)
     throw InputError("--emit-slurm writes the whole study: drop --cell, --shard and --merge");
+  validate(a.s);
+  validate_study();
   const std::string script = slurm_script(a.s, study_command(command_args()), fs::current_path().string());
   write_file_atomic(a.emit, script);
   fs::permissions(a.emit, fs::perms::owner_exec | fs::perms::group_exec, fs::perm_options::add);

@@ -102,8 +102,10 @@ struct SlurmArgs {
 };
 void add_slurm(CLI::App& sub, SlurmArgs& a);
 // Writes the script (executable, atomically) for this process's command line; prints how to submit.
-// The study's configuration is read (and so checked) by the caller first.
-int emit_slurm(const SlurmArgs& a, const CellChoice& c);
+// Before anything is written: the Slurm options, the cell choice (the script runs the whole study),
+// then `validate_study`, the study's validate_* (what its run checks before its first cell, by the
+// same code), so that a script that would fail when it runs is never written.
+int emit_slurm(const SlurmArgs& a, const CellChoice& c, const std::function<void()>& validate_study);
 CLI::Option* add_json(CLI::App& sub, bool& json, const std::string& help);
 
 // Validators: a decimal integer in [0, 2^64) (CLI11's conversion would wrap -1 and 2^64); a
@@ -119,6 +121,8 @@ extern const char* const kPolicyHelp;
 extern const char* const kTokenizerHelp;
 
 // ---------------------------------------------------------------- text input
+// All of standard input; more than kTextInputMaxBytes is an InputError (an endless source is not read
+// without bound).
 std::string read_all_stdin();
 // Lines of `text` split at '\n'; a final line without content after the last '\n' is not a line.
 std::vector<std::string_view> split_lines(std::string_view text);

@@ -11,12 +11,17 @@
 
 namespace mantis {
 
+// what() is always one line: the message's control bytes (line breaks included) are escaped here,
+// once, so that user text echoed in a message (a TOML key, a file name) cannot break it — for the
+// CLI's stderr line and for Python's mantis.Error alike.
 struct InputError : std::runtime_error {
-  using std::runtime_error::runtime_error;
+  explicit InputError(std::string_view message);
 };
 
-// `s` with its control bytes (NUL, ESC, line breaks, ...) written as \xNN: user input echoed in an
-// InputError, whose what() would end at a NUL and which must stay one line on a terminal.
+// `s` as one line of valid UTF-8: control characters (C0 — NUL, ESC, line breaks, … —, DEL, C1) and
+// bytes that are not UTF-8 written as \xNN, the Unicode line and paragraph separators as \uNNNN:
+// what a terminal, str.splitlines() or Python's decoder would break at. User input echoed in an
+// InputError (a NUL would end what(), a line break split the message) goes through it.
 std::string escape_control(std::string_view s);
 
 }  // namespace mantis

@@ -1,6 +1,7 @@
 #include "core/file.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <signal.h>
 #include <fmt/format.h>
 #include <openssl/evp.h>
@@ -20,6 +21,7 @@
 #include <memory>
 #include <regex>
 #include <sstream>
+#include <utility>
 
 #include "core/format.h"
 
@@ -27,22 +29,94 @@ namespace mantis {
 
 namespace fs = std::filesystem;
 
-std::string read_file(const std::string& path) {
-  std::error_code ec;
-  if (fs::is_directory(path, ec)) throw InputError(fmt::format("{}: is a directory, not a file", path));
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw InputError(fmt::format("{}: cannot open: {}", path, std::strerror(errno)));
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  if (in.bad()) throw InputError(fmt::format("{}: read error", path));
-  return ss.str();
+namespace {
+
+const char* kind_of(mode_t m) {
+  if (S_ISREG(m)) return "";
+  if (S_ISDIR(m)) return "a directory";
+  if (S_ISFIFO(m)) return "a FIFO (named pipe)";
+  if (S_ISCHR(m)) return "a character device";
+  if (S_ISBLK(m)) return "a block device";
+  if (S_ISSOCK(m)) return "a socket";
+  return "a special file";
 }
 
-std::string read_gzip(const std::string& path) {
+// How messages name a file: "WHAT 'PATH'", or the path alone.
+std::string subject(const std::string& path, const std::string& what) {
+  return what.empty() ? path : fmt::format("{} '{}'", what, path);
+}
+
+// Closes a descriptor on every path out of a reader.
+struct Fd {
+  int fd = -1;
+  explicit Fd(int f) : fd(f) {}
+  Fd(Fd&& o) noexcept : fd(std::exchange(o.fd, -1)) {}
+  Fd(const Fd&) = delete;
+  Fd& operator=(const Fd&) = delete;
+  ~Fd() {
+    if (fd >= 0) ::close(fd);
+  }
+};
+
+// Every byte of fd up to its end; more than max_bytes is an InputError naming `who`.
+std::string read_fd(int fd, const std::string& who, size_t max_bytes) {
+  std::string s;
+  struct stat st;
+  if (::fstat(fd, &st) == 0 && st.st_size > 0 && uint64_t(st.st_size) <= max_bytes) s.reserve(size_t(st.st_size));
+  char buf[1 << 16];
+  for (;;) {
+    const ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      throw InputError(fmt::format("{} cannot be read: {}", who, std::strerror(errno)));
+    }
+    if (n == 0) return s;
+    if (s.size() + size_t(n) > max_bytes) throw InputError(fmt::format("{} is larger than {} bytes", who, max_bytes));
+    s.append(buf, size_t(n));
+  }
+}
+
+}  // namespace
+
+std::string special_file_kind(const std::string& path) {
+  struct stat st;
+  if (::lstat(path.c_str(), &st) != 0) return "";
+  return S_ISLNK(st.st_mode) ? "a symbolic link" : kind_of(st.st_mode);
+}
+
+int open_input(const std::string& path, const std::string& what) {
+  if (path.empty()) throw InputError(fmt::format("{}: the path is empty", what.empty() ? "input" : what));
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0) {
+    const int err = errno;
+    if (what.empty()) throw InputError(fmt::format("{}: cannot open: {}", path, std::strerror(err)));
+    throw InputError(fmt::format("{} cannot be read: {}", subject(path, what), std::strerror(err)));
+  }
+  struct stat st;
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    const std::string kind = ::fstat(fd, &st) == 0 ? kind_of(st.st_mode) : "unreadable";
+    ::close(fd);
+    throw InputError(fmt::format("{} is {}, not a regular file", subject(path, what), kind));
+  }
+  const int flags = ::fcntl(fd, F_GETFL);
+  if (flags >= 0) ::fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);  // ordinary reads from here on
+  return fd;
+}
+
+std::string read_file(const std::string& path) {
+  const Fd f{open_input(path)};
+  return read_fd(f.fd, path, std::numeric_limits<size_t>::max());
+}
+
+std::string read_gzip(const std::string& path, size_t max_bytes) {
   std::error_code ec;
-  if (!fs::is_regular_file(path, ec)) throw InputError(fmt::format("{}: no such file", path));
-  gzFile f = gzopen(path.c_str(), "rb");
-  if (!f) throw InputError(fmt::format("{}: cannot open: {}", path, std::strerror(errno)));
+  if (!fs::exists(path, ec)) throw InputError(fmt::format("{}: no such file", path));
+  const int fd = open_input(path);
+  gzFile f = gzdopen(fd, "rb");  // owns fd from here (gzclose closes it)
+  if (!f) {
+    ::close(fd);
+    throw InputError(fmt::format("{}: cannot open: {}", path, std::strerror(errno)));
+  }
   std::unique_ptr<gzFile_s, int (*)(gzFile)> guard(f, gzclose);
   gzbuffer(f, 1 << 17);
   std::string out;
@@ -55,6 +129,8 @@ std::string read_gzip(const std::string& path) {
       throw InputError(fmt::format("{}: corrupt gzip data: {}", path, msg ? msg : "unknown error"));
     }
     if (n == 0) break;
+    if (out.size() + size_t(n) > max_bytes)
+      throw InputError(fmt::format("{}: decompresses to more than {} bytes", path, max_bytes));
     out.append(buf, size_t(n));
   }
   // A stream cut short ends the reads without a negative count: zlib records it as Z_BUF_ERROR
@@ -86,10 +162,20 @@ void sync_directory(const std::string& dir) {
   }
 }
 
+void check_output_path(const std::string& path, const std::string& what) {
+  if (path.empty()) throw InputError(fmt::format("{}: the path is empty", what));
+  const std::string kind = special_file_kind(path);
+  if (!kind.empty())
+    throw InputError(fmt::format("{} '{}' is {}, not a regular file: mantis writes a new file and renames it over "
+                                 "the old one, which would replace it (give a file path)", what, path, kind));
+}
+
 void write_file_atomic(const std::string& path, std::span<const std::string_view> pieces) {
+  check_output_path(path, "output");
   const fs::path target(path);
   const fs::path dir = target.parent_path().empty() ? fs::path(".") : target.parent_path();
-  const fs::path tmp = temporary_path(path);
+  remove_stale_temporaries(dir.string(), target.filename().string());  // a killed writer's leftovers
+  const fs::path tmp = temporary_path(target.string());
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
   if (fd < 0) write_failed(path, errno);
   int err = 0;
@@ -108,6 +194,11 @@ void write_file_atomic(const std::string& path, std::span<const std::string_view
   }
   if (err == 0 && ::fsync(fd) != 0) err = errno;
   if (::close(fd) != 0 && err == 0) err = errno;
+  // Checked again just before the rename: the path may have become a special file meanwhile.
+  if (err == 0 && !special_file_kind(path).empty()) {
+    ::unlink(tmp.c_str());
+    check_output_path(path, "output");  // throws, naming it
+  }
   if (err == 0 && ::rename(tmp.c_str(), target.c_str()) != 0) err = errno;
   if (err != 0) {
     ::unlink(tmp.c_str());
@@ -132,16 +223,19 @@ std::string sha256_hex(std::string_view bytes) {
 
 std::string sha256_file(const std::string& path) { return sha256_hex(read_file(path)); }
 
-int remove_stale_temporaries(const std::string& dir) {
+int remove_stale_temporaries(const std::string& dir, const std::string& only) {
   // temporary_path's names: ".<name>.<pid>.<counter>.tmp"
-  static const std::regex re(R"(^\..+\.([0-9]{1,10})\.[0-9]+\.tmp$)");
+  static const std::regex re(R"(^\.(.+)\.([0-9]{1,10})\.[0-9]+\.tmp$)");
   std::error_code ec;
   int removed = 0;
   for (const auto& e : fs::directory_iterator(dir, ec)) {
     const std::string name = e.path().filename().string();
     std::smatch m;
-    if (!std::regex_match(name, m, re)) continue;
-    const long long pid = std::stoll(m[1].str());
+    // (a plain prefix test first: a cells directory holds thousands of names, and this runs per write)
+    if (!only.empty() && (name.size() < only.size() + 2 || name[0] != '.' || name.compare(1, only.size(), only) != 0))
+      continue;
+    if (!std::regex_match(name, m, re) || (!only.empty() && m[1].str() != only)) continue;
+    const long long pid = std::stoll(m[2].str());
     // Only a writer that no longer exists can have abandoned it; a live (or unknowable) PID keeps it.
     if (pid <= 0 || pid > std::numeric_limits<pid_t>::max() || ::kill(pid_t(pid), 0) == 0 || errno != ESRCH) continue;
     std::error_code rm;
@@ -159,6 +253,9 @@ namespace {
 void write_npy_bytes(const std::string& path, const char* descr, const void* data, size_t count, size_t elem,
                      std::span<const int64_t> shape) {
   static_assert(std::endian::native == std::endian::little, "npy writer assumes a little-endian host");
+  if (shape.size() > kNpyMaxDims)
+    throw InputError(fmt::format("{}: an array of {} dimensions (a .npy holds at most {}: numpy reads no more)", path,
+                                 shape.size(), kNpyMaxDims));
   int64_t n = 1;
   std::string dims;
   for (int64_t d : shape) {
@@ -183,7 +280,7 @@ void write_npy_bytes(const std::string& path, const char* descr, const void* dat
   write_file_atomic(path, pieces);
 }
 
-// The header of a .npy file: dtype descriptor, shape, data offset (a C-order float array).
+// The header of a .npy file: dtype descriptor, shape, element count, data offset (C order).
 struct NpyHeader {
   std::string descr;
   std::vector<int64_t> shape;
@@ -191,17 +288,38 @@ struct NpyHeader {
   size_t offset = 0;
 };
 
-NpyHeader parse_npy(const std::string& path, const std::string& b) {
-  if (b.size() < 10 || b.compare(0, 6, "\x93NUMPY") != 0) throw InputError(fmt::format("{}: not a .npy file", path));
-  const int major = b[6];
+// Reads exactly n bytes at the descriptor's position; false at an early end of file.
+bool read_exact(int fd, char* p, size_t n) {
+  while (n > 0) {
+    const ssize_t k = ::read(fd, p, std::min<size_t>(n, size_t(1) << 30));
+    if (k < 0 && errno == EINTR) continue;
+    if (k <= 0) return false;
+    p += k;
+    n -= size_t(k);
+  }
+  return true;
+}
+
+// The header of the .npy file open on fd (at its start), of file_size bytes; the descriptor is
+// left at the data. Every bound is checked against the file's size before anything is allocated.
+NpyHeader read_npy_header(const std::string& path, int fd, uint64_t file_size) {
+  char pre[12];
+  if (file_size < 10 || !read_exact(fd, pre, 10) || std::memcmp(pre, "\x93NUMPY", 6) != 0)
+    throw InputError(fmt::format("{}: not a .npy file", path));
+  const int major = pre[6];
   if (major != 1 && major != 2)
-    throw InputError(fmt::format("{}: npy version {}.{} (1.0 and 2.0 are read)", path, int(b[6]), int(b[7])));
+    throw InputError(fmt::format("{}: npy version {}.{} (1.0 and 2.0 are read)", path, int(pre[6]), int(pre[7])));
   const size_t lenbytes = major == 1 ? 2 : 4, start = 8 + lenbytes;
-  if (b.size() < start) throw InputError(fmt::format("{}: truncated npy header", path));
-  size_t hlen = 0;
-  for (size_t i = 0; i < lenbytes; ++i) hlen |= size_t(uint8_t(b[8 + i])) << (8 * i);
-  if (b.size() < start + hlen) throw InputError(fmt::format("{}: truncated npy header", path));
-  const std::string h = b.substr(start, hlen);
+  if (file_size < start || (major == 2 && !read_exact(fd, pre + 10, 2)))
+    throw InputError(fmt::format("{}: truncated npy header", path));
+  uint64_t hlen = 0;
+  for (size_t i = 0; i < lenbytes; ++i) hlen |= uint64_t(uint8_t(pre[8 + i])) << (8 * i);
+  if (file_size - start < hlen) throw InputError(fmt::format("{}: truncated npy header", path));
+  constexpr uint64_t kMaxHeader = 1 << 16;  // numpy writes ~128 bytes; its readers stop at 10,000
+  if (hlen > kMaxHeader)
+    throw InputError(fmt::format("{}: npy header of {} bytes (at most {} are read)", path, hlen, kMaxHeader));
+  std::string h(size_t(hlen), '\0');
+  if (!read_exact(fd, h.data(), h.size())) throw InputError(fmt::format("{}: truncated npy header", path));
   static const std::regex re(
       R"(^\{'descr': '([^']*)', 'fortran_order': (True|False), 'shape': \(([0-9, ]*)\), \} *\n$)");
   std::smatch m;
@@ -218,22 +336,47 @@ NpyHeader parse_npy(const std::string& path, const std::string& b) {
     int64_t v = 0;
     const auto [end, err] = std::from_chars(d.data() + b0, d.data() + b1, v);
     // every dimension and the element count must fit the file that holds them
-    if (err != std::errc() || end != d.data() + b1 || (v != 0 && r.count > int64_t(b.size()) / v))
-      throw InputError(fmt::format("{}: npy shape ({}) does not fit a file of {} bytes", path, m[3].str(), b.size()));
+    if (err != std::errc() || end != d.data() + b1 || (v != 0 && uint64_t(r.count) > file_size / uint64_t(v)))
+      throw InputError(fmt::format("{}: npy shape ({}) does not fit a file of {} bytes", path, m[3].str(), file_size));
+    if (r.shape.size() == kNpyMaxDims)
+      throw InputError(fmt::format("{}: npy shape with more than {} dimensions (numpy reads at most {})", path,
+                                   kNpyMaxDims, kNpyMaxDims));
     r.shape.push_back(v);
     r.count *= v;
   }
-  r.offset = start + hlen;
+  r.offset = start + size_t(hlen);
   return r;
 }
 
+// The data of a .npy file whose header is h (the descriptor at the data): exactly h.count values,
+// the file's size checked against the header's declared size before they are read.
 template <class T>
-std::vector<T> npy_data(const std::string& path, const std::string& b, const NpyHeader& h) {
-  if (b.size() != h.offset + size_t(h.count) * sizeof(T))
-    throw InputError(fmt::format("{}: {} data bytes for {} values of {}", path, b.size() - h.offset, h.count, h.descr));
+std::vector<T> npy_data(const std::string& path, int fd, uint64_t file_size, const NpyHeader& h) {
+  const uint64_t avail = file_size - h.offset;  // compared by division first: count · sizeof(T) may not fit
+  if (uint64_t(h.count) > avail / sizeof(T) || avail != uint64_t(h.count) * sizeof(T))
+    throw InputError(fmt::format("{}: {} data bytes for {} values of {}", path, file_size - h.offset, h.count, h.descr));
   std::vector<T> v(size_t(h.count));
-  std::memcpy(v.data(), b.data() + h.offset, size_t(h.count) * sizeof(T));
+  if (!read_exact(fd, reinterpret_cast<char*>(v.data()), size_t(avail)))
+    throw InputError(fmt::format("{}: the file ended before its {} values (changed while read?)", path, h.count));
   return v;
+}
+
+// An opened .npy: the descriptor, the file's size and its header.
+struct NpyFile {
+  Fd f;
+  uint64_t size;
+  NpyHeader h;
+};
+NpyFile open_npy(const std::string& path) {
+  const int fd = open_input(path);
+  struct stat st;
+  if (::fstat(fd, &st) != 0) {
+    ::close(fd);
+    throw InputError(fmt::format("{}: cannot read: {}", path, std::strerror(errno)));
+  }
+  NpyFile n{Fd{fd}, uint64_t(st.st_size), {}};
+  n.h = read_npy_header(path, fd, n.size);
+  return n;
 }
 
 }  // namespace
@@ -246,59 +389,43 @@ void write_npy(const std::string& path, std::span<const double> data, std::span<
 }
 
 NpyFloats read_npy_floats(const std::string& path) {
-  const std::string b = read_file(path);
-  const NpyHeader h = parse_npy(path, b);
+  const NpyFile n = open_npy(path);
   NpyFloats a;
-  a.shape = h.shape;
-  if (h.descr == "<f4") a.f4_data = npy_data<float>(path, b, h);
-  else if (h.descr == "<f8") a.f8 = true, a.f8_data = npy_data<double>(path, b, h);
+  a.shape = n.h.shape;
+  if (n.h.descr == "<f4") a.f4_data = npy_data<float>(path, n.f.fd, n.size, n.h);
+  else if (n.h.descr == "<f8") a.f8 = true, a.f8_data = npy_data<double>(path, n.f.fd, n.size, n.h);
   else
-    throw InputError(fmt::format("{}: npy dtype '{}' (float32 '<f4' or float64 '<f8' are read)", path, h.descr));
+    throw InputError(fmt::format("{}: npy dtype '{}' (float32 '<f4' or float64 '<f8' are read)", path, n.h.descr));
   return a;
 }
 
 NpyArray read_npy(const std::string& path) {
-  const std::string b = read_file(path);
-  const NpyHeader h = parse_npy(path, b);
-  if (h.descr != "<f4")
-    throw InputError(fmt::format("{}: npy dtype '{}', not little-endian float32 ('<f4')", path, h.descr));
-  return NpyArray{h.shape, npy_data<float>(path, b, h)};
+  const NpyFile n = open_npy(path);
+  if (n.h.descr != "<f4")
+    throw InputError(fmt::format("{}: npy dtype '{}', not little-endian float32 ('<f4')", path, n.h.descr));
+  return NpyArray{n.h.shape, npy_data<float>(path, n.f.fd, n.size, n.h)};
 }
 
 NpyInts read_npy_ints(const std::string& path) {
-  const std::string b = read_file(path);
-  const NpyHeader h = parse_npy(path, b);
+  const NpyFile n = open_npy(path);
   auto widen = [&](auto tag) {
-    const auto v = npy_data<decltype(tag)>(path, b, h);
+    const auto v = npy_data<decltype(tag)>(path, n.f.fd, n.size, n.h);
     return std::vector<int64_t>(v.begin(), v.end());
   };
-  NpyInts a{h.shape, h.descr, {}};
-  if (h.descr == "<i4") a.data = widen(int32_t{});
-  else if (h.descr == "<i8") a.data = widen(int64_t{});
-  else if (h.descr == "<u2") a.data = widen(uint16_t{});
-  else if (h.descr == "<u4") a.data = widen(uint32_t{});
+  NpyInts a{n.h.shape, n.h.descr, {}};
+  if (n.h.descr == "<i4") a.data = widen(int32_t{});
+  else if (n.h.descr == "<i8") a.data = widen(int64_t{});
+  else if (n.h.descr == "<u2") a.data = widen(uint16_t{});
+  else if (n.h.descr == "<u4") a.data = widen(uint32_t{});
   else
     throw InputError(fmt::format("{}: npy dtype '{}' (integer arrays are read as int32 '<i4', int64 '<i8', uint16 "
-                                 "'<u2' or uint32 '<u4')", path, h.descr));
+                                 "'<u2' or uint32 '<u4')", path, n.h.descr));
   return a;
 }
 
 std::string read_text_file(const std::string& path, const std::string& what, size_t max_bytes) {
-  if (path.empty()) throw InputError(fmt::format("{}: the path is empty", what));
-  std::error_code ec;
-  if (fs::is_directory(path, ec)) throw InputError(fmt::format("{} '{}' is a directory, not a file", what, path));
-  std::unique_ptr<FILE, int (*)(FILE*)> f(std::fopen(path.c_str(), "rb"), std::fclose);
-  if (!f) throw InputError(fmt::format("{} '{}' cannot be read: {}", what, path, std::strerror(errno)));
-  std::string s;
-  char buf[1 << 16];
-  for (;;) {
-    const size_t n = std::fread(buf, 1, sizeof buf, f.get());
-    if (s.size() + n > max_bytes) throw InputError(fmt::format("{} '{}' is larger than {} bytes", what, path, max_bytes));
-    s.append(buf, n);
-    if (n < sizeof buf) break;
-  }
-  if (std::ferror(f.get())) throw InputError(fmt::format("{} '{}' cannot be read: {}", what, path, std::strerror(errno)));
-  return s;
+  const Fd f{open_input(path, what)};
+  return read_fd(f.fd, subject(path, what), max_bytes);
 }
 
 }  // namespace mantis

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <cctype>
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <regex>
@@ -94,6 +95,9 @@ Format family(const std::string& name) {
 
 void validate(const Format& f) {
   const std::string n = f.name.empty() ? "format" : "format " + f.name;
+  // A name is printed in tables, reprs and file names: no control bytes (a line break split them).
+  if (std::any_of(f.name.begin(), f.name.end(), [](char c) { return (unsigned char)c < 0x20 || c == 0x7f; }))
+    throw InputError(fmt::format("format name '{}' holds control characters", f.name));
   if (f.mu < 0 || f.mu > 52) throw InputError(fmt::format("{}: μ = {} out of range 0..52", n, f.mu));
   if (f.emin > f.emax) throw InputError(fmt::format("{}: emin {} > emax {}", n, f.emin, f.emax));
   if (f.emin < -1022 || f.emax > 1023)

@@ -27,12 +27,17 @@ void validate(const GemmSpec& s) {
   if (s.acc_mode == Rounding::sr && s.sr_bits > 52 - p)
     throw InputError(fmt::format("sr accumulation in {} (μ = {}) is exact only with sr_bits ≤ {}; got {}",
                                  s.acc.name, s.acc.mu, 52 - p, s.sr_bits));
-  if (s.accumulation != Accumulation::strict && s.accumulation != Accumulation::unfused && s.block < 1)
-    throw InputError(fmt::format("{} accumulation needs a block size ≥ 1, got {}", to_string(s.accumulation), s.block));
+  // Every accumulation: strict and unfused do not use the block, but the kernels still count chunks
+  // by it (block = 0 divided by zero: SIGFPE, issue 32).
+  if (s.block < 1 || s.block > kGemmMaxBlock)
+    throw InputError(fmt::format("block = {} is outside 1..{} (k_b of blocked, promoted and tensor_core accumulation)",
+                                 s.block, kGemmMaxBlock));
   if (s.accumulation == Accumulation::tensor_core) {
     int lg = 0;  // ⌈log2(block + 1)⌉: the exact sum of block + 1 terms of F + 1 bits must fit binary64
     while ((int64_t(1) << lg) < int64_t(s.block) + 1) ++lg;
-    if (s.align_bits < 0 || s.align_bits + 1 + lg > 53)
+    // Compared without arithmetic on align_bits (align_bits + 1 + lg overflowed for align_bits near
+    // INT_MAX and let it through): this is the one check the CLI, Python and policies all reach.
+    if (s.align_bits < 0 || s.align_bits > 52 - lg)
       throw InputError(fmt::format("tensor_core: align_bits = {} with a block of {} (F + 1 + ⌈log2(block + 1)⌉ "
                                    "must be ≤ 53 for an exact sum)", s.align_bits, s.block));
     if (s.acc.emax > 1000)

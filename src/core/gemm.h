@@ -42,6 +42,8 @@
 namespace mantis {
 
 
+// k_b's range (every accumulation's block must lie in it, used or not; policies and the CLI take it).
+inline constexpr int kGemmMaxBlock = 1 << 30;
 struct GemmSpec {
   Format acc;                        // accumulator format (μ ≤ 50)
   Rounding acc_mode = Rounding::rne;

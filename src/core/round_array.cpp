@@ -125,7 +125,8 @@ void dispatch(const T* in, Tout* out, size_t n, const Target<T>& t, const RoundP
 }  // namespace
 
 void validate_sr_bits(int sr_bits) {
-  if (sr_bits < 1 || sr_bits > 32) throw InputError(fmt::format("sr_bits = {} out of range 1..32", sr_bits));
+  if (sr_bits < kSrBitsMin || sr_bits > kSrBitsMax)
+    throw InputError(fmt::format("sr_bits = {} out of range {}..{}", sr_bits, kSrBitsMin, kSrBitsMax));
 }
 
 void require_fits_float(const Format& f) {

@@ -72,6 +72,7 @@ double round_scalar(double x, const Format& f, const RoundOptions& o, uint64_t i
 // 2 threads vs 1 is 0.48× at 8K, 0.95× at 32K, 1.06× at 64K, 1.3× at 256K+ (memory-bound).
 constexpr size_t kParallelThreshold = 1 << 16;
 
+inline constexpr int kSrBitsMin = 1, kSrBitsMax = 32;  // random bits sr may use: a 32-bit word's
 void validate_sr_bits(int sr_bits);
 // InputError unless f fits a binary32 container (fits_float), naming the format.
 void require_fits_float(const Format& f);

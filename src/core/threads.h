@@ -9,7 +9,9 @@
 
 namespace mantis {
 
-// Threads used by the CPU kernels (OpenMP); 0 = OpenMP's default.
+// Threads used by the CPU kernels (OpenMP); 0 = OpenMP's default. Callers accept 1..kMaxThreads
+// (the CLI's --threads, Python's set_threads).
+inline constexpr int kMaxThreads = 4096;
 void set_num_threads(int n);
 int num_threads();
 

@@ -70,6 +70,11 @@ std::string csv_quote(const std::string& s) {
 EvalResult run_eval(const EvalOptions& o) {
   const Stopwatch total;
   const std::string started = utc_now();
+  // Checked as signed numbers, before any conversion (seqs = -1 was read as 2^64 − 1 windows).
+  if (o.seqs < 1 || o.seqs > kEvalMaxSeqs)
+    throw InputError(fmt::format("--seqs {} is outside 1..{}", o.seqs, kEvalMaxSeqs));
+  if (o.ctx < 0 || o.ctx > kEvalMaxCtx)
+    throw InputError(fmt::format("--ctx {} is outside 1..{} (or 0: the model's context)", o.ctx, kEvalMaxCtx));
   const Policy policy = policy_from_spec(o.policy);
   const Model model = load_model(o.model);
   policy.check(model.cfg);

@@ -12,12 +12,14 @@
 
 namespace mantis {
 
+// The ranges run_eval accepts (and the CLI's and Python's options with it).
+inline constexpr int kEvalMaxSeqs = 1000000, kEvalMaxCtx = 1 << 24;
 struct EvalOptions {
   std::string model;                 // a checkpoint (checkpoint.h load_model)
   std::string policy = "native";     // policy.h policy_from_spec
   std::string data = "validation";   // dataset.h load_tokens
   std::string text;                  // non-empty: this UTF-8 file instead of `data` (dataset.h load_text_tokens)
-  int seqs = 16, ctx = 0;            // windows; tokens per window (0: the model's context)
+  int seqs = 16, ctx = 0;            // windows (1..kEvalMaxSeqs); tokens per window (0: the model's context)
   std::string tokenizer;             // empty: the one the model's vocabulary implies (windows.h)
   std::string out;                   // non-empty: write OUT/results.csv, results.json, manifest.json
   std::string device = "cpu";        // where both passes run: recorded; `forward` runs them

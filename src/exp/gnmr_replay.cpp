@@ -39,6 +39,7 @@ std::vector<std::string> split(const std::string& line) {
 }  // namespace
 
 GnmrReplayResult gnmr_replay(const GnmrOptions& o, const std::string& norms_path, const std::string& out_path) {
+  check_output_path(out_path, "gnmr replay: --out");
   const std::string text = read_text_file(norms_path, "norm stream");
   // rows: (step, unit) → norm, every line checked
   std::map<std::pair<uint64_t, std::string>, double> rows;

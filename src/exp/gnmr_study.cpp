@@ -287,6 +287,7 @@ GnmrStudyConfig gnmr_study_from_toml(const std::string& text, const std::string&
                                      toml_where(path, e)));
       c.also_validate.push_back(e.as_string()->get());
     }
+    refuse_repeats(toml_where(path, *n), "also_validate", "", c.also_validate, c.also_validate);
   }
   if (auto* n = t.get("out")) {
     if (!n->is_string()) throw InputError(fmt::format("{}: 'out' must be a string", toml_where(path, *n)));
@@ -299,6 +300,7 @@ GnmrStudyConfig gnmr_study_from_toml(const std::string& text, const std::string&
     if (!e.is_string()) throw InputError(fmt::format("{}: 'models' must hold strings", toml_where(path, e)));
     c.models.push_back(e.as_string()->get());
   }
+  refuse_repeated_models(toml_where(path, *m), c.models);
   if (auto* n = t.get("seeds")) c.seeds = toml_seeds(*n, path, "seeds");
   if (auto* n = t.get("train")) {
     if (!n->is_table()) throw InputError(fmt::format("{}: 'train' must be a table", toml_where(path, *n)));
@@ -342,47 +344,68 @@ GnmrStudyConfig read_gnmr_study(const std::string& path) {
 std::vector<GnmrStudyCell> gnmr_study_cells(const GnmrStudyConfig& c) {
   std::vector<GnmrStudyCell> v;
   for (size_t m = 0; m < c.models.size(); ++m) {
-    std::string name = std::filesystem::path(c.models[m]).stem().string();
-    if (name.starts_with("train-")) name = name.substr(6);
+    const std::string name = study_model_name(c.models[m]);
     for (size_t a = 0; a < c.arms.size(); ++a)
       for (uint64_t s : c.arms[a].seeds.empty() ? c.seeds : c.arms[a].seeds) v.push_back({m, a, name, c.arms[a].name, s});
   }
   return v;
 }
 
-GnmrStudyResult run_gnmr_study(const GnmrStudyOptions& o) {
-  const GnmrStudyConfig c = read_gnmr_study(o.config);
-  const std::vector<GnmrStudyCell> cells = gnmr_study_cells(c);
-  GnmrStudyResult res;
-  res.out = o.out.empty() ? c.out : o.out;
-  if (res.out.empty()) throw InputError(fmt::format("{}: no output directory (set out = \"…\" or --out)", c.path));
-  res.cells = cells.size();
-  const StudyOptions so = study_options(o, cells.size(), res.out, o.progress, o.log);
-  // every (model, arm) configuration and its controller, before any cell runs
-  for (auto& cell : cells) {
+namespace {
+// Everything a run checks before its first cell, loaded; nothing written.
+struct Prepared {
+  GnmrStudyConfig c;
+  std::vector<GnmrStudyCell> cells;
+  std::string out;
+  StudyOptions so;
+  std::map<size_t, ojson> data;  // per model whose cells the run touches: its data's key (SHA-256s)
+  ojson also = ojson::object();  // the extra validation data: their sources' SHA-256s
+};
+Prepared prepare(const GnmrStudyOptions& o) {
+  Prepared p;
+  p.c = read_gnmr_study(o.config);
+  const GnmrStudyConfig& c = p.c;
+  p.cells = gnmr_study_cells(c);
+  p.out = study_out(o.out, c.out, c.path);
+  p.so = study_options(o, p.cells.size(), p.out, o.progress, o.log);
+  // every (model, arm) configuration and its controller
+  for (auto& cell : p.cells) {
     const TrainConfig t = cell_config(c, cell);
     if (!t.controller.name.empty()) make_controller(t.controller, t.model);
   }
-  std::map<size_t, ojson> data;
-  auto data_of = [&](size_t m) -> const ojson& {
-    if (!data.count(m)) data[m] = training_data_key(c.models[m]);
-    return data[m];
-  };
+  std::vector<size_t> model_of_cell;
+  for (const auto& cell : p.cells) model_of_cell.push_back(cell.model);
+  p.data = touched_data_keys(o, model_of_cell, c.models);
+  if (!c.also_validate.empty()) {
+    const auto tok = make_tokenizer(cell_config(c, p.cells[0]).tokenizer);
+    for (const std::string& spec : c.also_validate) {
+      ojson a = data_sources_json(load_tokens(spec, *tok));
+      for (auto& src : a) src.erase("file");
+      p.also[spec] = a;
+    }
+  }
+  return p;
+}
+}  // namespace
+
+void validate_gnmr_study(const GnmrStudyOptions& o) { (void)prepare(o); }
+
+GnmrStudyResult run_gnmr_study(const GnmrStudyOptions& o) {
+  const Prepared prepared = prepare(o);
+  const GnmrStudyConfig& c = prepared.c;
+  const std::vector<GnmrStudyCell>& cells = prepared.cells;
+  const StudyOptions& so = prepared.so;
+  const ojson& also = prepared.also;
+  GnmrStudyResult res;
+  res.out = prepared.out;
+  res.cells = cells.size();
+  auto data_of = [&](size_t m) -> const ojson& { return prepared.data.at(m); };
   StudyPlan plan;
   plan.label = "gnmr study";
   plan.cells = cells.size();
   plan.unit = "steps";
   plan.work_per_cell = cells.empty() ? 1 : cell_config(c, cells[0]).steps;
   plan.name = [&](size_t i) { return cells[i].name(); };
-  ojson also = ojson::object();  // the extra validation data: their sources' SHA-256s
-  if (!c.also_validate.empty()) {
-    const auto tok = make_tokenizer(cell_config(c, cells[0]).tokenizer);
-    for (const std::string& spec : c.also_validate) {
-      ojson a = data_sources_json(load_tokens(spec, *tok));
-      for (auto& src : a) src.erase("file");
-      also[spec] = a;
-    }
-  }
   plan.key = [&](size_t i) { return cell_key(c, cells[i], data_of(cells[i].model), also); };
   plan.compute = [&](size_t i, const std::function<void()>& tick) -> ojson {
     uint64_t ticks = 0;

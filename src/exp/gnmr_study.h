@@ -79,5 +79,10 @@ struct GnmrStudyResult {
 };
 // Every arm's configuration is parsed (and its controller built) before any cell runs.
 GnmrStudyResult run_gnmr_study(const GnmrStudyOptions& o);
+// What run_gnmr_study checks before its first cell (the study, every (model, arm) training
+// configuration and its controller, the output directory, the cell choice, the data of every
+// model whose cells the run touches and the also_validate data), checked by the same code;
+// nothing is written (--emit-slurm calls it).
+void validate_gnmr_study(const GnmrStudyOptions& o);
 
 }  // namespace mantis

@@ -9,6 +9,7 @@
 #include "core/file.h"
 #include "core/toml.h"
 #include "exp/bootstrap.h"
+#include "exp/eval.h"  // kEvalMaxSeqs, kEvalMaxCtx
 #include "exp/manifest.h"
 #include "exp/study.h"
 #include "exp/study_windows.h"
@@ -205,7 +206,7 @@ LampSweepConfig read_lamp_sweep(const std::string& path) {
   };
   str("out", c.out), str("model", c.model), str("data", c.data), str("tokenizer", c.tokenizer);
   str("recompute", c.recompute);
-  integer("seqs", c.seqs, 1, 1000000), integer("ctx", c.ctx, 0, 1 << 24), integer("seed", c.seed, 0, INT64_MAX);
+  integer("seqs", c.seqs, 1, kEvalMaxSeqs), integer("ctx", c.ctx, 0, kEvalMaxCtx), integer("seed", c.seed, 0, INT64_MAX);
   numbers("mu", c.mu), numbers("strict_tau", c.strict_tau), numbers("relaxed_tau", c.relaxed_tau);
   boolean("random_control", c.random_control), boolean("length_scaling", c.length_scaling);
   if (c.model.empty()) throw InputError(fmt::format("{}: 'model' (a checkpoint path) is required", path));
@@ -213,13 +214,13 @@ LampSweepConfig read_lamp_sweep(const std::string& path) {
     if (m < 1 || m > 23) throw InputError(fmt::format("{}: μ = {} out of range 1..23", path, m));
   for (double x : c.strict_tau) if (!(x >= 0)) throw InputError(fmt::format("{}: strict τ = {} must be ≥ 0", path, x));
   for (double x : c.relaxed_tau) if (!(x >= 0)) throw InputError(fmt::format("{}: relaxed τ = {} must be ≥ 0", path, x));
-  // a value listed twice would make two cells of the same key
-  auto unique = [&](const char* k, auto v) {
-    std::sort(v.begin(), v.end());
-    if (auto it = std::adjacent_find(v.begin(), v.end()); it != v.end())
-      throw InputError(fmt::format("{}: '{}' lists {} twice", path, k, *it));
+  // a value listed twice would make two cells of the same key (0.1 and 1e-1, 0 and -0 are one τ)
+  auto once = [&](const char* k, const auto& v) {
+    std::vector<std::string> listed;
+    for (auto x : v) listed.push_back(fmt::format("{}", x + 0));
+    refuse_repeats(path, k, "", listed, listed);
   };
-  unique("mu", c.mu), unique("strict_tau", c.strict_tau), unique("relaxed_tau", c.relaxed_tau);
+  once("mu", c.mu), once("strict_tau", c.strict_tau), once("relaxed_tau", c.relaxed_tau);
   if (c.recompute != "fp32") {
     const Format f = format_lookup(c.recompute);
     if (!fits_float(f))
@@ -236,17 +237,39 @@ std::vector<std::string> lamp_sweep_cells(const LampSweepConfig& c) {
   return names;
 }
 
-LampSweepResult run_lamp_sweep(const LampSweepOptions& o) {
-  const LampSweepConfig c = read_lamp_sweep(o.config);
-  const auto cells = cells_of(c);
-  LampSweepResult res;
-  res.out = o.out.empty() ? c.out : o.out;
-  res.cells = cells.size();
-  if (res.out.empty()) throw InputError(fmt::format("{}: no output directory: set out = \"…\" or pass --out", o.config));
-  const StudyOptions so = study_options(o, cells.size(), res.out, o.progress, o.log);
+namespace {
+// Everything a run checks before its first cell, loaded; nothing written.
+struct Prepared {
+  LampSweepConfig c;
+  std::vector<Cell> cells;
+  std::string out;
+  StudyOptions so;
+  StudyWindows ws;
+};
+Prepared prepare(const LampSweepOptions& o) {
+  Prepared p;
+  p.c = read_lamp_sweep(o.config);
+  p.cells = cells_of(p.c);
+  p.out = study_out(o.out, p.c.out, o.config);
+  p.so = study_options(o, p.cells.size(), p.out, o.progress, o.log);
+  p.ws = open_study_windows(p.c.model, p.c.ctx, p.c.tokenizer, p.c.data, p.c.seqs, "tokenizer = \"…\" in " + o.config,
+                            o.forward);
+  for (const Cell& cell : p.cells) policy_of(p.c, cell).check(p.ws.model.cfg);  // every setting, before any thread
+  return p;
+}
+}  // namespace
 
-  StudyWindows ws = open_study_windows(c.model, c.ctx, c.tokenizer, c.data, c.seqs,
-                                      "tokenizer = \"…\" in " + o.config, o.forward);
+void validate_lamp_sweep(const LampSweepOptions& o) { (void)prepare(o); }
+
+LampSweepResult run_lamp_sweep(const LampSweepOptions& o) {
+  Prepared prepared = prepare(o);
+  const LampSweepConfig& c = prepared.c;
+  const std::vector<Cell>& cells = prepared.cells;
+  const StudyOptions& so = prepared.so;
+  StudyWindows& ws = prepared.ws;
+  LampSweepResult res;
+  res.out = prepared.out;
+  res.cells = cells.size();
   const Model& model = ws.model;
   const int ctx = ws.ctx;
   const TokenData& data = ws.data;
@@ -254,7 +277,6 @@ LampSweepResult run_lamp_sweep(const LampSweepOptions& o) {
   const ojson &model_key = ws.model_key, &data_key = ws.data_key;
   auto reference = [&](size_t w) -> const Matrix<float>& { return ws.reference(w); };
   const int layers = model.cfg.layers;
-  for (const Cell& cell : cells) policy_of(c, cell).check(model.cfg);  // every setting, before any thread
 
   StudyPlan plan;
   plan.label = "lamp sweep";

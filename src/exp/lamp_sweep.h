@@ -62,5 +62,9 @@ struct LampSweepResult {
 };
 // InputError (before any cell runs) for a bad configuration, model, data or stored cell.
 LampSweepResult run_lamp_sweep(const LampSweepOptions& o);
+// What run_lamp_sweep checks before its first cell (the configuration, the output directory, the
+// cell choice, the model, tokenizer, data and windows, every cell's policy against the model),
+// checked by the same code; nothing is written (--emit-slurm calls it).
+void validate_lamp_sweep(const LampSweepOptions& o);
 
 }  // namespace mantis

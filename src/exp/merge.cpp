@@ -4,12 +4,9 @@
 
 #include <algorithm>
 #include <cmath>
-#include <filesystem>
-#include <nlohmann/json.hpp>
 #include <set>
 
 #include "core/error.h"
-#include "core/file.h"
 #include "exp/study.h"
 
 namespace mantis {
@@ -88,13 +85,11 @@ std::string merge_result_sets(const std::vector<std::string>& dirs) {
   if (dirs.empty()) throw InputError("merge: no result directories given");
   std::string out = "source,generator,git_commit,row,model,policy,mu,site,design,metric,value,unit\n";
   for (const std::string& dir : dirs) {
-    verify_result_set(dir);  // every file as its manifest lists it
-    const auto manifest = nlohmann::json::parse(read_text_file(dir + "/manifest.json", "manifest"), nullptr, false);
-    if (manifest.is_discarded() || !manifest.is_object())
-      throw InputError(fmt::format("{}/manifest.json: not a JSON object", dir));
+    // the set under the result-set rule (study.h), results.csv among its files and read as verified
+    ResultSet set = read_result_set(dir, {"results.csv"});
+    const ojson& manifest = set.manifest;
     const std::string csv_path = dir + "/results.csv";
-    if (!std::filesystem::exists(csv_path)) throw InputError(fmt::format("{}: no results.csv to merge", dir));
-    const std::string text = read_text_file(csv_path, "results");
+    const std::string& text = set.files["results.csv"];
     std::vector<std::string> lines;
     for (size_t a = 0, b; a < text.size(); a = b + 1) {
       b = text.find('\n', a);

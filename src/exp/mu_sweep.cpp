@@ -162,11 +162,25 @@ MuSweepConfig read_mu_sweep(const std::string& path) {
   c.path = c.sr_where = path;
   const toml::array* mu = array("mu");
   if (!mu) throw InputError(fmt::format("{}: missing 'mu' (the list of stored fraction widths, 1..23)", path));
-  for (const auto& e : *mu) c.mu.push_back(int(integer(e, "mu", 1, 23)));
+  // each axis value once (a repeated μ would be two cells of one key; a repeated length or shape, two rows)
+  auto once = [&](const char* key, const std::vector<std::string>& v) { refuse_repeats(where(*t.get(key)), key, "", v, v); };
+  std::vector<std::string> listed;
+  for (const auto& e : *mu) {
+    c.mu.push_back(int(integer(e, "mu", 1, 23)));
+    listed.push_back(std::to_string(c.mu.back()));
+  }
   if (c.mu.empty()) throw InputError(fmt::format("{}: 'mu' is empty", where(*t.get("mu"))));
-  if (const toml::array* a = array("lengths"))
-    for (const auto& e : *a) c.lengths.push_back(uint64_t(integer(e, "length", 1, int64_t(1) << 26)));
+  once("mu", listed);
+  if (const toml::array* a = array("lengths")) {
+    listed.clear();
+    for (const auto& e : *a) {
+      c.lengths.push_back(uint64_t(integer(e, "length", 1, int64_t(1) << 26)));
+      listed.push_back(std::to_string(c.lengths.back()));
+    }
+    once("lengths", listed);
+  }
   if (const toml::array* a = array("gemm_shapes")) {
+    listed.clear();
     for (const auto& e : *a) {
       if (!e.is_array() || e.as_array()->size() != 3)
         throw InputError(fmt::format("{}: each gemm shape must be an array [M, N, K]", where(e)));
@@ -175,7 +189,9 @@ MuSweepConfig read_mu_sweep(const std::string& path) {
       if (s[0] * s[1] * s[2] > (uint64_t(1) << 32))
         throw InputError(fmt::format("{}: gemm shape {}x{}x{} too large (M·N·K ≤ 2^32)", where(e), s[0], s[1], s[2]));
       c.shapes.push_back(s);
+      listed.push_back(fmt::format("[{}, {}, {}]", s[0], s[1], s[2]));
     }
+    once("gemm_shapes", listed);
   }
   if (c.lengths.empty() && c.shapes.empty())
     throw InputError(fmt::format("{}: nothing to do: give 'lengths' and/or 'gemm_shapes'", path));
@@ -184,7 +200,7 @@ MuSweepConfig read_mu_sweep(const std::string& path) {
   if (const toml::node* n = t.get("gemm_trials")) c.gemm_trials = int(integer(*n, "gemm_trials", 1, 100000));
   if (const toml::node* n = t.get("seed")) c.seed = uint64_t(integer(*n, "seed", 0, INT64_MAX));
   if (const toml::node* n = t.get("sr_bits")) {
-    c.sr_bits = int(integer(*n, "sr_bits", 1, 32));
+    c.sr_bits = int(integer(*n, "sr_bits", kSrBitsMin, kSrBitsMax));
     c.sr_where = where(*n);
   }
   if (auto s = string("rounding")) {
@@ -210,13 +226,33 @@ std::vector<std::string> mu_sweep_cells(const MuSweepConfig& c) {
   return names;
 }
 
-MuSweepResult run_mu_sweep(const MuSweepOptions& o) {
-  const MuSweepConfig c = read_mu_sweep(o.config);
-  namespace fs = std::filesystem;
+namespace {
+// Everything a run checks before its first cell, loaded; nothing written.
+struct Prepared {
+  MuSweepConfig c;
+  StudyOptions so;
+  std::vector<GemmSpec> specs;  // per μ
+};
+Prepared prepare(const MuSweepOptions& o) {
+  Prepared p;
+  p.c = read_mu_sweep(o.config);
   if (o.out.empty() && !o.merges())
     throw InputError(fmt::format("{}: --cell, --shard and --merge need --out DIR (where the cells are kept)", o.config));
-  StudyOptions so = study_options(o, c.mu.size(), o.out, o.progress, nullptr);
-  so.persistent = !o.out.empty();
+  p.so = study_options(o, p.c.mu.size(), o.out, o.progress, nullptr);
+  p.so.persistent = !o.out.empty();
+  for (int mu : p.c.mu) p.specs.push_back(spec_for(p.c, mu));
+  return p;
+}
+}  // namespace
+
+void validate_mu_sweep(const MuSweepOptions& o) { (void)prepare(o); }
+
+MuSweepResult run_mu_sweep(const MuSweepOptions& o) {
+  const Prepared prepared = prepare(o);
+  const MuSweepConfig& c = prepared.c;
+  const StudyOptions& so = prepared.so;
+  const std::vector<GemmSpec>& specs = prepared.specs;
+  namespace fs = std::filesystem;
   if (!o.out.empty()) {
     std::error_code ec;
     fs::create_directories(o.out, ec);
@@ -224,8 +260,6 @@ MuSweepResult run_mu_sweep(const MuSweepOptions& o) {
       throw InputError(fmt::format("cannot create output directory '{}': {}", o.out,
                                    ec ? ec.message() : "not a directory"));
   }
-  std::vector<GemmSpec> specs;  // validated before anything is computed
-  for (int mu : c.mu) specs.push_back(spec_for(c, mu));
   Stopwatch clock;
   const int nt = threads_now();
 

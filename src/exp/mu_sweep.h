@@ -65,5 +65,8 @@ std::vector<std::string> mu_sweep_cells(const MuSweepConfig& c);
 // InputError (before anything is computed) for a bad configuration, a cell choice without --out, or
 // a stored cell of another key.
 MuSweepResult run_mu_sweep(const MuSweepOptions& o);
+// What run_mu_sweep checks before its first cell (the configuration, the cell choice, every μ's
+// GEMM settings), checked by the same code; nothing is written (--emit-slurm calls it).
+void validate_mu_sweep(const MuSweepOptions& o);
 
 }  // namespace mantis

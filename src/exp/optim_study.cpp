@@ -39,12 +39,6 @@ const char* role_name(Role r) {
   return names[int(r)];
 }
 
-std::string model_name(const std::string& path) {
-  std::string s = std::filesystem::path(path).stem().string();
-  if (s.starts_with("train-")) s = s.substr(6);
-  return s;
-}
-
 ojson option_json(const OptionValue& v) {
   return std::visit(
       [](const auto& x) -> ojson {
@@ -361,6 +355,7 @@ OptimStudyConfig optim_study_from_toml(const std::string& text, const std::strin
   const toml::node* m = t.get("models");
   if (!m) throw InputError(fmt::format("{}: 'models' is missing (the training TOMLs of the model shapes)", path));
   c.models = strings(*m, "models");
+  refuse_repeated_models(line(*m), c.models);
   const toml::node* op = t.get("optimizers");
   if (!op) throw InputError(fmt::format("{}: 'optimizers' is missing", path));
   c.optimizers = strings(*op, "optimizers");
@@ -468,7 +463,7 @@ std::vector<OptimStudyCell> optim_study_cells(const OptimStudyConfig& c) {
       const std::string label = variant.empty() ? opt : variant;
       auto it = c.seeds_for.find(label);
       for (uint64_t s : it == c.seeds_for.end() ? c.seeds : it->second)
-        v.push_back({m, model_name(c.models[m]), opt, variant, s});
+        v.push_back({m, study_model_name(c.models[m]), opt, variant, s});
     };
     for (auto& o : c.optimizers) add(o, "");
     for (auto& var : c.variants) add(var.optimizer, var.name);
@@ -476,20 +471,39 @@ std::vector<OptimStudyCell> optim_study_cells(const OptimStudyConfig& c) {
   return v;
 }
 
+namespace {
+// Everything a run checks before its first cell, loaded; nothing written.
+struct Prepared {
+  OptimStudyConfig c;
+  std::vector<OptimStudyCell> cells;
+  std::string out;
+  StudyOptions so;
+  std::map<size_t, ojson> data;  // per model whose cells the run touches: its data's key (SHA-256s)
+};
+Prepared prepare(const OptimStudyOptions& o) {
+  Prepared p;
+  p.c = read_optim_study(o.config);
+  p.cells = optim_study_cells(p.c);
+  p.out = study_out(o.out, p.c.out, p.c.path);
+  p.so = study_options(o, p.cells.size(), p.out, o.progress, o.log);
+  std::vector<size_t> model_of_cell;
+  for (const auto& cell : p.cells) model_of_cell.push_back(cell.model);
+  p.data = touched_data_keys(o, model_of_cell, p.c.models);
+  return p;
+}
+}  // namespace
+
+void validate_optim_study(const OptimStudyOptions& o) { (void)prepare(o); }
+
 OptimStudyResult run_optim_study(const OptimStudyOptions& o) {
-  const OptimStudyConfig c = read_optim_study(o.config);
-  const std::vector<OptimStudyCell> cells = optim_study_cells(c);
+  const Prepared prepared = prepare(o);
+  const OptimStudyConfig& c = prepared.c;
+  const std::vector<OptimStudyCell>& cells = prepared.cells;
+  const StudyOptions& so = prepared.so;
   OptimStudyResult res;
-  res.out = o.out.empty() ? c.out : o.out;
-  if (res.out.empty()) throw InputError(fmt::format("{}: no output directory (set out = \"…\" or --out)", c.path));
+  res.out = prepared.out;
   res.cells = cells.size();
-  const StudyOptions so = study_options(o, cells.size(), res.out, o.progress, o.log);
-  // The data's SHA-256s per model, read once (the keys name them).
-  std::map<size_t, ojson> data;
-  auto data_of = [&](size_t m) -> const ojson& {
-    if (!data.count(m)) data[m] = training_data_key(c.models[m]);
-    return data[m];
-  };
+  auto data_of = [&](size_t m) -> const ojson& { return prepared.data.at(m); };
   const bool spawn = o.isolate && o.cell < 0;
   StudyPlan plan;
   plan.label = "optimizer study";

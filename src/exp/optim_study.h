@@ -122,6 +122,11 @@ struct OptimStudyResult {
   std::vector<size_t> missing;
 };
 OptimStudyResult run_optim_study(const OptimStudyOptions& o);
+// What run_optim_study checks before its first cell (the configuration with every cell's training
+// configuration and optimizer, the output directory, the cell choice, the training and validation
+// data of every model whose cells the run touches), checked by the same code; nothing is written
+// (--emit-slurm calls it).
+void validate_optim_study(const OptimStudyOptions& o);
 
 // ---------------------------------------------------------------- pieces (tested on their own)
 // t_{0.975, df}: the Student-t quantile, by bisection on the CDF (Simpson's rule on the density).

@@ -12,6 +12,7 @@
 #include "core/file.h"
 #include "core/scheme.h"
 #include "core/toml.h"
+#include "exp/eval.h"  // kEvalMaxSeqs, kEvalMaxCtx
 #include "exp/bootstrap.h"
 #include "exp/manifest.h"
 #include "exp/study_windows.h"
@@ -95,6 +96,18 @@ Policy policy_of(const PolicySweepConfig& c, const Policy& base, const Cell& cel
   return p;
 }
 
+// What a format or scheme computes, its name aside: an axis lists each once (an alias, a name in
+// capitals or a file of the same definition is the same format).
+std::string definition(const Format& f) {
+  return fmt::format("mu={} emin={} emax={} subnormals={} overflow={} specials={} signed={} zero={} negative_zero={} "
+                     "twos_complement={}", f.mu, f.emin, f.emax, f.subnormals, to_string(f.overflow),
+                     to_string(f.specials), f.is_signed, f.has_zero, f.negative_zero, f.twos_complement);
+}
+std::string definition(const Scheme& s) {
+  return fmt::format("element[{}] block={}x{} rule={} scale[{}] two_level={} division={}", definition(s.element),
+                     s.block_rows, s.block_cols, to_string(s.rule), definition(s.scale), s.two_level, int(s.division));
+}
+
 // A scheme or format named by a .toml path is keyed by its content, not its path.
 ojson named_json(const std::string& name) {
   ojson j = {{"name", name}};
@@ -155,49 +168,54 @@ PolicySweepConfig read_policy_sweep(const std::string& path) {
       dst = decltype(dst + 0)(n->as_integer()->get());
     }
   };
-  // an array of strings, each checked by `check` (which throws its own InputError), no repeats
-  auto strings = [&](const char* k, std::vector<std::string>& dst, auto check) {
+  // an array of strings, each checked and resolved by `resolve` (which throws its own InputError),
+  // no value twice once resolved (`what` a value is, for that message); the resolved forms
+  auto strings = [&](const char* k, std::vector<std::string>& dst, const char* what, auto resolve) {
+    std::vector<std::string> resolved;
     const toml::node* n = t.get(k);
-    if (!n) return;
+    if (!n) return resolved;
     if (!n->is_array()) throw InputError(fmt::format("{}: '{}' must be an array of strings", line(*n), k));
     dst.clear();
     for (auto& e : *n->as_array()) {
       if (!e.is_string()) throw InputError(fmt::format("{}: '{}' must be an array of strings", line(e), k));
-      const std::string s = e.as_string()->get();
+      dst.push_back(e.as_string()->get());
       try {
-        check(s);
+        resolved.push_back(resolve(dst.back()));
       } catch (const InputError& err) {
         throw InputError(fmt::format("{}: '{}': {}", line(e), k, err.what()));
       }
-      if (std::find(dst.begin(), dst.end(), s) != dst.end())
-        throw InputError(fmt::format("{}: '{}' lists \"{}\" twice", line(e), k, s));
-      dst.push_back(s);
     }
+    refuse_repeats(line(*n), k, what, dst, resolved);
+    return resolved;
   };
   str("out", c.out), str("model", c.model), str("data", c.data), str("tokenizer", c.tokenizer), str("template", c.templ);
-  integer("seqs", c.seqs, 1, 1000000), integer("ctx", c.ctx, 0, 1 << 24), integer("seed", c.seed, 0, INT64_MAX);
-  strings("sites", c.sites, [](const std::string& s) {
+  integer("seqs", c.seqs, 1, kEvalMaxSeqs), integer("ctx", c.ctx, 0, kEvalMaxCtx), integer("seed", c.seed, 0, INT64_MAX);
+  strings("sites", c.sites, "site", [](const std::string& s) {
     if (!site_from_string(s)) throw InputError(fmt::format("unknown site \"{}\" (sites: {})", s, site_names()));
+    return s;
   });
-  strings("formats", c.formats, [](const std::string& s) { (void)format_lookup(s); });
+  std::vector<std::string> formats =
+      strings("formats", c.formats, "format", [](const std::string& s) { return definition(format_lookup(s)); });
   if (const toml::node* n = t.get("mu")) {
     if (!n->is_array()) throw InputError(fmt::format("{}: 'mu' must be an array of integers", line(*n)));
     for (auto& e : *n->as_array()) {
       if (!e.is_integer() || e.as_integer()->get() < 1 || e.as_integer()->get() > 23)
         throw InputError(fmt::format("{}: 'mu' must hold integers in 1..23", line(e)));
-      const std::string f = fmt::format("ps{}", e.as_integer()->get());
-      if (std::find(c.formats.begin(), c.formats.end(), f) != c.formats.end())
-        throw InputError(fmt::format("{}: {} is listed twice (formats and mu)", line(e), f));
-      c.formats.push_back(f);
+      c.formats.push_back(fmt::format("ps{}", e.as_integer()->get()));
+      formats.push_back(definition(format_lookup(c.formats.back())));
     }
+    refuse_repeats(line(*n), "formats / mu", "format", c.formats, formats);
   }
-  strings("set", c.set, [](const std::string& s) {
+  strings("set", c.set, "field", [](const std::string& s) {
     if (s != "accumulator" && s != "output" && s != "input")
       throw InputError(fmt::format("\"{}\" is not accumulator, output or input", s));
+    return s;
   });
-  strings("roundings", c.roundings, [](const std::string& s) { (void)rounding_from_string(s); });
-  strings("accumulations", c.accumulations, [](const std::string& s) { (void)accumulation_from_string(s); });
-  strings("schemes", c.schemes, [](const std::string& s) { (void)scheme_lookup(s); });
+  strings("roundings", c.roundings, "rounding mode",
+          [](const std::string& s) { return std::string(to_string(rounding_from_string(s))); });
+  strings("accumulations", c.accumulations, "accumulation",
+          [](const std::string& s) { return std::string(to_string(accumulation_from_string(s))); });
+  strings("schemes", c.schemes, "scheme", [](const std::string& s) { return definition(scheme_lookup(s)); });
   if (c.model.empty()) throw InputError(fmt::format("{}: 'model' (a checkpoint path) is required", path));
   if (c.sites.empty()) throw InputError(fmt::format("{}: 'sites' lists no site", path));
   if (c.formats.empty()) throw InputError(fmt::format("{}: give the cells' formats: 'formats' and / or 'mu'", path));
@@ -219,18 +237,47 @@ std::vector<std::string> policy_sweep_cells(const PolicySweepConfig& c) {
   return names;
 }
 
-PolicySweepResult run_policy_sweep(const PolicySweepOptions& o) {
-  const PolicySweepConfig c = read_policy_sweep(o.config);
-  const Policy base = policy_from_toml(c.templ, o.config + ": template");
-  const auto cells = cells_of(c);
-  PolicySweepResult res;
-  res.out = o.out.empty() ? c.out : o.out;
-  res.cells = cells.size();
-  if (res.out.empty()) throw InputError(fmt::format("{}: no output directory: set out = \"…\" or pass --out", o.config));
-  const StudyOptions so = study_options(o, cells.size(), res.out, o.progress, o.log);
+namespace {
+// Everything a run checks before its first cell, loaded; nothing written.
+struct Prepared {
+  PolicySweepConfig c;
+  Policy base;
+  std::vector<Cell> cells;
+  std::string out;
+  StudyOptions so;
+  StudyWindows ws;
+  std::vector<Policy> policies;  // per cell
+};
+Prepared prepare(const PolicySweepOptions& o) {
+  Prepared p;
+  p.c = read_policy_sweep(o.config);
+  p.base = policy_from_toml(p.c.templ, o.config + ": template");
+  p.cells = cells_of(p.c);
+  p.out = study_out(o.out, p.c.out, o.config);
+  p.so = study_options(o, p.cells.size(), p.out, o.progress, o.log);
+  p.ws = open_study_windows(p.c.model, p.c.ctx, p.c.tokenizer, p.c.data, p.c.seqs, "tokenizer = \"…\" in " + o.config,
+                            o.forward);
+  for (const Cell& cell : p.cells) {  // every entry compiled against the model, before any thread
+    p.policies.push_back(policy_of(p.c, p.base, cell));
+    (void)PolicyPlan(p.policies.back(), p.ws.model.cfg);
+  }
+  return p;
+}
+}  // namespace
 
-  StudyWindows ws = open_study_windows(c.model, c.ctx, c.tokenizer, c.data, c.seqs,
-                                      "tokenizer = \"…\" in " + o.config, o.forward);
+void validate_policy_sweep(const PolicySweepOptions& o) { (void)prepare(o); }
+
+PolicySweepResult run_policy_sweep(const PolicySweepOptions& o) {
+  Prepared prepared = prepare(o);
+  const PolicySweepConfig& c = prepared.c;
+  const Policy& base = prepared.base;
+  const std::vector<Cell>& cells = prepared.cells;
+  const StudyOptions& so = prepared.so;
+  StudyWindows& ws = prepared.ws;
+  const std::vector<Policy>& policies = prepared.policies;
+  PolicySweepResult res;
+  res.out = prepared.out;
+  res.cells = cells.size();
   const Model& model = ws.model;
   const int ctx = ws.ctx;
   const TokenData& data = ws.data;
@@ -238,11 +285,6 @@ PolicySweepResult run_policy_sweep(const PolicySweepOptions& o) {
   const ojson &model_key = ws.model_key, &data_key = ws.data_key;
   auto reference = [&](size_t w) -> const Matrix<float>& { return ws.reference(w); };
   const int layers = model.cfg.layers;
-  std::vector<Policy> policies;
-  for (const Cell& cell : cells) {  // every entry compiled against the model, before any thread
-    policies.push_back(policy_of(c, base, cell));
-    (void)PolicyPlan(policies.back(), model.cfg);
-  }
 
   StudyPlan plan;
   plan.label = "policy sweep";

@@ -57,6 +57,11 @@ struct PolicySweepResult {
   bool merged = false;
   std::vector<size_t> missing;
 };
+// InputError before any cell runs for a bad configuration, model, data, context or policy.
 PolicySweepResult run_policy_sweep(const PolicySweepOptions& o);
+// What run_policy_sweep checks before its first cell (the configuration, the output directory,
+// the cell choice, the model, tokenizer, data and windows, every cell's policy compiled against the
+// model), checked by the same code; nothing is written (--emit-slurm calls it).
+void validate_policy_sweep(const PolicySweepOptions& o);
 
 }  // namespace mantis

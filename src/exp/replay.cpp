@@ -81,6 +81,7 @@ ReplayResult replay(const ReplayOptions& o) {
   }
   entry->check(opts);
   if (!(o.lr >= 0) || !std::isfinite(o.lr)) throw InputError(fmt::format("optim replay: --lr {} must be finite and ≥ 0", o.lr));
+  if (!o.out.empty()) check_output_path(o.out, "optim replay: --out");
 
   // P, and the parameter set
   std::vector<NamedTensor> p = read_f32_tensors(o.params);
@@ -117,6 +118,15 @@ ReplayResult replay(const ReplayOptions& o) {
   // G: exactly t.<t>.<n> for t < steps and every n, each of n's shape
   std::vector<NamedTensor> g = read_f32_tensors(o.grads);
   const uint64_t N = uint64_t(o.steps);
+  if (N > g.size() / p.size()) {  // fewer tensors than N steps need: name the first one missing
+    std::map<uint64_t, std::set<std::string>> seen;
+    for (auto& t : g)
+      if (const auto sn = step_name(t.name)) seen[sn->first].insert(sn->second);
+    for (uint64_t s = 0;; ++s)
+      for (auto& t : p)
+        if (!seen[s].count(t.name))
+          throw InputError(fmt::format("{}: missing step tensor t.{}.{}", o.grads, s, t.name));
+  }
   std::vector<std::vector<NamedTensor*>> at(N, std::vector<NamedTensor*>(p.size(), nullptr));
   for (auto& t : g) {
     const auto sn = step_name(t.name);
@@ -147,6 +157,14 @@ ReplayResult replay(const ReplayOptions& o) {
     GradMap<float> grads;
     for (size_t i = 0; i < p.size(); ++i) grads[p[i].name] = std::move(at[s][i]->data);  // each step's used once
     opt->step(m, grads, o.lr);
+    // A diverged update is an error naming the step and tensor: non-finite weights are never written.
+    for (auto& t : p) {
+      const std::vector<float>& v = m.params.at(t.name).data;
+      for (size_t i = 0; i < v.size(); ++i)
+        if (!std::isfinite(v[i]))
+          throw InputError(fmt::format("optim replay: step {}: the update (lr {}) made tensor {} non-finite (value {} at "
+                                       "index {}); nothing was written", s, o.lr, t.name, v[i], i));
+    }
   }
 
   ReplayResult r;
@@ -193,6 +211,9 @@ float unit(uint64_t seed, uint64_t stream, uint64_t counter) {
 void synth_replay_inputs(const SynthOptions& o) {
   if (o.steps <= 0) throw InputError(fmt::format("optim synth: --steps {} must be ≥ 1", o.steps));
   validate(o.model);
+  check_output_path(o.params, "optim synth: --params");
+  check_output_path(o.grads, "optim synth: --grads");
+  if (!o.config_out.empty()) check_output_path(o.config_out, "optim synth: --write-config");
   const auto infos = parameter_infos(o.model);
   std::vector<NamedTensor> p, g;
   for (size_t k = 0; k < infos.size(); ++k) {

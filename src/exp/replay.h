@@ -20,8 +20,10 @@
 //   OUT (if given): the final parameters, F32, P's names in P's order, written atomically.
 //   Every check runs before the first step: unknown optimizer (the known ones listed), N ≤ 0, a
 //     non-F32 tensor, a missing step tensor (named), a shape mismatch (both shapes named), an
-//     unknown or extra tensor in G, a non-finite value in P or G (tensor and index named). Each is
-//     a one-line InputError.
+//     unknown or extra tensor in G, a non-finite value in P or G (tensor and index named), N
+//     beyond G's steps (checked before anything is allocated for N). Each is a one-line InputError.
+//   A step whose update leaves a parameter non-finite (a huge lr) is an InputError naming the step,
+//     the tensor and the index; OUT is then not written (no command writes non-finite weights).
 //   Result: the optimizer's name, N, its state_bytes() after the last step, the element count of
 //     P, state_bytes / params; and when its state holds a tensor `codebook` and tensors
 //     `<p>.period` (Gefen's naming), the codebook's values (as doubles) and each p's period;

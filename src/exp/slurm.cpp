@@ -6,6 +6,7 @@
 #include <regex>
 
 #include "core/error.h"
+#include "core/threads.h"
 #include "mantis_config.h"
 
 namespace mantis {
@@ -14,7 +15,9 @@ namespace fs = std::filesystem;
 
 void validate(const SlurmOptions& s) {
   if (s.shards < 1 || s.shards > 100000) throw InputError(fmt::format("--slurm-shards {}: expected 1..100000", s.shards));
-  if (s.cpus < 1 || s.cpus > 4096) throw InputError(fmt::format("--slurm-cpus {}: expected 1..4096", s.cpus));
+  // the tasks' --threads
+  if (s.cpus < 1 || s.cpus > kMaxThreads)
+    throw InputError(fmt::format("--slurm-cpus {}: expected 1..{}", s.cpus, kMaxThreads));
   // sbatch's own syntax: minutes, MM:SS, HH:MM:SS, D-HH[:MM[:SS]]
   if (!std::regex_match(s.time, std::regex(R"(\d+(:\d{1,2}){0,2}|\d+-\d{1,2}(:\d{1,2}){0,2})")))
     throw InputError(fmt::format("--slurm-time '{}': expected minutes, HH:MM:SS or D-HH:MM:SS", escape_control(s.time)));

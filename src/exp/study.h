@@ -7,6 +7,15 @@
 // settings, formats, seeds, the version of the semantics). A stored cell is reused only when its
 // key equals the key of the current configuration; otherwise the run stops with a one-line error
 // naming the first differing field, and `--overwrite` recomputes.
+// Cells are hashed as result files are: beside each cell, DIR/cells/<i>.json.sha256 holds its
+// SHA-256 as sha256sum writes it ("<64 hex>  <i>.json"), written just before the cell (a run
+// killed between the two leaves a hash without its cell: the cell is missing and is computed
+// again; one file per cell, so shards running at once never share one). Every read of a cell —
+// resume, merge, a spawned cell read back — checks it: a cell whose bytes differ from its hash
+// (its values edited after it was computed, or a rewrite interrupted), a cell without its hash
+// (written before cells were hashed, or the hash removed) or a malformed hash is a one-line error
+// naming the file, never reused and never silently recomputed; `--overwrite` recomputes it and
+// says so on the study's log (stderr where it has none).
 //
 // Running. run_study() is the one driver of every study (the LAMP sweep, the μ-sweep): it
 // decides which cells to compute (all, one shard `--cell i`, none for `--merge`), reuses stored
@@ -17,9 +26,22 @@
 //
 // Result sets. A command's results (results.csv, results.json, …) and manifest.json are one set:
 // the old manifest is removed first, each file is written atomically, and manifest.json is
-// written last with the SHA-256 of every file of the set under "files". A reader that finds no
-// manifest, or a file whose SHA-256 differs, has an interrupted or mixed set and must refuse it
-// (verify_result_set here; tools/results.py for Python readers).
+// written last with the SHA-256 of every file of the set under "files". Readers hold every set to
+// one rule (read_result_set here, for every C++ reader; tools/results.py for Python readers, whose
+// docstring states the same rule in the same words):
+//   The result-set rule. A directory DIR holds a valid result set when
+//   1. DIR/manifest.json is a regular file (not a symbolic link) of at most 64 MiB holding one
+//      JSON object (RFC 8259: UTF-8 without a byte-order mark, no NaN or Infinity, no number
+//      beyond binary64's range, no unpaired surrogate), with no key twice in any object and at
+//      most 100 levels of nesting;
+//   2. its "files" is a non-empty object {name: SHA-256};
+//   3. every name is a relative path inside DIR: '/'-separated, not absolute, with no empty, '.'
+//      or '..' component, no backslash and no control character;
+//   4. every SHA-256 is a string of 64 lower-case hexadecimal digits;
+//   5. every file the reader reads is among the names;
+//   6. every name is a regular file reached from DIR without following a symbolic link, and its
+//      SHA-256 equals the listed one.
+//   Anything else is refused with one line naming the manifest or the file.
 //
 // Column names. A CSV column (results, summaries, curves, training logs) whose numbers have a unit
 // carries it as the last suffix of its name: `_seconds` (or `seconds`), `_bytes`
@@ -82,7 +104,23 @@ struct HealthTable {
   std::string table() const;    // one line per entry, for the terminal
 };
 
-// Reads a cell file: a JSON object with an object "key". InputError naming the file otherwise.
+// A study's axis lists each value once: two entries that resolve to one value (a format and its
+// alias or a file of its definition, "RNE" and "rne", μ = 4 and "ps4") would be two cells of one
+// key. canonical[i] is entry i's resolved form; InputError at `where` naming both spellings (as
+// written: spelled[i]) and `what` they are otherwise.
+void refuse_repeats(const std::string& where, const std::string& axis, const std::string& what,
+                    const std::vector<std::string>& spelled, const std::vector<std::string>& canonical);
+
+// The name a training configuration's model has in a study's results: the file's stem without
+// "train-" (experiments/train-gpt2-bytes.toml: gpt2-bytes).
+std::string study_model_name(const std::string& train_config_path);
+// A study's `models` (training configurations) each once, by that name (refuse_repeats).
+void refuse_repeated_models(const std::string& where, const std::vector<std::string>& models);
+
+// Writes a cell file and its hash (above).
+void write_cell(const std::string& path, const ojson& cell);
+// Reads a cell file: its bytes as its hash says, a JSON object with an object "key". InputError
+// naming the file otherwise.
 ojson read_cell(const std::string& path);
 
 // Writes the result set (names relative to dir, written in order), then manifest.json with
@@ -92,8 +130,16 @@ void write_result_set(const std::string& dir, const std::vector<std::pair<std::s
 // Writes dir/manifest.json for files already in dir (a training run's logs), with their SHA-256s
 // under "files", replacing the old manifest.
 void write_manifest(const std::string& dir, const std::vector<std::string>& files, ojson manifest);
-// InputError unless dir/manifest.json exists and every file it lists has the listed SHA-256.
-void verify_result_set(const std::string& dir);
+// A result set read back under the result-set rule (above): its manifest and the content of the
+// files the reader reads (`reads`, each hashed from the bytes returned). InputError, one line,
+// for anything the rule refuses.
+struct ResultSet {
+  ojson manifest;
+  std::map<std::string, std::string> files;  // name → content, for the names in `reads`
+};
+ResultSet read_result_set(const std::string& dir, const std::vector<std::string>& reads);
+// The set verified under the rule, nothing read: its manifest.
+ojson verify_result_set(const std::string& dir);
 
 // ---------------------------------------------------------------- running a study
 struct StudyPlan {
@@ -120,6 +166,9 @@ struct CellChoice {
 };
 // "k/N" (0 ≤ k < N) into c.shard / c.shards; InputError otherwise.
 void parse_shard(const std::string& text, CellChoice& c);
+// Whether a run with this choice checks cell i's key (computes, reuses or merges it): the chosen
+// cell, the shard's cells, or every cell (a whole run, a merge).
+bool touches(const CellChoice& c, size_t i);
 
 struct StudyOptions : CellChoice {
   std::string out;          // persistent: cells in out/cells/<i>.json
@@ -141,6 +190,13 @@ void check_cell_choice(size_t cells, const CellChoice& o);
 // InputError before any cell is computed: a bad --cell, --merge with --cell, an uncreatable
 // directory, a stored cell of another key (without overwrite).
 StudyRun run_study(const StudyPlan& plan, const StudyOptions& o);
+// The training data keys (manifest.h training_data_key) of the models whose cells a run with
+// choice `c` touches: model index → key; cell i trains model model_of_cell[i] (a path in `models`).
+std::map<size_t, ojson> touched_data_keys(const CellChoice& c, const std::vector<size_t>& model_of_cell,
+                                          const std::vector<std::string>& models);
+// A study's output directory: `given` (--out), else the configuration's `out`; InputError naming
+// the configuration when neither is set.
+std::string study_out(const std::string& given, const std::string& configured, const std::string& config_path);
 // A study's options from its command's cell choice, checked against its cell count (check_cell_choice)
 // before the study loads what its cells need.
 StudyOptions study_options(const CellChoice& c, size_t cells, const std::string& out, ProgressMode progress,

@@ -59,12 +59,11 @@ auto prefixed(const std::string& prefix, F&& f) {
 class MappedFile {
  public:
   explicit MappedFile(const std::string& path) : path_(path) {
-    fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd_ < 0) throw InputError(fmt::format("{}: cannot open: {}", path, std::strerror(errno)));
+    fd_ = open_input(path);  // a regular file (a FIFO would block, a device is no checkpoint)
     struct stat st {};
-    if (::fstat(fd_, &st) != 0 || !S_ISREG(st.st_mode)) {
+    if (::fstat(fd_, &st) != 0) {
       ::close(fd_);
-      throw InputError(fmt::format("{}: not a regular file", path));
+      throw InputError(fmt::format("{}: cannot read: {}", path, std::strerror(errno)));
     }
     size_ = size_t(st.st_size);
     if (size_ > 0) {
@@ -200,8 +199,8 @@ Tensor to_tensor(const StEntry& e, const std::string& file, const std::string& n
 
 json read_json(const fs::path& p) {
   std::error_code ec;
-  if (!fs::is_regular_file(p, ec)) throw InputError(fmt::format("{}: no such file", p.string()));
-  const std::string text = read_text_file(p.string(), "JSON file");
+  if (!fs::exists(p, ec)) throw InputError(fmt::format("{}: no such file", p.string()));
+  const std::string text = read_text_file(p.string(), "JSON file");  // a special file is named there
   json j;
   try {
     j = json::parse(text);
@@ -515,7 +514,7 @@ WeightFiles open_sharded(const fs::path& index) {
 // sharded layout in DIR (as transformers: a single file first).
 WeightFiles open_weights(const fs::path& weights) {
   std::error_code ec;
-  if (fs::is_regular_file(weights, ec)) return open_single(weights);
+  if (fs::exists(weights, ec)) return open_single(weights);  // a special file is named by MappedFile
   const fs::path dir = weights.parent_path();
   if (weights.filename() == kWeightsName && fs::exists(dir / kIndexName, ec)) return open_sharded(dir / kIndexName);
   if (fs::exists(dir / "pytorch_model.bin", ec))

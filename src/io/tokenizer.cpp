@@ -813,10 +813,12 @@ void write_shard(const std::string& path, std::span<const uint32_t> tokens, cons
 
 TokenShard read_shard(const std::string& path) {
   auto fail = [&](const std::string& why) { return InputError(fmt::format("{}: {}", path, why)); };
-  std::error_code ec;
-  if (fs::is_directory(path, ec)) throw fail("is a directory, not a token shard");
-  std::unique_ptr<FILE, int (*)(FILE*)> f(std::fopen(path.c_str(), "rb"), std::fclose);
-  if (!f) throw InputError(fmt::format("{}: cannot open token shard: {}", path, std::strerror(errno)));
+  const int fd = open_input(path);  // a regular file: a FIFO or a device is refused by name
+  std::unique_ptr<FILE, int (*)(FILE*)> f(::fdopen(fd, "rb"), std::fclose);
+  if (!f) {
+    ::close(fd);
+    throw InputError(fmt::format("{}: cannot open token shard: {}", path, std::strerror(errno)));
+  }
   std::string data;
   auto read_up_to = [&](size_t n) {
     char buf[1 << 16];

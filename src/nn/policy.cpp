@@ -1,5 +1,7 @@
 #include "nn/policy.h"
 
+#include "nn/streams.h"  // kStreamMaxLayer
+
 #include <algorithm>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -35,7 +37,7 @@ std::optional<std::pair<int, Site>> parse_site_name(std::string_view name) {
     const size_t dot = name.find('.');
     if (dot == 0 || dot == std::string_view::npos) return std::nullopt;
     const auto [p, ec] = std::from_chars(name.data(), name.data() + dot, layer);
-    if (ec != std::errc() || p != name.data() + dot || layer < 0) return std::nullopt;
+    if (ec != std::errc() || p != name.data() + dot || layer < 0 || layer > kStreamMaxLayer) return std::nullopt;
     name.remove_prefix(dot + 1);
   }
   const auto s = site_from_string(name);
@@ -106,7 +108,7 @@ SitePolicy parse_site(Site site, const toml::table& t, const std::string& source
   SitePolicy p;
   if (auto r = get_str("rounding")) p.rounding = at_line("rounding", [&] { return rounding_from_string(*r); });
   if (auto v = get_int("seed", 0, INT64_MAX)) p.seed = uint64_t(*v);
-  if (auto v = get_int("sr_bits", 1, 32)) p.sr_bits = int(*v);
+  if (auto v = get_int("sr_bits", kSrBitsMin, kSrBitsMax)) p.sr_bits = int(*v);
   p.input = get_format("input", true);
   p.output = get_format("output", true);
   if (!gemm_site) return p;
@@ -149,7 +151,7 @@ SitePolicy parse_site(Site site, const toml::table& t, const std::string& source
   if (!p.accumulation && p.accumulator)
     throw InputError(fmt::format("{}: site {}: an accumulator needs accumulation = strict, unfused, blocked, promoted or tensor_core "
                                  "(native accumulates in binary32)", line(*t.get("accumulator")), where));
-  if (auto b = get_int("block", 1, 1 << 30)) {
+  if (auto b = get_int("block", 1, kGemmMaxBlock)) {
     if (p.accumulation != Accumulation::blocked && p.accumulation != Accumulation::promoted &&
         p.accumulation != Accumulation::tensor_core)
       throw InputError(fmt::format("{}: site {}: 'block' needs accumulation = \"blocked\", \"promoted\" or "
@@ -381,12 +383,16 @@ Policy policy_from_toml(const std::string& text, const std::string& source) {
   if (!sites) return pol;
   if (!sites->is_table())
     throw InputError(fmt::format("{}: 'site' must hold [site.\"<name>\"] tables", line(*sites)));
+  std::map<std::pair<int, Site>, std::string> spelled;  // each site once, however its layer is written
   for (auto&& [k, v] : *sites->as_table()) {
     const auto ls = parse_site_name(k.str());
     if (!ls)
       throw InputError(fmt::format("{}: unknown site '{}' (valid: {}; or layer.<n>.<site> for one layer; quote "
                                    "dotted names: [site.\"attn.qk\"])", line(v), k.str(), site_names()));
     const auto [l, site] = *ls;
+    if (const auto [it, fresh] = spelled.emplace(*ls, std::string(k.str())); !fresh)
+      throw InputError(fmt::format("{}: site '{}' is site '{}' again (layer {}): give each site one table", line(v),
+                                   k.str(), it->second, l));
     if (l >= 0 && site == Site::lm_head)
       throw InputError(fmt::format("{}: site '{}': lm_head is not inside a layer; use [site.\"lm_head\"]", line(v), k.str()));
     if (!v.is_table())

@@ -24,6 +24,9 @@ constexpr int64_t kMaxRandomRows = int64_t(1) << 16;
 // input + kStreamB); every output rounding uses + kStreamOutput.
 constexpr uint64_t kStreamOutput = 3;
 
+// The fields' widths: layer + 1 in 30 bits, site 4, slot 12, row 16, 2 for the operand.
+inline constexpr int kStreamMaxLayer = (1 << 30) - 2;
+inline constexpr int64_t kStreamMaxSlot = (int64_t(1) << 12) - 1;
 MANTIS_HD uint64_t stream_of(Site s, int layer, int64_t slot, int64_t row = 0) {
   return ((((uint64_t(layer + 1) << 4 | uint64_t(s)) << 12 | uint64_t(slot)) << 16 | uint64_t(row)) << 2);
 }

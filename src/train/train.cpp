@@ -299,6 +299,13 @@ void Trainer::save_checkpoint() {
   write_file_atomic(c_.out + "/config.toml", c_.text);
   // Built under a temporary name and renamed into place whole: no half-made checkpoint is ever
   // visible, and a failure leaves none behind.
+  // Only a directory (an interrupted run's checkpoint) is ever swapped out: anything else at its name
+  // (a file, a FIFO, a link) is refused, untouched, before the checkpoint is built.
+  const fs::file_status at = fs::symlink_status(dir, ec);
+  if (fs::exists(at) && !fs::is_directory(at)) {
+    const std::string kind = fs::is_symlink(at) ? "a symbolic link" : special_file_kind(dir);
+    throw InputError(fmt::format("{} is {}, not a checkpoint directory: move it away", dir, kind.empty() ? "a file" : kind));
+  }
   const std::string tmp = temporary_path(dir);
   try {
     if (!fs::create_directory(tmp, ec)) throw InputError(fmt::format("cannot create {}: {}", tmp, ec.message()));
@@ -315,7 +322,7 @@ void Trainer::save_checkpoint() {
     write_trainer_state(tmp, s, identity());
     // An older directory of this name (an interrupted run's, never named by `latest` since) is
     // swapped out atomically, then removed.
-    const bool exists = fs::exists(dir, ec);
+    const bool exists = fs::is_directory(fs::symlink_status(dir, ec));
     if (::renameat2(AT_FDCWD, tmp.c_str(), AT_FDCWD, dir.c_str(), exists ? RENAME_EXCHANGE : RENAME_NOREPLACE) != 0)
       throw InputError(fmt::format("{}: cannot rename {} into place: {}", dir, tmp, std::strerror(errno)));
   } catch (...) {
