@@ -48,7 +48,7 @@ fi
 ninja -C "$dir" -j"$jobs" fuzz >/dev/null || failed "build failed (ninja -C $dir fuzz)"
 echo "fuzz: built $dir/tests/fuzz/mantis_fuzz in $(($(date +%s) - built)) s"
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=0}
-export UBSAN_OPTIONS=${UBSAN_OPTIONS:-halt_on_error=1:print_stacktrace=1:suppressions=$root/tests/fuzz/pending.supp}
+export UBSAN_OPTIONS=${UBSAN_OPTIONS:-halt_on_error=1:print_stacktrace=1}
 
 # One target: its seeds gathered into $work/seeds/<t> (the tree's by the patterns of
 # tests/fuzz/seeds/<t>.seeds, copied so that libFuzzer reads one folder), then the run.

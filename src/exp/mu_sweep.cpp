@@ -117,12 +117,15 @@ ojson row_json(const MuSweepRow& r) {
           {"max_rel_err", json_number(r.max)},
           {"gamma", json_number(r.gamma)}};
 }
+// .at() throughout: a cell's hash only says its bytes are the ones written, and operator[] on a
+// const value is unchecked (a two-element shape or a missing key was undefined behaviour: fuzz_cell)
 MuSweepRow row_of(const ojson& j) {
-  const auto& s = j["shape"];
-  return {j["mu"].get<int>(), j["kind"] == "gemm", {s[0].get<uint64_t>(), s[1].get<uint64_t>(), s[2].get<uint64_t>()},
-          j["trials"].get<int>(), json_to_double(j["median_rel_err"], "median_rel_err"),
-          json_to_double(j["min_rel_err"], "min_rel_err"), json_to_double(j["max_rel_err"], "max_rel_err"),
-          json_to_double(j["gamma"], "gamma")};
+  const ojson& s = j.at("shape");
+  if (!s.is_array() || s.size() != 3) throw InputError("a row's shape is not [M, N, K]");
+  return {j.at("mu").get<int>(), j.at("kind") == "gemm", {s[0].get<uint64_t>(), s[1].get<uint64_t>(), s[2].get<uint64_t>()},
+          j.at("trials").get<int>(), json_to_double(j.at("median_rel_err"), "median_rel_err"),
+          json_to_double(j.at("min_rel_err"), "min_rel_err"), json_to_double(j.at("max_rel_err"), "max_rel_err"),
+          json_to_double(j.at("gamma"), "gamma")};
 }
 
 MuSweepRow summarise(int mu, bool gemm, std::array<uint64_t, 3> shape, int trials, const std::vector<double>& v,
