@@ -8,7 +8,10 @@ partial set. Run by tests/run_notebook.sh: python3 tests/test_results_py.py SRC_
   naming the file; so is a copy without manifest.json, one missing a listed file, a directory whose
   name holds line separators or is not UTF-8 (one line, escaped), and a results.json nested 100,000
   levels deep; every refusal is one line (str.splitlines());
-- a results.json replaced right after the reader hashed it is not what the reader parses;
+- a results.json replaced right after the reader hashed it is not what the reader parses; nor is a
+  CSV file of load_result_set_csvs, tools/optim_readme.py's summary.csv or tools/figures.py's
+  curves.csv (each drawn or printed from the bytes hashed), and a file the drawing needs that the
+  manifest does not list (figures.py: curves.csv, results.json) is refused in one line naming it;
 - lamp_table.py prints every section of the full set, and of a partial set (a copy with cells
   removed from results.json and the manifest rewritten as the merge would: partial, cells_missing,
   new hashes), saying PARTIAL at the top;
@@ -31,10 +34,19 @@ src = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(os.path
 sys.path.insert(0, os.path.join(src, "tools"))
 import lamp_table  # noqa: E402
 import results  # noqa: E402
-from results import (ResultSetError, fmt_interval, load_result_set, loglog_interp,  # noqa: E402
-                     round_to_interval, sig_figs)
+import optim_readme  # noqa: E402
+from results import (ResultSetError, csv_rows, fmt_interval, load_result_set, load_result_set_csvs,  # noqa: E402
+                     loglog_interp, round_to_interval, sig_figs)
+
+try:
+    import matplotlib  # noqa: F401
+except ImportError:  # figures.py exits at import without it
+    figures = None
+else:
+    import figures
 
 SET = os.path.join(src, "tests", "data", "lamp-small")
+OPTIM_SET = os.path.join(src, "tests", "data", "optim-small")
 
 
 def refused(d, name):
@@ -70,6 +82,69 @@ def tables(d):
     return out.getvalue()
 
 
+def listed(d):
+    """The manifest's {name: SHA-256} of set d."""
+    with open(os.path.join(d, "manifest.json"), encoding="utf-8") as f:
+        return json.load(f)["files"]
+
+
+def unlist(d, name):
+    """d's manifest without `name` among its files (the other hashes as they were)."""
+    with open(os.path.join(d, "manifest.json"), encoding="utf-8") as f:
+        m = json.load(f)
+    del m["files"][name]
+    with open(os.path.join(d, "manifest.json"), "w", encoding="utf-8") as f:
+        f.write(json.dumps(m, indent=1) + "\n")
+
+
+@contextlib.contextmanager
+def swap_after_hash(d, name, replacement):
+    """results.py's hashlib patched so that d/name is replaced by the bytes `replacement` the moment
+    its listed SHA-256 has been computed (hashlib's digest is the moment): a reader that opened the
+    file again would read the replacement. Yields a list that holds name once the swap happened."""
+    want = listed(d)[name]
+    swapped = []
+
+    class SwapAfterHash:
+        def __init__(self, data=b""):
+            self.h = hashlib.sha256(data)
+
+        def update(self, data):
+            self.h.update(data)
+
+        def hexdigest(self):
+            got = self.h.hexdigest()
+            if got == want and not swapped:
+                with open(os.path.join(d, name), "wb") as f:
+                    f.write(replacement)
+                swapped.append(name)
+            return got
+
+    results.hashlib = types.SimpleNamespace(sha256=SwapAfterHash)
+    try:
+        yield swapped
+    finally:
+        results.hashlib = hashlib
+
+
+def read_bytes(path):
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def refusal(fn, *args):
+    """The one-line message of the ResultSetError fn(*args) raises, or None (a failed check) when it
+    raises none."""
+    try:
+        fn(*args)
+    except ResultSetError as e:
+        msg = str(e)
+        check(len(msg.splitlines()) == 1, f"one-line error, got {msg!r}")
+        return msg
+    check(False, f"{getattr(fn, '__name__', fn)}{args} raised no ResultSetError")
+    return None
+
+
 man, cells = load_result_set(SET)
 check(not man["partial"] and len(cells) == man["cells"], "the committed set is complete")
 check(all("kl_interval" in c and "per_layer" in c for c in cells), "cells have kl_interval and per_layer")
@@ -99,28 +174,89 @@ with tempfile.TemporaryDirectory() as tmp:
     # cells returned must be those hashed, not the replacement's
     d = os.path.join(tmp, "swapped")
     shutil.copytree(SET, d)
-    listed = json.load(open(os.path.join(d, "manifest.json")))["files"]["results.json"]
-
-    class SwapAfterHash:
-        def __init__(self, data=b""):
-            self.h = hashlib.sha256(data)
-
-        def update(self, data):
-            self.h.update(data)
-
-        def hexdigest(self):
-            got = self.h.hexdigest()
-            if got == listed:
-                with open(os.path.join(d, "results.json"), "w") as f:
-                    f.write('{"cells": []}\n')
-            return got
-
-    results.hashlib = types.SimpleNamespace(sha256=SwapAfterHash)
-    try:
+    with swap_after_hash(d, "results.json", b'{"cells": []}\n') as swapped:
         _, got = load_result_set(d)
-    finally:
-        results.hashlib = hashlib
+    check(swapped, "results.json was swapped after its hash")
     check(len(got) == len(cells), f"the cells read are those hashed ({len(got)} of {len(cells)} cells read)")
+
+    # the CSV files of a set, each swapped right after its hash: load_result_set_csvs hands back the
+    # rows of the bytes hashed
+    for name in ("summary.csv", "gefen_error.csv"):
+        d = os.path.join(tmp, "swapped-" + name)
+        shutil.copytree(OPTIM_SET, d)
+        hashed = csv_rows(read_bytes(os.path.join(d, name)), name)
+        with swap_after_hash(d, name, b"model,optimizer\nswapped,swapped\n") as swapped:
+            _, _, rows = load_result_set_csvs(d, ("summary.csv", "gefen_error.csv"))
+        check(swapped and read_bytes(os.path.join(d, name)).startswith(b"model,optimizer\nswapped"),
+              f"{name} was swapped after its hash")
+        check(len(hashed) > 1 and rows[name] == hashed,
+              f"load_result_set_csvs: the rows of {name} are those hashed "
+              f"({len(rows[name])} rows, {len(hashed)} hashed)")
+    d = os.path.join(tmp, "csv-unlisted")
+    shutil.copytree(OPTIM_SET, d)
+    unlist(d, "gefen_error.csv")
+    msg = refusal(load_result_set_csvs, d, ("summary.csv", "gefen_error.csv"))
+    check(msg is not None and "gefen_error.csv" in msg,
+          f"a CSV file the manifest does not list is refused naming it: {msg}")
+
+    # tools/optim_readme.py prints from the summary.csv hashed: the same tables as from the set
+    # untouched (after the first line, which names the directory)
+    def readme(d):
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            optim_readme.main(d)
+        return out.getvalue().splitlines()[1:]
+    d = os.path.join(tmp, "readme-swapped")
+    shutil.copytree(OPTIM_SET, d)
+    with swap_after_hash(d, "summary.csv", b"model,optimizer\n") as swapped:
+        printed = readme(d)
+    want = readme(OPTIM_SET)
+    check(swapped, "summary.csv was swapped after its hash (optim_readme)")
+    check(any("| adamw |" in line for line in want) and printed == want,
+          "optim_readme.py prints the tables of the summary.csv hashed, not of its replacement")
+
+    if figures is None:
+        print("note: matplotlib is not installed: tools/figures.py not checked")
+    else:
+        # tools/figures.py draws curves.csv from the bytes hashed: what curves() gets is their rows
+        drawn = []
+        draw_curves = figures.curves
+
+        def recording_curves(d, rows, *args, **kw):
+            drawn.append(rows)
+            return draw_curves(d, rows, *args, **kw)
+        d = os.path.join(tmp, "figures-swapped")
+        shutil.copytree(OPTIM_SET, d)
+        hashed = csv_rows(read_bytes(os.path.join(d, "curves.csv")), "curves.csv")
+        figures.curves = recording_curves
+        try:
+            with swap_after_hash(d, "curves.csv", b"step,val_loss_nats\n1,99\n") as swapped:
+                pngs = figures.draw(d, tmp)
+        finally:
+            figures.curves = draw_curves
+        check(swapped, "curves.csv was swapped after its hash (figures)")
+        check(len(drawn) == 1 and len(hashed) > 1 and drawn[0] == hashed,
+              "figures.py draws the rows of the curves.csv hashed, not of its replacement")
+        check(pngs == [os.path.join(tmp, "figures-swapped-val-curves.png")] and os.path.getsize(pngs[0]) > 0,
+              f"figures.py wrote the curves' PNG: {pngs}")
+        # a file the drawing needs that the manifest does not list: refused naming it, nothing drawn
+        d = os.path.join(tmp, "figures-unlisted")
+        shutil.copytree(OPTIM_SET, d)
+        unlist(d, "curves.csv")
+        msg = refusal(figures.draw, d, tmp)
+        check(msg is not None and "no curves.csv to draw" in msg,
+              f"figures.py refuses a set whose manifest does not list curves.csv, naming it: {msg}")
+        # results.json changed and no longer listed: read unverified before, refused now
+        d = os.path.join(tmp, "figures-json-unlisted")
+        shutil.copytree(SET, d)
+        unlist(d, "results.json")
+        with open(os.path.join(d, "results.json"), "w", encoding="utf-8") as f:
+            f.write('{"cells": []}\n')
+        msg = refusal(figures.draw, d, tmp)
+        check(msg is not None and "no results.json to draw" in msg,
+              f"figures.py refuses a set whose manifest does not list results.json, naming it: {msg}")
+        check(not os.path.exists(os.path.join(tmp, "figures-json-unlisted-kl-vs-recompute.png")),
+              "nothing drawn of an unlisted results.json")
 
     # a results.json nested deeper than Python's parser recurses, listed with its true hash
     d = os.path.join(tmp, "deep")

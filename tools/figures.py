@@ -4,7 +4,8 @@
     python3 tools/figures.py DIR... [--out FIGDIR]
 
 Each DIR is verified against its manifest first (tools/results.py: a set changed after it was
-written is refused) and drawn by what wrote it (manifest "generator"):
+written is refused) and drawn by what wrote it (manifest "generator") from the bytes whose SHA-256
+was checked (read_result_set), never from the file opened again:
   mantis sweep        the μ-sweep: median relative error of dot products (and GEMMs) against the
                       length, one line per μ, beside the γ_n = n·u/(1 − n·u) bound
   mantis eval         per-window KL and flip rate of the policy against FP32, and the range health
@@ -19,15 +20,14 @@ Writes FIGDIR/<set name>-<figure>.png (default FIGDIR: DIR itself) and prints on
 line per figure. Exit 1 with a one-line message for a set it cannot read or draw.
 """
 import argparse
-import csv
-import json
+import functools
 import math
 import os
 import sys
 from collections import defaultdict
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from results import ResultSetError, verify_result_set  # noqa: E402
+from results import ResultSetError, csv_rows, json_of, read_result_set  # noqa: E402
 
 try:
     import matplotlib  # noqa: E402
@@ -45,11 +45,6 @@ def _num(v):
         return float(v)
     except ValueError:
         return {"inf": math.inf, "-inf": -math.inf, "nan": math.nan}.get(v, math.nan)
-
-
-def _rows(path):
-    with open(path, newline="", encoding="utf-8") as f:
-        return list(csv.DictReader(f))
 
 
 def _save(fig, out, name, written):
@@ -152,12 +147,9 @@ def policy_sweep(d, res, out, tag, written):
     _save(fig, out, f"{tag}-kl", written)
 
 
-def curves(d, out, tag, written, group_cols, title):
-    path = os.path.join(d, "curves.csv")
-    if not os.path.exists(path):
-        raise ResultSetError(f"{d}: no curves.csv to draw")
+def curves(d, rows, out, tag, written, group_cols, title):
     lines = defaultdict(list)
-    for r in _rows(path):
+    for r in rows:
         key = " ".join(r[c] for c in group_cols if r.get(c))
         lines[key].append((_num(r["step"]), _num(r["val_loss_nats"])))
     fig, ax = plt.subplots(figsize=(6, 4))
@@ -171,8 +163,7 @@ def curves(d, out, tag, written, group_cols, title):
     _save(fig, out, f"{tag}-val-curves", written)
 
 
-def train_log(d, out, tag, written):
-    rows = _rows(os.path.join(d, "log.csv"))
+def train_log(d, rows, out, tag, written):
     fig, ax = plt.subplots(figsize=(6, 4))
     ax.plot([_num(r["step"]) for r in rows], [_num(r["loss_nats"]) for r in rows], "-", lw=0.8, label="training loss")
     val = [(_num(r["step"]), _num(r["val_loss_nats"])) for r in rows if r.get("val_loss_nats")]
@@ -196,35 +187,48 @@ def bench(d, res, out, tag, written):
     _save(fig, out, f"{tag}-table", written)
 
 
+def plan(gen):
+    """(the file of the set a set written by `gen` is drawn from, the function drawing it from that
+    file's content: f(d, content, out, tag, written)), or None where there is no figure for it."""
+    if not isinstance(gen, str):
+        return None
+    if gen.startswith("mantis bench"):
+        return "results.json", bench
+    return {"mantis sweep": ("results.json", mu_sweep),
+            "mantis eval": ("results.json", eval_set),
+            "mantis lamp sweep": ("results.json", lamp_sweep),
+            "mantis policy sweep": ("results.json", policy_sweep),
+            "mantis optim-study": ("curves.csv", functools.partial(curves, group_cols=("optimizer", "variant", "seed"),
+                                                                   title="optimizer study: validation loss")),
+            "mantis gnmr study": ("curves.csv", functools.partial(curves, group_cols=("arm", "seed"),
+                                                                  title="GNMR study: validation loss")),
+            "mantis train": ("log.csv", train_log)}.get(gen)
+
+
+def content_of(name, raw, path):
+    """What a drawing function gets of the file `name` (bytes raw, read from path): results.json
+    parsed as JSON (results.json_of), a CSV file as its rows (results.csv_rows)."""
+    return json_of(raw, path) if name.endswith(".json") else csv_rows(raw, path)
+
+
 def draw(d, out):
     d = d.rstrip("/")
     tag = os.path.basename(os.path.abspath(d))
     written = []
-    man = verify_result_set(d)
+
+    def reads(man):  # the file the figure is drawn from, where the manifest lists it
+        p = plan(man.get("generator", ""))
+        return [p[0]] if p and p[0] in man["files"] else []
+
+    man, content = read_result_set(d, reads)  # the whole set verified; the file drawn from read once
     gen = man.get("generator", "")
-
-    def results():
-        with open(os.path.join(d, "results.json"), encoding="utf-8") as f:
-            return json.load(f)
-
-    if gen == "mantis sweep":
-        mu_sweep(d, results(), out, tag, written)
-    elif gen == "mantis eval":
-        eval_set(d, results(), out, tag, written)
-    elif gen == "mantis lamp sweep":
-        lamp_sweep(d, results(), out, tag, written)
-    elif gen == "mantis policy sweep":
-        policy_sweep(d, results(), out, tag, written)
-    elif gen == "mantis optim-study":
-        curves(d, out, tag, written, ("optimizer", "variant", "seed"), "optimizer study: validation loss")
-    elif gen == "mantis gnmr study":
-        curves(d, out, tag, written, ("arm", "seed"), "GNMR study: validation loss")
-    elif gen == "mantis train":
-        train_log(d, out, tag, written)
-    elif gen.startswith("mantis bench"):
-        bench(d, results(), out, tag, written)
-    else:
+    p = plan(gen)
+    if p is None:
         raise ResultSetError(f"{d}: no figure for a result set written by {gen or 'an unknown generator'!r}")
+    name, fn = p
+    if name not in content:
+        raise ResultSetError(f"{d}: no {name} to draw (its manifest does not list it)")
+    fn(d, content_of(name, content[name], os.path.join(d, name)), out, tag, written)
     return written
 
 

@@ -2,7 +2,8 @@
 
 Usage: python3 tools/optim_readme.py RESULT_DIR > tables.md
 
-Reads the set through results.load_result_set (refused unless its manifest matches) and prints
+Reads the set through results.load_result_set_csvs (refused unless its manifest matches; the CSV
+files parsed from the bytes that were hashed, not opened again) and prints
 Markdown: per model, the optimizers' final validation loss with the 95 % t interval over seeds (or
 "single-seed"), perplexity, state bytes per parameter and the reduction against AdamW, median step
 time and peak RSS; Gefen's momentum error per role at the last measured step (mean over seeds); the
@@ -10,28 +11,24 @@ codebook distortion of the step-0 codebook against a re-learned one (mean over m
 what the P = 1 tensors cost. The prose of the README is the lead's; this only prints numbers.
 Standard library only.
 """
-import csv
 import math
 import os
 import sys
 from collections import defaultdict
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from results import is_finite, load_result_set  # noqa: E402
+from results import is_finite, load_result_set_csvs  # noqa: E402
+
+CSVS = ("summary.csv", "gefen_error.csv", "gefen_distortion.csv")
 
 
 def num(x):
     return float(x) if x not in ("", None) else math.nan
 
 
-def read_csv(d, name):
-    with open(os.path.join(d, name), newline="", encoding="utf-8") as f:
-        return list(csv.DictReader(f))
-
-
 def main(d):
-    manifest, cells = load_result_set(d)
-    summary = read_csv(d, "summary.csv")
+    manifest, cells, tables = load_result_set_csvs(d, CSVS)
+    summary = tables["summary.csv"]
     print(f"Result set `{d}`: {len(cells)} of {manifest.get('cells', '?')} cells"
           + (" (PARTIAL)" if manifest.get("partial") else "") + ".\n")
     for m in dict.fromkeys(r["model"] for r in summary):
@@ -49,7 +46,7 @@ def main(d):
             print(f"| {r['optimizer']} | {r['seeds']} | {iv} | {num(r['ppl']):.2f} | {bpp:.3f} | {rel} | "
                   f"{1e3 * num(r['median_step_seconds']):.1f} | {int(r['peak_rss_bytes']) / 2**20:.0f} |")
         print()
-    err = read_csv(d, "gefen_error.csv")
+    err = tables["gefen_error.csv"]
     if err:
         last = defaultdict(int)
         for r in err:
@@ -66,7 +63,7 @@ def main(d):
         for (m, o, role), v in acc.items():
             print(f"| {m} | {o} | {last[(m, o)]} | {role} | {sum(v) / len(v):.4g} |")
         print()
-    dist = read_csv(d, "gefen_distortion.csv")
+    dist = tables["gefen_distortion.csv"]
     if dist:
         acc = defaultdict(list)
         for r in dist:

@@ -28,17 +28,25 @@ JSON has no infinities or NaN, so mantis writes them as the strings "inf", "-inf
 `load_result_set` turns those strings back into floats in every field except the few that hold
 text (name, kind, rule, site, ...).
 
-Used by tools/lamp_table.py and notebooks/lamp.ipynb; standard library only.
+A reader parses the bytes read_result_set hands it (json_of, csv_rows; load_result_set and
+load_result_set_csvs do both), never the file again by its path: a file replaced after its hash was
+checked is not what the reader reads.
+
+Used by tools/lamp_table.py, tools/figures.py, tools/optim_readme.py and notebooks/lamp.ipynb,
+optim.ipynb, gnmr.ipynb; standard library only.
 """
+import csv
 import hashlib
+import io
 import json
 import math
 import os
 import re
 import stat
 
-__all__ = ["ResultSetError", "read_result_set", "verify_result_set", "load_result_set", "is_finite", "loglog_interp",
-           "sig_figs", "round_to_interval", "fmt_num", "fmt_interval"]
+__all__ = ["ResultSetError", "read_result_set", "verify_result_set", "json_of", "csv_rows", "load_result_set",
+           "load_result_set_csvs", "is_finite", "loglog_interp", "sig_figs", "round_to_interval", "fmt_num",
+           "fmt_interval"]
 
 
 def _one_line(s):
@@ -100,14 +108,25 @@ def _sha256(path, keep):
     return h.hexdigest(), b"".join(blocks) if keep else None
 
 
-def _json_of(raw, path, what):
-    """The JSON document raw (bytes read from path)."""
+def json_of(raw, path, what="results"):
+    """The JSON document raw (bytes of a result set's file, as read_result_set returns them; path
+    names the file in a refusal); ResultSetError when it is not UTF-8 JSON."""
     try:
         return json.loads(raw.decode("utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise ResultSetError(f"{path}: malformed JSON ({what}): {e}") from None
     except RecursionError:  # deeper than the parser's recursion reaches
         raise ResultSetError(f"{path}: malformed JSON ({what}): nested too deeply") from None
+
+
+def csv_rows(raw, path):
+    """The rows of the CSV document raw (bytes of a result set's file, as read_result_set returns
+    them; path names the file in a refusal) as dicts keyed by its header (csv.DictReader, values
+    as text); ResultSetError when it is not UTF-8 CSV."""
+    try:
+        return list(csv.DictReader(io.StringIO(raw.decode("utf-8"), newline="")))
+    except (csv.Error, UnicodeDecodeError) as e:
+        raise ResultSetError(f"{path}: malformed CSV: {e}") from None
 
 
 _MANIFEST_MAX_BYTES = 64 << 20
@@ -198,6 +217,8 @@ def read_result_set(d, reads):
     """(manifest, {name: bytes}) of result set `d` under the result-set rule (above), `reads` being
     the files the caller reads: their bytes, each hashed from the bytes returned (a file replaced
     after its hash was checked cannot be read in its place; as read_result_set in study.h).
+    `reads` may be a function of the manifest (once rules 1 to 4 hold) that names them, for a
+    reader whose files depend on what wrote the set: one read of the manifest either way.
     ResultSetError for anything the rule refuses."""
     if not os.path.isdir(d):
         raise ResultSetError(f"{d}: not a directory (expected a result set: its results and manifest.json)")
@@ -221,6 +242,8 @@ def read_result_set(d, reads):
             raise ResultSetError(f"{mpath}: lists '{name}', which is not a path inside the result set")
         if not isinstance(want, str) or not _SHA256.fullmatch(want):
             raise ResultSetError(f"{mpath}: the SHA-256 of '{name}' is not 64 lower-case hex digits")
+    if callable(reads):
+        reads = list(reads(man))
     for name in reads:
         if name not in files:
             raise ResultSetError(f"{mpath}: {name} is not part of this result set (the manifest does not list it)")
@@ -265,14 +288,23 @@ def load_result_set(d):
     one of them. Numbers spelled "inf"/"-inf"/"nan" come back as floats. A partial set
     (manifest["partial"]) is returned as is: its cells are those present.
     """
-    man, content = read_result_set(d, ["results.json"])
-    res = _json_of(content["results.json"], os.path.join(d, "results.json"), "results")
+    man, cells, _ = load_result_set_csvs(d, ())
+    return man, cells
+
+
+def load_result_set_csvs(d, names):
+    """(manifest, cells, {name: rows}): load_result_set's manifest and cells, and the rows
+    (csv_rows) of the CSV files `names` of the set, all from one read_result_set: what is parsed
+    is what was hashed. Each of `names` must be listed in the manifest."""
+    names = list(names)
+    man, content = read_result_set(d, ["results.json"] + [n for n in names if n != "results.json"])
+    res = json_of(content["results.json"], os.path.join(d, "results.json"), "results")
     if not isinstance(res, dict) or not isinstance(res.get("cells"), list):
         raise ResultSetError(f"{os.path.join(d, 'results.json')}: no \"cells\" array")
     man = _numbers(man)
     man.setdefault("partial", False)
     man.setdefault("cells_missing", [])
-    return man, _numbers(res["cells"])
+    return man, _numbers(res["cells"]), {n: csv_rows(content[n], os.path.join(d, n)) for n in names}
 
 
 def is_finite(*xs):
