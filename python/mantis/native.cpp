@@ -585,7 +585,7 @@ GemmSpec gemm_spec(const Call& c) {
   s.acc_mode = c.rounding("mode");
   const std::string acc = c.text("accumulation");
   s.accumulation = c.parsed("accumulation", [&] { return accumulation_from_string(acc); });
-  s.block = c.int32("block");
+  s.block = c.integer<int>("block", 1, kGemmMaxBlock);
   s.align_bits = c.int32("align_bits");
   if (!c.none("input")) s.input = c.format("input");
   s.input_mode = c.rounding("input_mode");
