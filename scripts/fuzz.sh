@@ -1,26 +1,30 @@
 #!/usr/bin/env bash
 # The libFuzzer targets of tests/fuzz (README.md there) under ASan + UBSan.
-#   scripts/fuzz.sh [--time SECONDS | --runs N] [--jobs J] [--build DIR] [TARGET...]
+#   scripts/fuzz.sh [--ci | --time SECONDS | --runs N] [--jobs J] [--build DIR] [TARGET...]
 # Sets up DIR (default build-fuzz: CXX=clang++, -Dfuzz=enabled, -O0, no tests, CLI or Python), builds
 # only the targets and the library layers they link (`ninja fuzz`), and runs every target (or those
-# named) for SECONDS each (default 6: CI's bounded run) or N inputs, J at a time (default 2), with
-# -timeout, -rss_limit_mb, its seeds (the tree's, tests/fuzz/seeds/<t>/, tests/fuzz/regress/<t>/)
-# and dictionary. The corpus grows in DIR/fuzz/corpus/<t>; findings land in DIR/fuzz/findings/<t>/.
-# Prints per target the inputs run, coverage (cov/ft, and what this run added), corpus size and
-# any finding; exits 1 on a finding, 2 when it cannot build or run.
+# named) for SECONDS each (default 60) or N inputs, J at a time (default 2), with -timeout,
+# -rss_limit_mb, its seeds (the tree's, tests/fuzz/seeds/<t>/, tests/fuzz/regress/<t>/) and
+# dictionary. The corpus grows in DIR/fuzz/corpus/<t>; findings land in DIR/fuzz/findings/<t>/.
+# --ci (CI's bounded run): each target the input count tests/fuzz/ci-runs gives it, libFuzzer seed 1,
+# from the seeds alone (a fresh corpus): how much CI fuzzes does not depend on the machine's speed
+# (the mutations still drift a little between runs: coverage feedback sees the library's threads).
+# Prints per target the inputs run, coverage (cov/ft, and what this run added), corpus
+# size and any finding; exits 1 on a finding, 2 when it cannot build or run.
 # Environment: CXX (default clang++), MANTIS_FUZZ_TIMEOUT (seconds per input, default 10),
 # MANTIS_FUZZ_RSS_MB (default 2048).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
-time_s=6 runs= jobs=2 dir=build-fuzz targets=()
+time_s=60 runs= ci= jobs=2 dir=build-fuzz targets=()
 while (($#)); do
   case $1 in
-    --time) time_s=$2; runs=; shift 2 ;;
-    --runs) runs=$2; shift 2 ;;
+    --ci) ci=1; runs=; shift ;;
+    --time) time_s=$2; runs=; ci=; shift 2 ;;
+    --runs) runs=$2; ci=; shift 2 ;;
     --jobs) jobs=$2; shift 2 ;;
     --build) dir=$2; shift 2 ;;
-    -h|--help) sed -n '2,12p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,15p' "$0"; exit 0 ;;
     -*) echo "fuzz.sh: unknown option $1" >&2; exit 2 ;;
     *) targets+=("$1"); shift ;;
   esac
@@ -29,6 +33,9 @@ all=$(for f in tests/fuzz/fuzz_*.cpp; do f=${f#tests/fuzz/fuzz_}; printf '%s ' "
 ((${#targets[@]})) || read -ra targets <<<"$all"
 for t in "${targets[@]}"; do
   [[ " $all " == *" $t "* ]] || { echo "fuzz.sh: unknown target '$t' (known: $all)" >&2; exit 2; }
+  if [ -n "$ci" ] && ! awk -v t="$t" '$1 == t && $2 ~ /^[1-9][0-9]*$/ { f = 1 } END { exit !f }' tests/fuzz/ci-runs; then
+    echo "fuzz.sh: tests/fuzz/ci-runs gives target '$t' no input count (a line '$t N')" >&2; exit 2
+  fi
 done
 
 work=$dir/fuzz
@@ -63,7 +70,12 @@ run_one() {
   local args=(-timeout="${MANTIS_FUZZ_TIMEOUT:-10}" -rss_limit_mb="${MANTIS_FUZZ_RSS_MB:-2048}" -print_final_stats=1
               -artifact_prefix="$found/")
   [ -f "tests/fuzz/dict/$t.dict" ] && args+=(-dict="tests/fuzz/dict/$t.dict")
-  if [ -n "$runs" ]; then args+=(-runs="$runs"); else args+=(-max_total_time="$time_s"); fi
+  if [ -n "$ci" ]; then
+    corpus=$work/ci-corpus/$t  # fresh each time: the same inputs on every run
+    rm -rf "$corpus" && mkdir -p "$corpus"
+    args+=(-seed=1 -runs="$(awk -v t="$t" '$1 == t { print $2 }' tests/fuzz/ci-runs)")
+  elif [ -n "$runs" ]; then args+=(-runs="$runs")
+  else args+=(-max_total_time="$time_s"); fi
   local dirs=("$corpus" "$seeds")
   for d in "tests/fuzz/seeds/$t" "tests/fuzz/regress/$t"; do [ -d "$d" ] && dirs+=("$d"); done
   "$dir/tests/fuzz/mantis_fuzz" --target="$t" "${args[@]}" "${dirs[@]}" </dev/null >"$log" 2>&1
@@ -91,6 +103,9 @@ summary() {
   printf '\n'
 }
 
+each="${time_s} s"
+[ -n "$runs" ] && each="$runs inputs"
+[ -n "$ci" ] && each="tests/fuzz/ci-runs' inputs"
 start=$(date +%s)
 running=0
 for t in "${targets[@]}"; do
@@ -103,5 +118,5 @@ status=0
 for t in "${targets[@]}"; do
   if summary "$t"; then echo "$t ok" >>"$results"; else status=1; echo "$t finding" >>"$results"; fi
 done
-echo "fuzz: ${#targets[@]} targets in $(($(date +%s) - start)) s ($([ -n "$runs" ] && echo "$runs runs" || echo "${time_s} s") each, $jobs at a time): $([ $status = 0 ] && echo "no finding" || echo "FINDINGS")"
+echo "fuzz: ${#targets[@]} targets in $(($(date +%s) - start)) s ($each each, $jobs at a time): $([ $status = 0 ] && echo "no finding" || echo "FINDINGS")"
 exit $status

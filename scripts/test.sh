@@ -5,7 +5,8 @@
 #      time of -O2; -g1: line tables for the reports' stack traces without full debug info, which
 #      halves the compile again) of the CPU tests at reduced sample counts (MANTIS_TEST_SCALE);
 #   3. the fuzz targets (tests/fuzz) with clang's libFuzzer under ASan + UBSan, a bounded run
-#      (scripts/fuzz.sh: 6 s a target, two at a time, in build-fuzz; about 4 min to build, 1 to run).
+#      (scripts/fuzz.sh --ci: a fixed input count a target, two at a time, in build-fuzz; about 4 min
+#      to build, 1 to run).
 # Prints "N passed, N failed, N skipped" and exits non-zero on any failure.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -30,7 +31,7 @@ else
 fi
 rc3=0 fuzz_dir=()
 if [ "${MANTIS_SKIP_FUZZ:-0}" != 1 ]; then
-  scripts/fuzz.sh
+  scripts/fuzz.sh --ci
   rc3=$? fuzz_dir=(build-fuzz)
 fi
 python3 - build build-asan "${fuzz_dir[@]}" <<'PY'
