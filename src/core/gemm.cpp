@@ -49,6 +49,19 @@ void validate(const GemmSpec& s) {
     if (!fits_float(*s.input))
       throw InputError(fmt::format("input format {} does not fit binary32 operands", s.input->name));
   }
+  if (!s.tensor_core.empty()) {
+    if (s.accumulation != Accumulation::tensor_core)
+      throw InputError(fmt::format("tensor core '{}' needs accumulation = tensor_core (got {})", s.tensor_core,
+                                   to_string(s.accumulation)));
+    if (!s.input)
+      throw InputError(fmt::format("tensor core {}: give the input format (fp16, bf16, tf32, e4m3 or e5m2) that A and B "
+                                   "are rounded to", s.tensor_core));
+    matrix_unit(s.tensor_core, *s.input, s.acc);  // throws for unknown names and combinations
+    if (s.acc_mode != Rounding::rne)
+      throw InputError(fmt::format("tensor core {}: the unit rounds its own way (toward zero into fp32, to nearest into "
+                                   "fp16); leave the accumulator rounding unset (got {})", s.tensor_core,
+                                   to_string(s.acc_mode)));
+  }
 }
 
 Accumulation accumulation_from_string(const std::string& s) {
@@ -112,13 +125,19 @@ void round_step(double* dst, double* v, size_t N, const Target<double>& t, Value
     for (size_t j = 0; j < N; ++j) dst[j] = round_value<M>(v[j], t, word(j));
 }
 
-// gemm_row for the hardware models (promoted, tensor_core; accumulate.h): per output, sequential.
+// gemm_row for the hardware models (promoted, tensor_core; accumulate.h, matrix_unit.h): per
+// output, sequential.
 template <Rounding M>
-void gemm_row_hw(const float* a, const float* B, size_t ldb, double* acc, double* v, double* f, uint64_t o0,
-                 size_t N, size_t K, const Target<double>& t, const GemmPlan& s, uint64_t stream) {
+void gemm_row_hw(const float* a, const float* B, size_t ldb, double* acc, double* v, double* f, const double* c0,
+                 uint64_t o0, size_t N, size_t K, const Target<double>& t, const GemmPlan& s, uint64_t stream) {
+  if (s.unit) {
+    for (size_t j = 0; j < N; ++j) acc[j] = mu_dot(*s.unit, a, B + j, ldb, K, c0 ? c0[j] : 0.0);
+    return;
+  }
   constexpr bool kRandom = is_stochastic(M);
   const size_t kb = s.block, nchunks = chunk_count(K, kb);
-  for (size_t j = 0; j < N; ++j) acc[j] = 0.0, f[j] = 0.0;
+  const bool promoted = s.accumulation == Accumulation::promoted;
+  for (size_t j = 0; j < N; ++j) acc[j] = !promoted && c0 ? c0[j] : 0.0, f[j] = promoted && c0 ? c0[j] : 0.0;
   for (size_t c = 0; c < nchunks; ++c) {
     const size_t k0 = c * kb, k1 = std::min(K, k0 + kb);
     if (s.accumulation == Accumulation::promoted) {
@@ -142,17 +161,19 @@ void gemm_row_hw(const float* a, const float* B, size_t ldb, double* acc, double
 }
 
 // N consecutive outputs o0 + j (j < N) of one row of C: a[K] the row of A, B its columns (row k
-// at B + k·ldb), acc[N] the accumulators (binary64 values of the accumulator format); v[N], prod[N]
-// and chunk[N] are scratch. The j-loops vectorise; k stays sequential per output.
+// at B + k·ldb), acc[N] the accumulators (binary64 values of the accumulator format), c0[N] their
+// start (null: zeros); v[N], prod[N] and chunk[N] are scratch. The j-loops vectorise; k stays
+// sequential per output.
 template <Rounding M>
 void gemm_row(const float* a, const float* B, size_t ldb, double* acc, double* v, double* prod, float* chunk,
-              uint64_t o0, size_t N, size_t K, const Target<double>& t, const GemmPlan& s, uint64_t stream) {
+              const double* c0, uint64_t o0, size_t N, size_t K, const Target<double>& t, const GemmPlan& s,
+              uint64_t stream) {
   if (s.accumulation == Accumulation::promoted || s.accumulation == Accumulation::tensor_core) {
-    gemm_row_hw<M>(a, B, ldb, acc, v, prod, o0, N, K, t, s, stream);
+    gemm_row_hw<M>(a, B, ldb, acc, v, prod, c0, o0, N, K, t, s, stream);
     return;
   }
   constexpr bool kRandom = is_stochastic(M);
-  for (size_t j = 0; j < N; ++j) acc[j] = 0.0;
+  for (size_t j = 0; j < N; ++j) acc[j] = c0 ? c0[j] : 0.0;
   // The steps and word indices of accumulate.h.
   switch (s.accumulation) {
     case Accumulation::strict:
@@ -191,8 +212,8 @@ void gemm_row(const float* a, const float* B, size_t ldb, double* acc, double* v
 }
 
 template <Rounding M>
-void gemm_mode(const float* A, const float* B, double* C, size_t M_, size_t N, size_t K, const GemmPlan& p,
-               uint64_t stream) {
+void gemm_mode(const float* A, const float* B, double* C, const double* C0, size_t M_, size_t N, size_t K,
+               const GemmPlan& p, uint64_t stream) {
   const Target<double> t = p.acc;
   const bool parallel = M_ > 1 && double(M_) * double(N) * double(K) >= 1 << 16;
 #pragma omp parallel if (parallel)
@@ -201,7 +222,8 @@ void gemm_mode(const float* A, const float* B, double* C, size_t M_, size_t N, s
     std::vector<float> chunk(N);
 #pragma omp for schedule(static)
     for (size_t i = 0; i < M_; ++i)
-      gemm_row<M>(A + i * K, B, N, C + i * N, v.data(), prod.data(), chunk.data(), i * N, N, K, t, p, stream);
+      gemm_row<M>(A + i * K, B, N, C + i * N, v.data(), prod.data(), chunk.data(), C0 ? C0 + i * N : nullptr, i * N, N,
+                  K, t, p, stream);
   }
 }
 
@@ -215,7 +237,7 @@ void gemm_tile_portable(const GemmPlan& p, const float* A, const float* B, doubl
   with_rounding(p.acc_mode, [&](auto mode) {
     for (size_t i = i0; i < i1; ++i)
       gemm_row<decltype(mode)::value>(A + i * K, B + j0, N, C + i * N + j0, v.data(), prod.data(), chunk.data(),
-                                      i * N + j0, n, K, p.acc, p, stream);
+                                      nullptr, i * N + j0, n, K, p.acc, p, stream);
   });
 }
 
@@ -225,6 +247,7 @@ GemmPlan plan_gemm(const GemmSpec& s) {
   p.accumulation = s.accumulation;
   p.block = size_t(s.block);
   p.align_bits = s.align_bits;
+  if (!s.tensor_core.empty()) p.unit = matrix_unit(s.tensor_core, *s.input, s.acc).unit;
   p.acc_mode = s.acc_mode;
   p.seed = s.seed;
   p.acc = make_target<double>(s.acc, s.sr_bits);
@@ -236,8 +259,15 @@ GemmPlan plan_gemm(const GemmSpec& s) {
 }
 
 void gemm(const GemmPlan& p, const float* A, const float* B, double* C, size_t M, size_t N, size_t K,
-          uint64_t stream) {
+          uint64_t stream, const double* C0) {
   std::vector<float> Ar, Br;
+  std::vector<double> Cr;
+  if (C0) {  // the addend in the accumulator format (promoted: its binary32 output accumulator)
+    Cr.resize(M * N);
+    for (size_t i = 0; i < M * N; ++i)
+      Cr[i] = p.accumulation == Accumulation::promoted ? double(float(C0[i])) : round_value<Rounding::rne>(C0[i], p.acc, 0u);
+    C0 = Cr.data();
+  }
   if (p.input) {  // operands rounded once to the input format, each on its own stream
     Ar.resize(M * K);
     Br.resize(K * N);
@@ -246,16 +276,16 @@ void gemm(const GemmPlan& p, const float* A, const float* B, double* C, size_t M
     A = Ar.data();
     B = Br.data();
   }
-  if (p.kernel != GemmKernel::portable)
+  if (p.kernel != GemmKernel::portable && !C0)  // the AVX-512 kernel starts from zero
     gemm_avx512(p, A, B, C, M, N, K, stream);
   else
-    with_rounding(p.acc_mode, [&](auto mode) { gemm_mode<decltype(mode)::value>(A, B, C, M, N, K, p, stream); });
+    with_rounding(p.acc_mode, [&](auto mode) { gemm_mode<decltype(mode)::value>(A, B, C, C0, M, N, K, p, stream); });
 }
 
 void gemm(const GemmPlan& p, const float* A, const float* B, float* C, size_t M, size_t N, size_t K,
-          uint64_t stream) {
+          uint64_t stream, const double* C0) {
   std::vector<double> Cd(M * N);
-  gemm(p, A, B, Cd.data(), M, N, K, stream);
+  gemm(p, A, B, Cd.data(), M, N, K, stream, C0);
   for (size_t i = 0; i < M * N; ++i) C[i] = float(Cd[i]);  // exact: the values are in the format
 }
 

@@ -10,11 +10,17 @@
 //                     format), then f ← RN₃₂(f + p): a chunk's limited-precision sum promoted into a
 //                     binary32 accumulator f, chunk by chunk; the output is f (DeepSeek-V3, §3.3.2:
 //                     FP8 products summed on the tensor cores, promoted to FP32 every 128)
-//   tensor_core(k_b, F): per block of k_b products, the block's exact products and acc are each
-//                     truncated toward zero to a multiple of 2^(e_max − F) (e_max: the largest
-//                     exponent among them), summed exactly, and acc ← round(sum): the block-FMA
-//                     model of NVIDIA tensor cores (Fasi, Higham, Mikaitis, Pranesh 2021); presets
-//                     in tensor_core_presets()
+//   tensor_core with a GPU (spec.tensor_core = "h100", …): that GPU's matrix unit, bit for bit
+//                     (matrix_unit.h: the block FMA fitted to measured hardware outputs); the
+//                     accumulator format is the unit's output (fp32 or fp16) and its rounding is
+//                     the unit's, the input format one the unit takes (fp16, bf16, tf32, e4m3, e5m2)
+//   tensor_core(k_b, F) without a GPU (superseded; kept so that committed results reproduce): per
+//                     block of k_b products, the block's exact products and acc are each truncated
+//                     toward zero to a multiple of 2^(e_max − F) (e_max: the largest exponent among
+//                     them), summed exactly, and acc ← round(sum): the block-FMA model of Fasi,
+//                     Higham, Mikaitis, Pranesh 2021; presets in tensor_core_presets()
+// The addend: acc₀ = C₀[i,j] rounded to nearest-even to the accumulator format (binary32 for
+// promoted, whose output accumulator it is) where a C₀ is given, else 0: D = C₀ + A·B.
 // Each rounding is of the exact value (products of binary32 are exact in binary64; sums are made
 // exact by round-to-odd, round.h add_round_odd). Optionally A and B are first rounded to an input
 // format. The k-loop of every output is sequential, so results are bit-identical to the scalar
@@ -36,6 +42,7 @@
 
 #include "core/accumulate.h"  // Accumulation
 #include "core/format.h"
+#include "core/matrix_unit.h"
 #include "core/round.h"
 #include "core/round_array.h"
 
@@ -50,6 +57,7 @@ struct GemmSpec {
   Accumulation accumulation = Accumulation::strict;
   int block = 32;                    // k_b for blocked, promoted, tensor_core
   int align_bits = 24;               // F for tensor_core: bits kept below the largest term's leading bit
+  std::string tensor_core;           // tensor_core: a GPU's matrix unit ("h100", "h100:wgmma"; matrix_unit.h)
   std::optional<Format> input;       // round A and B to this format first (must fit binary32)
   Rounding input_mode = Rounding::rne;
   int sr_bits = 32;                  // for sr; strict needs sr_bits ≤ 52 − (μ+1)
@@ -61,7 +69,8 @@ void validate(const GemmSpec& s);
 Accumulation accumulation_from_string(const std::string& s);  // strict | unfused | blocked | promoted | tensor_core
 const char* to_string(Accumulation a);
 
-// Parameter sets of the tensor-core model, with where they come from and how sure they are.
+// Parameter sets of the superseded tensor-core model (tensor_core without a GPU), with where they
+// come from and how sure they are. A GPU's matrix unit (spec.tensor_core) replaces them.
 struct TensorCorePreset {
   const char* name;
   int block, align_bits;
@@ -86,6 +95,7 @@ struct GemmPlan {
   Accumulation accumulation = Accumulation::strict;
   size_t block = 32;                 // k_b (≥ 1) for blocked, promoted, tensor_core
   int align_bits = 24;               // F for tensor_core
+  std::optional<MatrixUnit> unit;    // tensor_core with a GPU
   Rounding acc_mode = Rounding::rne;
   uint64_t seed = 0;
   Target<double> acc{};              // the accumulator target in the double container
@@ -99,10 +109,11 @@ struct GemmPlan {
 GemmPlan plan_gemm(const GemmSpec& s);
 
 // As gemm(…, GemmSpec) with spec.stream = stream. The float overload requires p.acc_fits_float.
+// C0 (M×N, may be null): the addend (see the top of this file).
 void gemm(const GemmPlan& p, const float* A, const float* B, double* C, size_t M, size_t N, size_t K,
-          uint64_t stream);
+          uint64_t stream, const double* C0 = nullptr);
 void gemm(const GemmPlan& p, const float* A, const float* B, float* C, size_t M, size_t N, size_t K,
-          uint64_t stream);
+          uint64_t stream, const double* C0 = nullptr);
 
 // C is M×N. The double overload holds the exact accumulator values; the float one requires an
 // accumulator format that fits binary32. Both are plan_gemm + the plan's gemm.

@@ -6,9 +6,11 @@
 #include <climits>
 #include <cmath>
 #include <limits>
+#include <optional>
 #include <vector>
 
 #include "core/accumulate.h"
+#include "core/matrix_unit.h"
 #include "core/philox.h"
 
 namespace mantis {
@@ -399,7 +401,97 @@ double oracle_round(double x, const Format& f, Rounding m, uint32_t rnd, int sr_
   return round_exact(s.x, f, m, rnd, sr_bits);
 }
 
-void oracle_gemm(const float* A, const float* B, double* C, size_t M, size_t N, size_t K, const GemmSpec& spec) {
+namespace {
+
+// ⌊log2|x|⌋ of a nonzero finite double (MPFR: x ∈ [2^(e−1), 2^e)).
+long oracle_exponent(double x) {
+  mpfr_t t;
+  mpfr_init2(t, 64);
+  mpfr_set_d(t, x, MPFR_RNDN);
+  const long e = long(mpfr_get_exp(t)) - 1;
+  mpfr_clear(t);
+  return e;
+}
+
+// The value (exact, at kExact bits) rounded as the unit's datapath or output rounds: to `prec` bits
+// with minimum exponent emin (subnormals kept), toward zero or to nearest even, and ±inf where the
+// magnitude reaches 2^(emax+1) after rounding.
+double unit_round(mpfr_srcptr v, int prec, int emin, int emax, bool rne) {
+  Format f;
+  f.name = "unit";
+  f.mu = prec - 1, f.emin = emin, f.emax = emax + 2;  // the range check is below, after rounding
+  const double r = round_exact(v, f, rne ? Rounding::rne : Rounding::rz, 0, 32);
+  if (std::abs(r) >= std::ldexp(1.0, emax + 1)) return std::copysign(std::numeric_limits<double>::infinity(), r);
+  return r == 0 ? 0.0 : r;  // a zero sum is +0
+}
+
+// One block of the datapath: products a[k]·b[k·ldb] for k in `ks`, addend c.
+double unit_block(const MuDatapath& d, int in_prec, int in_emin, const double* a, const double* b, size_t ldb,
+                  const std::vector<size_t>& ks, double c) {
+  (void)in_prec;
+  double plain = c;
+  for (size_t k : ks) plain += a[k] * b[k * ldb];
+  bool finite = std::isfinite(c);
+  for (size_t k : ks) finite &= std::isfinite(a[k]) && std::isfinite(b[k * ldb]);
+  if (!finite) return plain;  // IEEE's sum of the products and c
+  struct Term { double v; long e; };
+  std::vector<Term> terms;
+  for (size_t k : ks) {
+    const double x = a[k], y = b[k * ldb];
+    if (x == 0 || y == 0) continue;
+    long e = std::max(oracle_exponent(x), long(in_emin)) + std::max(oracle_exponent(y), long(in_emin));
+    if (d.normalise && std::abs(x * y) >= std::ldexp(1.0, int(e) + 1)) ++e;
+    terms.push_back({x * y, e});  // exact: ≤ 22 significant bits
+  }
+  if (c != 0) terms.push_back({c, std::max(oracle_exponent(c), -126L)});
+  if (terms.empty()) return 0.0;
+  long X = d.min_align;
+  for (const Term& t : terms) X = std::max(X, t.e);
+  mpfr_t t, sum;
+  mpfr_inits2(kExact, t, sum, (mpfr_ptr)0);
+  mpfr_set_zero(sum, 1);
+  for (const Term& x : terms) {
+    mpfr_set_d(t, x.v, MPFR_RNDN);
+    mpfr_div_2si(t, t, X - d.frac_bits, MPFR_RNDN);  // exact
+    mpfr_trunc(t, t);
+    mpfr_mul_2si(t, t, X - d.frac_bits, MPFR_RNDN);
+    mpfr_add(sum, sum, t, MPFR_RNDN);  // exact at kExact bits
+  }
+  const double r = unit_round(sum, d.out_prec, d.out_emin, d.out_emax, d.out_rne);
+  mpfr_clears(t, sum, (mpfr_ptr)0);
+  return r;
+}
+
+}  // namespace
+
+double oracle_matrix_unit_dot(const MatrixUnit& u, const double* a, const double* b, size_t ldb, size_t K, double c) {
+  const size_t kb = u.interleaved ? 32 : size_t(u.dp.block);
+  for (size_t k0 = 0; k0 < K; k0 += kb) {
+    const size_t k1 = std::min(K, k0 + kb);
+    std::vector<size_t> all, low, high;
+    for (size_t k = k0; k < k1; ++k) ((k - k0) % 4 < 2 ? low : high).push_back(k), all.push_back(k);
+    if (!u.interleaved) {
+      c = unit_block(u.dp, u.in_prec, u.in_emin, a, b, ldb, all, c);
+    } else {
+      const double d1 = unit_block(u.dp, u.in_prec, u.in_emin, a, b, ldb, low, 0.0);
+      const double d2 = unit_block(u.dp, u.in_prec, u.in_emin, a, b, ldb, high, d1);
+      if (!std::isfinite(d2) || !std::isfinite(c)) {
+        c = d2 + c;
+      } else {
+        mpfr_t v;
+        mpfr_init2(v, kExact);
+        mpfr_set_d(v, d2, MPFR_RNDN);
+        mpfr_add_d(v, v, c, MPFR_RNDN);  // exact
+        c = unit_round(v, u.out_prec, u.out_emin, u.out_emax, true);
+        mpfr_clear(v);
+      }
+    }
+  }
+  return c;
+}
+
+void oracle_gemm(const float* A, const float* B, double* C, size_t M, size_t N, size_t K, const GemmSpec& spec,
+                 const double* C0) {
   validate(spec);
   std::vector<double> a(A, A + M * K), b(B, B + K * N);
   if (spec.input) {
@@ -409,13 +501,24 @@ void oracle_gemm(const float* A, const float* B, double* C, size_t M, size_t N, 
       b[i] = oracle_round(b[i], *spec.input, spec.input_mode, random_word(spec.seed, spec.stream + kStreamB, i), spec.sr_bits);
   }
   Format fp32 = format_lookup("fp32");
+  std::optional<MatrixUnit> unit;
+  if (!spec.tensor_core.empty()) unit = matrix_unit(spec.tensor_core, *spec.input, spec.acc).unit;
+  // acc₀: C0 rounded to nearest even into the accumulator format (promoted: binary32)
+  auto start = [&](uint64_t o) {
+    if (!C0) return 0.0;
+    return oracle_round(C0[o], spec.accumulation == Accumulation::promoted ? fp32 : spec.acc, Rounding::rne);
+  };
   mpfr_t acc, prod, v;
   mpfr_inits2(kExact, acc, prod, v, (mpfr_ptr)0);
   auto rw = [&](uint64_t idx) { return random_word(spec.seed, spec.stream, idx); };
   for (size_t i = 0; i < M; ++i)
     for (size_t j = 0; j < N; ++j) {
       const uint64_t o = i * N + j;
-      mpfr_set_zero(acc, 1);
+      if (unit) {
+        C[o] = oracle_matrix_unit_dot(*unit, &a[i * K], &b[j], N, K, start(o));
+        continue;
+      }
+      mpfr_set_d(acc, start(o), MPFR_RNDN);
       auto set_rounded = [&](mpfr_ptr dst, mpfr_srcptr val, uint64_t idx) {
         const double r = round_exact(val, spec.acc, spec.acc_mode, rw(idx), spec.sr_bits);
         mpfr_set_d(dst, r, MPFR_RNDN);
@@ -425,7 +528,7 @@ void oracle_gemm(const float* A, const float* B, double* C, size_t M, size_t N, 
         const size_t kb = size_t(spec.block), nchunks = chunk_count(K, kb);
         mpfr_t f;
         mpfr_init2(f, kExact);
-        mpfr_set_zero(f, 1);
+        mpfr_set(f, acc, MPFR_RNDN);  // the addend starts the binary32 accumulator
         for (size_t c = 0; c < nchunks; ++c) {
           mpfr_set_zero(acc, 1);
           for (size_t k = c * kb; k < std::min(K, (c + 1) * kb); ++k) {

@@ -20,9 +20,13 @@ namespace mantis {
 
 double oracle_round(double x, const Format& f, Rounding m, uint32_t rnd = 0, int sr_bits = 32);
 
-// Reference GEMM (small shapes): same semantics and random-word indexing as gemm.h.
+// Reference GEMM (small shapes): same semantics and random-word indexing as gemm.h; C0 the addend.
 void oracle_gemm(const float* A, const float* B, double* C, size_t M, size_t N, size_t K,
-                 const GemmSpec& s);
+                 const GemmSpec& s, const double* C0 = nullptr);
+
+// Reference of matrix_unit.h's mu_dot, restated from its written definition in MPFR: c + Σ a[k]·b[k·ldb]
+// (a, b exact in the unit's input format; c a value of its output format) through the unit.
+double oracle_matrix_unit_dot(const MatrixUnit& u, const double* a, const double* b, size_t ldb, size_t K, double c);
 
 // RN(e^x), RN(erf(x)) and RN(tanh(x)) in binary32 (IEEE: gradual underflow, overflow to inf, NaN → quiet NaN):
 // MPFR at precision 24 in binary32's exponent range (mpfr_check_range, mpfr_subnormalize). The

@@ -1,0 +1,306 @@
+// GPU matrix units (matrix_unit.h): measured hardware outputs reproduced bit for bit through gemm();
+// the fast path against the MPFR restatement (oracle_matrix_unit_dot) on adversarial data; the
+// addend C for every accumulation; 1 == 2 threads; refusals.
+#include <catch2/catch.hpp>
+#include <fmt/format.h>
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <sstream>
+
+#include "core/gemm.h"
+#include "core/matrix_unit.h"
+#include "core/oracle.h"
+#include "core/philox.h"
+#include "core/threads.h"
+#include "testutil.h"
+
+using namespace mantis;
+namespace fs = std::filesystem;
+
+namespace {
+
+float word_value(uint32_t w) {
+  float f;
+  std::memcpy(&f, &w, 4);
+  return f;
+}
+
+// One committed test set: tests/data/tensor_core/<gpu>_<input>_<output>.txt (README.md there).
+struct DataSet {
+  std::string gpu, input, output;
+  struct Test {
+    std::vector<float> a, b;
+    float c, d;
+  };
+  std::vector<Test> tests;
+};
+
+std::vector<DataSet> data_sets() {
+  std::vector<DataSet> v;
+  for (const auto& e : fs::directory_iterator(fs::path(MANTIS_SOURCE_DIR) / "tests/data/tensor_core")) {
+    if (e.path().extension() != ".txt") continue;
+    DataSet s;
+    std::istringstream name(e.path().stem().string());
+    std::getline(name, s.gpu, '_'), std::getline(name, s.input, '_'), std::getline(name, s.output, '_');
+    std::ifstream in(e.path());
+    std::string line;
+    while (std::getline(in, line)) {
+      if (line.empty() || line[0] == '#') continue;
+      std::vector<std::string> parts;
+      std::istringstream ls(line);
+      for (std::string p; std::getline(ls, p, '|');) parts.push_back(p);
+      REQUIRE(parts.size() == 5);
+      DataSet::Test t;
+      auto words = [](const std::string& s) {
+        std::vector<float> w;
+        std::istringstream ss(s);
+        for (std::string h; ss >> h;) w.push_back(word_value(uint32_t(std::stoul(h, nullptr, 16))));
+        return w;
+      };
+      t.a = words(parts[1]), t.b = words(parts[2]);
+      t.c = words(parts[3]).at(0), t.d = words(parts[4]).at(0);
+      REQUIRE(t.a.size() == t.b.size());
+      s.tests.push_back(t);
+    }
+    v.push_back(s);
+  }
+  return v;
+}
+
+GemmSpec unit_spec(const std::string& gpu, const std::string& input, const std::string& output) {
+  GemmSpec s;
+  s.acc = format_lookup(output);
+  s.accumulation = Accumulation::tensor_core;
+  s.tensor_core = gpu;
+  s.input = format_lookup(input);
+  return s;
+}
+
+// How many of a set's tests gemm (or the oracle) reproduces bit for bit with this plan.
+size_t reproduced(const DataSet& s, const GemmPlan& p, bool oracle, std::string* first_bad = nullptr) {
+  size_t ok = 0;
+  for (const DataSet::Test& t : s.tests) {
+    double d = 0, c = t.c;
+    const size_t K = t.a.size();
+    if (oracle) {
+      std::vector<double> a(t.a.begin(), t.a.end()), b(t.b.begin(), t.b.end());
+      const double c0 = oracle_round(c, format_lookup(s.output), Rounding::rne);
+      d = oracle_matrix_unit_dot(*p.unit, a.data(), b.data(), 1, K, c0);
+    } else {
+      gemm(p, t.a.data(), t.b.data(), &d, 1, 1, K, 0, &c);
+    }
+    if (test::same(d, double(t.d)))
+      ++ok;
+    else if (first_bad && first_bad->empty())
+      *first_bad = fmt::format("got {} want {}", test::hex(d), test::hex(double(t.d)));
+  }
+  return ok;
+}
+
+}  // namespace
+
+TEST_CASE("measured tensor-core outputs of eight GPUs are reproduced bit for bit", "[matrix_unit][hardware]") {
+  const std::vector<DataSet> sets = data_sets();
+  REQUIRE(sets.size() == 48);
+  size_t total = 0;
+  for (const DataSet& s : sets) {
+    INFO(s.gpu << " " << s.input << " -> " << s.output);
+    CHECK(s.tests.size() >= 100);
+    const GemmSpec spec = unit_spec(s.gpu, s.input, s.output);  // the bare name: the measured datapath
+    const GemmPlan p = plan_gemm(spec);
+    CHECK(matrix_unit(s.gpu, *spec.input, spec.acc).validated);
+    std::string bad;
+    CHECK(reproduced(s, p, false, &bad) == s.tests.size());
+    INFO(bad);
+    CHECK(bad.empty());
+    CHECK(reproduced(s, p, true) == s.tests.size());  // and the MPFR restatement
+    total += s.tests.size();
+  }
+  CHECK(total >= 4800);
+}
+
+TEST_CASE("the fitted parameters are constrained by the committed data", "[matrix_unit][hardware]") {
+  // One parameter changed at a time must break the set wherever the data decide it: the extra
+  // alignment bits (F ± 1) for binary32 outputs of one datapath (an fp16 output hides them: 1 or 2
+  // of the 5,000 measured tests notice), the result's rounding (rz ↔ rne; the inner halves of an
+  // interleaved fp32 unit only in 1 of 10,000 measured tests: not here), half the block where the
+  // measured K exceeds it, and the interleaving. The full data's table is in tests/data/tensor_core.
+  size_t expected = 0, caught = 0;
+  for (const DataSet& s : data_sets()) {
+    const GemmPlan base = plan_gemm(unit_spec(s.gpu, s.input, s.output));
+    const bool fp32 = s.output == "fp32", il = base.unit->interleaved != 0;
+    const int K = int(s.tests.front().a.size());
+    for (int m = 0; m < 5; ++m) {
+      GemmPlan p = base;
+      MuDatapath& d = p.unit->dp;
+      bool decided = false;
+      if (m == 0) d.frac_bits += 1, decided = fp32 && !il;
+      if (m == 1) d.frac_bits -= 1, decided = fp32 && !il;
+      if (m == 2) d.out_rne ^= 1, decided = !(il && fp32);
+      if (m == 3) d.block = std::max(1, d.block / 2), decided = !il && d.block < K;
+      if (m == 4) p.unit->interleaved ^= 1, decided = il;
+      if (!decided) continue;
+      ++expected;
+      const bool broke = reproduced(s, p, false) < s.tests.size();
+      caught += broke;
+      if (!broke) UNSCOPED_INFO(s.gpu << " " << s.input << " -> " << s.output << ": mutation " << m << " survives");
+    }
+  }
+  CHECK(expected > 100);
+  CHECK(caught == expected);
+}
+
+namespace {
+
+// Adversarial operands: signs, exponents over the input format's whole range and beyond (the
+// input rounding then saturates, underflows or overflows), exact cancellations, zeros, specials.
+std::vector<float> adversarial(size_t n, uint64_t seed, int emin, int emax, bool specials) {
+  std::vector<float> v(n);
+  for (size_t i = 0; i < n; ++i) {
+    const uint32_t r = random_word(seed, 1, i), e = random_word(seed, 2, i), kind = random_word(seed, 3, i) % 64;
+    double x = 1.0 + double(r >> 8) / double(1u << 24);
+    x = std::ldexp(x, emin - 4 + int(e % uint32_t(emax - emin + 8)));
+    if (r & 1) x = -x;
+    if (kind == 0) x = 0;
+    if (kind == 1 && i > 0) x = -v[i - 1];  // cancellation with the neighbour
+    if (specials && kind == 2) x = std::numeric_limits<float>::infinity();
+    if (specials && kind == 3) x = std::numeric_limits<float>::quiet_NaN();
+    v[i] = float(x);
+  }
+  return v;
+}
+
+}  // namespace
+
+TEST_CASE("every preset: the fast path equals the MPFR restatement, addend included", "[matrix_unit]") {
+  const size_t M = 3, N = 5;
+  uint64_t seed = 11;
+  for (const MatrixUnitPreset& pr : matrix_unit_presets()) {
+    for (size_t K : {size_t(7), size_t(32), size_t(133)}) {
+      for (int range = 0; range < 3; ++range) {
+        GemmSpec s = unit_spec(pr.gpu + ":" + pr.path, pr.input, pr.output);
+        INFO(pr.gpu << ":" << pr.path << " " << pr.input << " -> " << pr.output << " K=" << K << " range " << range);
+        const Format& in = *s.input;
+        // range 0: ±1's neighbourhood; 1: the input format's whole range; 2: with inf and NaN
+        const int lo = range == 0 ? -3 : in.emin - in.mu, hi = range == 0 ? 3 : in.emax;
+        const auto A = adversarial(M * K, ++seed, lo, hi, range == 2), B = adversarial(K * N, ++seed, lo, hi, range == 2);
+        const auto Cf = adversarial(M * N, ++seed, range == 0 ? -3 : s.acc.emin - s.acc.mu, range == 0 ? 3 : s.acc.emax,
+                                    range == 2);
+        std::vector<double> C0(Cf.begin(), Cf.end()), fast(M * N), ref(M * N);
+        gemm(plan_gemm(s), A.data(), B.data(), fast.data(), M, N, K, 0, C0.data());
+        oracle_gemm(A.data(), B.data(), ref.data(), M, N, K, s, C0.data());
+        for (size_t i = 0; i < M * N; ++i) {
+          INFO("output " << i << " fast " << test::hex(fast[i]) << " mpfr " << test::hex(ref[i]));
+          CHECK(test::same(fast[i], ref[i]));
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("matrix unit: subnormal results, overflow and long K against the reference", "[matrix_unit]") {
+  // Results in the output's subnormal range and past its largest finite value, where no measured
+  // test reaches: the documented choices (subnormals kept; ±inf) against the restatement.
+  for (const std::string gpu : {"v100", "a100", "ada", "h100", "h100:mma", "b200"}) {
+    for (const std::string out : {"fp16", "fp32"}) {
+      const std::string input = gpu.starts_with("v100") || gpu.starts_with("a100") ? "fp16" : "e4m3";
+      GemmSpec s = unit_spec(gpu, input, out);
+      if (out == "fp16" && gpu == "h100") continue;  // the bare name's fp16 FP8 unit is h100:mma
+      const Format& o = s.acc;
+      const size_t K = 300, N = 4;
+      std::vector<float> a(K), b(K * N);
+      for (size_t k = 0; k < K; ++k) {
+        a[k] = float(std::ldexp(1.0 + double(k % 7) / 8, (k % 3) - 1));
+        for (size_t j = 0; j < N; ++j) {
+          const double tiny = std::ldexp(1.0 + double((k + j) % 5) / 4, o.emin - int(k % 12));  // subnormal products
+          const double huge = std::ldexp(1.0, std::min(o.emax - 2, input == "fp16" ? 14 : 7));
+          b[k * N + j] = float(j == 0 ? tiny : j == 1 ? huge : j == 2 ? ((k & 1) ? tiny : -tiny) : (k & 1 ? huge : -huge));
+        }
+      }
+      std::vector<double> fast(N), ref(N);
+      gemm(plan_gemm(s), a.data(), b.data(), fast.data(), 1, N, K, 0);
+      oracle_gemm(a.data(), b.data(), ref.data(), 1, N, K, s);
+      for (size_t j = 0; j < N; ++j) {
+        INFO(gpu << " " << input << " -> " << out << " column " << j << " fast " << test::hex(fast[j]) << " mpfr "
+                 << test::hex(ref[j]));
+        CHECK(test::same(fast[j], ref[j]));
+      }
+    }
+  }
+}
+
+TEST_CASE("the addend C for every accumulation equals the reference", "[matrix_unit][gemm]") {
+  const size_t M = 4, N = 6, K = 37;
+  const auto A = adversarial(M * K, 1, -4, 4, false), B = adversarial(K * N, 2, -4, 4, false);
+  const auto Cf = adversarial(M * N, 3, -2, 6, false);
+  std::vector<double> C0(Cf.begin(), Cf.end());
+  for (Accumulation acc : {Accumulation::strict, Accumulation::unfused, Accumulation::blocked, Accumulation::promoted,
+                           Accumulation::tensor_core}) {
+    for (const char* f : {"ps4", "bf16", "fp32"}) {
+      GemmSpec s;
+      s.acc = format_lookup(f);
+      s.accumulation = acc;
+      s.block = 8;
+      INFO(to_string(acc) << " " << f);
+      std::vector<double> fast(M * N), ref(M * N), zero(M * N), with0(M * N, 0.0);
+      gemm(plan_gemm(s), A.data(), B.data(), fast.data(), M, N, K, 0, C0.data());
+      oracle_gemm(A.data(), B.data(), ref.data(), M, N, K, s, C0.data());
+      for (size_t i = 0; i < M * N; ++i) CHECK(test::same(fast[i], ref[i]));
+      // C0 = 0 is the same as no addend (the AVX-512 kernel's path against the portable one)
+      gemm(plan_gemm(s), A.data(), B.data(), zero.data(), M, N, K, 0);
+      gemm(plan_gemm(s), A.data(), B.data(), with0.data(), M, N, K, 0, std::vector<double>(M * N, 0.0).data());
+      for (size_t i = 0; i < M * N; ++i) CHECK(test::same(zero[i], with0[i]));
+      bool moved = false;
+      for (size_t i = 0; i < M * N; ++i) moved |= !test::same(fast[i], zero[i]);
+      CHECK(moved);
+    }
+  }
+}
+
+TEST_CASE("matrix unit GEMM: 1 thread == 2 threads", "[matrix_unit]") {
+  const size_t M = 64, N = 48, K = 96;
+  const auto A = adversarial(M * K, 5, -6, 6, false), B = adversarial(K * N, 6, -6, 6, false);
+  for (const char* gpu : {"h100", "a100", "b200"}) {
+    const GemmPlan p = plan_gemm(unit_spec(gpu, std::string(gpu) == "a100" ? "bf16" : "e4m3", "fp32"));
+    std::vector<double> one(M * N), two(M * N);
+    set_num_threads(1);
+    gemm(p, A.data(), B.data(), one.data(), M, N, K, 0);
+    set_num_threads(2);
+    gemm(p, A.data(), B.data(), two.data(), M, N, K, 0);
+    for (size_t i = 0; i < M * N; ++i) CHECK(test::same(one[i], two[i]));
+  }
+}
+
+TEST_CASE("matrix unit names and combinations are validated", "[matrix_unit]") {
+  auto err = [](const std::string& gpu, const std::string& in, const std::string& out) {
+    return test::error_of([&] { plan_gemm(unit_spec(gpu, in, out)); });
+  };
+  CHECK_THAT(err("h900", "fp16", "fp32"), Catch::Contains("unknown tensor-core GPU 'h900'"));
+  CHECK_THAT(err("v100", "bf16", "fp32"), Catch::Contains("the v100 has no bf16 → fp32 unit"));
+  CHECK_THAT(err("a100", "e4m3", "fp32"), Catch::Contains("the a100 has no e4m3 → fp32"));
+  CHECK_THAT(err("h100", "bf16", "fp16"), Catch::Contains("has no bf16 → fp16"));
+  CHECK_THAT(err("h100:wgmma", "fp16", "fp32"), Catch::Contains("has no wgmma fp16 → fp32"));
+  CHECK_THAT(err("b200:wgmma", "e4m3", "fp32"), Catch::Contains("has no wgmma e4m3 → fp32"));
+  CHECK_THAT(err("h100:tcgen05", "e4m3", "fp32"), Catch::Contains("unknown datapath 'tcgen05'"));
+  CHECK_THAT(err("h100", "ps4", "fp32"), Catch::Contains("not a matrix-unit input"));
+  CHECK_THAT(err("h100", "fp16", "bf16"), Catch::Contains("not a matrix-unit output"));
+  GemmSpec s = unit_spec("h100", "fp16", "fp32");
+  s.acc_mode = Rounding::rz;
+  CHECK_THAT(test::error_of([&] { plan_gemm(s); }), Catch::Contains("leave the accumulator rounding unset"));
+  s = unit_spec("h100", "fp16", "fp32");
+  s.input.reset();
+  CHECK_THAT(test::error_of([&] { plan_gemm(s); }), Catch::Contains("give the input format"));
+  s = unit_spec("h100", "fp16", "fp32");
+  s.accumulation = Accumulation::strict;
+  CHECK_THAT(test::error_of([&] { plan_gemm(s); }), Catch::Contains("needs accumulation = tensor_core"));
+  // Case-insensitive, like every name here; the bare Hopper FP8 name follows the measured data.
+  CHECK(plan_gemm(unit_spec("H100", "E4M3", "fp32")).unit->interleaved == 0);
+  CHECK(plan_gemm(unit_spec("h100", "e4m3", "fp16")).unit->interleaved == 1);
+  CHECK(matrix_unit("h100", format_lookup("e4m3"), format_lookup("fp32")).path == "wgmma");
+  CHECK(matrix_unit("b200", format_lookup("e4m3"), format_lookup("fp32")).path == "mma");
+  CHECK_FALSE(matrix_unit("l40s", format_lookup("e4m3"), format_lookup("fp16")).validated);
+}
