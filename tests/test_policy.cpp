@@ -231,8 +231,22 @@ rounding = "rne"
   CHECK(pr.rounding == Rounding::rne);
   CHECK_THAT(describe(p), Contains("tensor_core acc fp32 (k_b = 32, F = 13)") && Contains("promoted acc ps13 (k_b = 128)"));
   auto parse = [](const std::string& text) { return error_of([&] { policy_from_toml(text, "pol.toml"); }); };
-  CHECK_THAT(parse("[site.\"attn.qk\"]\ntensor_core = \"b200\"\n"), Contains("unknown tensor-core preset 'b200'") &&
-                                                                     Contains("hopper_fp8"));
+  CHECK_THAT(parse("[site.\"attn.qk\"]\ntensor_core = \"b300\"\n"), Contains("unknown tensor-core preset 'b300'") &&
+                                                                     Contains("hopper_fp8") && Contains("GPUs: v100"));
+  // A GPU's matrix unit: the input format is required; the accumulator is the unit's output.
+  CHECK_THAT(parse("[site.\"attn.qk\"]\ntensor_core = \"b200\"\n"), Contains("pol.toml:1: site attn.qk: tensor core b200: "
+                                                                     "give the input format"));
+  CHECK_THAT(parse("[site.\"mlp.fc\"]\ntensor_core = \"v100\"\ninput = \"bf16\"\n"), Contains("the v100 has no bf16 → fp32"));
+  const Policy u = policy_from_toml("[site.\"mlp.fc\"]\ntensor_core = \"H100\"\ninput = \"e4m3\"\n"
+                                    "[site.\"mlp.proj\"]\ntensor_core = \"h100:mma\"\ninput = \"e4m3\"\naccumulator = \"fp16\"\n"
+                                    "rounding = \"sr\"\n", "u.toml");
+  CHECK(u.at(Site::mlp_fc).tensor_core == "H100");
+  CHECK(u.at(Site::mlp_fc).accumulator->name == "fp32");
+  CHECK(u.at(Site::mlp_proj).accumulator->name == "fp16");
+  CHECK(u.at(Site::mlp_proj).gemm_spec(0).acc_mode == Rounding::rne);    // the unit rounds its own way ..
+  CHECK(u.at(Site::mlp_proj).gemm_spec(0).input_mode == Rounding::sr);   // .. `rounding` is the operands'
+  CHECK(plan_gemm(u.at(Site::mlp_proj).gemm_spec(0)).unit->interleaved == 1);
+  CHECK_THAT(describe(u), Contains("tensor_core acc fp32 (H100)") && Contains("tensor_core acc fp16 (h100:mma)"));
   CHECK_THAT(parse("[site.\"attn.qk\"]\ntensor_core = \"v100_fp16\"\naccumulation = \"strict\"\n"),
              Contains("tensor_core = \"v100_fp16\" with accumulation = \"strict\""));
   CHECK_THAT(parse("[site.\"attn.qk\"]\naccumulation = \"strict\"\naccumulator = \"fp32\"\nalign_bits = 10\n"),

@@ -262,6 +262,75 @@ class Gemm(unittest.TestCase):
             mantis.gemm(a.astype(np.float64), b, acc="ps6")
 
 
+class TensorCore(unittest.TestCase):
+    """GPU matrix units (core/matrix_unit.h): the committed measured outputs through mantis.gemm
+    with the bare GPU name, the CLI's `mantis gemm` on .npy files, and the refusals."""
+
+    @staticmethod
+    def data_sets():
+        d = os.path.join(ROOT, "tests", "data", "tensor_core")
+        for name in sorted(os.listdir(d)):
+            if not name.endswith(".txt"):
+                continue
+            gpu, inp, out = name[:-4].split("_")
+            rows = [l.split("|") for l in open(os.path.join(d, name)) if l.strip() and not l.startswith("#")]
+            w = lambda s: np.array([int(h, 16) for h in s.split()], dtype=np.uint32).view(np.float32)
+            yield gpu, inp, out, [(w(a), w(b), w(c)[0], w(dd)[0]) for _, a, b, c, dd in rows]
+
+    def test_measured_outputs(self):
+        sets = total = 0
+        for gpu, inp, out, tests in self.data_sets():
+            sets += 1
+            with self.subTest(gpu=gpu, input=inp, output=out):
+                # One GEMM per set: the tests' rows of A against every test's column of B; the
+                # diagonal holds the measured products (the addend per row: C[i, i]).
+                A = np.stack([t[0] for t in tests])
+                B = np.stack([t[1] for t in tests]).T.copy()
+                C = np.zeros((len(tests), len(tests)), dtype=np.float32)
+                np.fill_diagonal(C, [t[2] for t in tests])
+                D = mantis.gemm(A, B, c=C, acc=out, input=inp, accumulation="tensor_core", tensor_core=gpu)
+                want = np.array([t[3] for t in tests], dtype=np.float32).astype(np.float64)
+                self.assertTrue(np.array_equal(bits(np.diagonal(D).copy()), bits(want)))
+                total += len(tests)
+        self.assertEqual(sets, 48)
+        self.assertGreaterEqual(total, 4800)
+
+    def test_cli_gemm_matches_module(self):
+        rng = np.random.default_rng(8)
+        a, b = rng.standard_normal((6, 70)).astype(np.float32), rng.standard_normal((70, 5)).astype(np.float32)
+        c = rng.standard_normal((6, 5)).astype(np.float32)
+        paths = {n: os.path.join(TMP, f"tc-{n}.npy") for n in "abcd"}
+        for n, v in zip("abc", (a, b, c)):
+            np.save(paths[n], v)
+        for gpu, inp, out in (("h100", "e4m3", "fp32"), ("h100", "e4m3", "fp16"), ("b200:mma", "e5m2", "fp32"),
+                              ("v100", "fp16", "fp16"), ("a100", "bf16", "fp32")):
+            with self.subTest(gpu=gpu, input=inp, output=out):
+                cli("gemm", "--a", paths["a"], "--b", paths["b"], "--c", paths["c"], "--out", paths["d"], "--format",
+                    out, "--accumulation", "tensor_core", "--tensor-core", gpu, "--input", inp)
+                want = mantis.gemm(a, b, c=c, acc=out, input=inp, accumulation="tensor_core", tensor_core=gpu)
+                self.assertTrue(np.array_equal(bits(np.load(paths["d"])), bits(want)))
+                ref = mantis.gemm(a, b, c=c, acc=out, input=inp, accumulation="tensor_core", tensor_core=gpu,
+                                  reference=True)
+                self.assertTrue(np.array_equal(bits(ref), bits(want)))
+        # the addend for another accumulation, through both
+        cli("gemm", "--a", paths["a"], "--b", paths["b"], "--c", paths["c"], "--out", paths["d"], "--format", "ps6")
+        self.assertTrue(np.array_equal(bits(np.load(paths["d"])), bits(mantis.gemm(a, b, c=c, acc="ps6"))))
+
+    def test_refusals(self):
+        a = np.ones((2, 4), dtype=np.float32)
+        with self.assertRaisesRegex(mantis.Error, "unknown tensor-core GPU 'h900'"):
+            mantis.gemm(a, a.T.copy(), acc="fp32", input="fp16", accumulation="tensor_core", tensor_core="h900")
+        with self.assertRaisesRegex(mantis.Error, "the v100 has no bf16"):
+            mantis.gemm(a, a.T.copy(), acc="fp32", input="bf16", accumulation="tensor_core", tensor_core="v100")
+        with self.assertRaisesRegex(mantis.Error, r"c is \(3, 3\); the product is \(2, 2\)"):
+            mantis.gemm(a, a.T.copy(), c=np.zeros((3, 3), np.float32), acc="ps6")
+        r = cli("gemm", "--a", "/nonexistent.npy", "--b", "/nonexistent.npy", "--out", os.path.join(TMP, "x.npy"),
+                "--format", "fp32", "--accumulation", "tensor_core", "--tensor-core", "v100", "--input", "bf16",
+                ok=False)
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("the v100 has no bf16", r.stderr)
+
+
 MODELS = [os.path.join(ROOT, "models", m) for m in ("gpt2-bytes", "llama-bytes")]
 TOKENS = [72, 101, 108, 108, 111, 44, 32, 119, 111, 114, 108, 100, 33, 10, 84, 104, 101]
 

@@ -572,6 +572,7 @@ Params gemm_spec_params() {
           {"accumulation", py::str("strict")},
           {"block", py::int_(32)},
           {"align_bits", py::int_(24)},
+          {"tensor_core", py::none()},
           {"input", py::none()},
           {"input_mode", py::str("rne")},
           {"sr_bits", py::int_(32)},
@@ -587,6 +588,7 @@ GemmSpec gemm_spec(const Call& c) {
   s.accumulation = c.parsed("accumulation", [&] { return accumulation_from_string(acc); });
   s.block = c.integer<int>("block", 1, kGemmMaxBlock);
   s.align_bits = c.int32("align_bits");
+  if (!c.none("tensor_core")) s.tensor_core = c.text("tensor_core");
   if (!c.none("input")) s.input = c.format("input");
   s.input_mode = c.rounding("input_mode");
   s.sr_bits = c.integer<int>("sr_bits", kSrBitsMin, kSrBitsMax);
@@ -640,15 +642,24 @@ py::object py_gemm(const Call& c) {
     throw InputError(fmt::format("accumulator {} does not fit binary32 (use out_dtype='float64')", s.acc.name));
   if (f32 && reference) throw InputError("reference=True gives float64 results");
   const size_t M = a.shape(0), K = a.shape(1), N = b.shape(1);
+  std::vector<double> c0;  // the addend, float32 [M, N]
+  if (!c.none("c")) {
+    const py::array ca = c.f32_array("c", 2);
+    if (size_t(ca.shape(0)) != M || size_t(ca.shape(1)) != N)
+      throw InputError(fmt::format("c is {}; the product is ({}, {})", shape_str(ca), M, N));
+    const float* cp = static_cast<const float*>(ca.data());
+    c0.assign(cp, cp + M * N);
+  }
+  const double* C0 = c0.empty() ? nullptr : c0.data();
   py::array out = f32 ? py::array(py::dtype::of<float>(), std::vector<py::ssize_t>{py::ssize_t(M), py::ssize_t(N)})
                       : py::array(py::dtype::of<double>(), std::vector<py::ssize_t>{py::ssize_t(M), py::ssize_t(N)});
   const float* A = static_cast<const float*>(a.data());
   const float* B = static_cast<const float*>(b.data());
   {
     py::gil_scoped_release nogil;
-    if (reference) oracle_gemm(A, B, static_cast<double*>(out.mutable_data()), M, N, K, s);
-    else if (f32) gemm(p, A, B, static_cast<float*>(out.mutable_data()), M, N, K, s.stream);
-    else gemm(p, A, B, static_cast<double*>(out.mutable_data()), M, N, K, s.stream);
+    if (reference) oracle_gemm(A, B, static_cast<double*>(out.mutable_data()), M, N, K, s, C0);
+    else if (f32) gemm(p, A, B, static_cast<float*>(out.mutable_data()), M, N, K, s.stream, C0);
+    else gemm(p, A, B, static_cast<double*>(out.mutable_data()), M, N, K, s.stream, C0);
   }
   return out;
 }
@@ -878,6 +889,9 @@ PYBIND11_MODULE(_mantis, m) {
       .def_property_readonly("accumulation", [](const GemmSpec& s) { return std::string(to_string(s.accumulation)); })
       .def_readonly("block", &GemmSpec::block)
       .def_readonly("align_bits", &GemmSpec::align_bits)
+      .def_property_readonly("tensor_core", [](const GemmSpec& s) -> py::object {
+        return s.tensor_core.empty() ? py::none() : py::object(py::str(s.tensor_core));
+      })
       .def_readonly("input", &GemmSpec::input)
       .def_readonly("sr_bits", &GemmSpec::sr_bits)
       .def_readonly("seed", &GemmSpec::seed)
@@ -910,11 +924,15 @@ PYBIND11_MODULE(_mantis, m) {
       "quantize --json` prints).",
       py_quantize);
   def(m, "gemm",
-      {{"a"}, {"b"}, {"spec", py::none()}, {"out_dtype", py::str("float64")}, {"reference", py::bool_(false)}},
-      "C = A·B with a rounded accumulator (core/gemm.h): A [M, K], B [K, N] float32. spec is a GemmSpec, an "
+      {{"a"}, {"b"}, {"spec", py::none()}, {"c", py::none()}, {"out_dtype", py::str("float64")},
+       {"reference", py::bool_(false)}},
+      "D = C + A·B with a rounded accumulator (core/gemm.h): A [M, K], B [K, N] float32, C [M, N] float32 the "
+      "addend (rounded to nearest-even into the accumulator format; default zeros). spec is a GemmSpec, an "
       "accumulator format, or keyword arguments of GemmSpec (acc=, mode=, accumulation=, block=, align_bits=, "
-      "input=, input_mode=, sr_bits=, seed=, stream=). float64 results hold the accumulator's values exactly; "
-      "reference=True computes them with the MPFR oracle.",
+      "tensor_core=, input=, input_mode=, sr_bits=, seed=, stream=). accumulation='tensor_core' with "
+      "tensor_core='h100' (v100, a100, a2, ada, l40s, h100, h200, b200; ':mma' / ':wgmma' to choose a datapath) "
+      "is that GPU's matrix unit bit for bit (acc 'fp32' or 'fp16', input fp16, bf16, tf32, e4m3 or e5m2). "
+      "float64 results hold the accumulator's values exactly; reference=True computes them with the MPFR oracle.",
       py_gemm, true);
   def(m, "dot", {{"x"}, {"y"}, {"spec", py::none()}, {"reference", py::bool_(false)}},
       "x·y (float32 vectors) with a rounded accumulator, as `mantis dot`; spec as gemm's.", py_dot, true);

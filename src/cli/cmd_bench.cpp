@@ -159,13 +159,14 @@ struct GemmCase {
 
 std::vector<GemmCase> gemm_cases() {
   auto make = [](const char* name, const char* acc, Rounding mode, Accumulation acc_kind,
-                 const char* input = nullptr, int sr_bits = 32, bool portable = false) {
+                 const char* input = nullptr, int sr_bits = 32, bool portable = false, const char* gpu = nullptr) {
     GemmCase c{name, {}, {}};
     c.spec.acc = format_lookup(acc);
     c.spec.acc_mode = mode;
     c.spec.accumulation = acc_kind;
     c.spec.sr_bits = sr_bits;
     if (input) c.spec.input = format_lookup(input);
+    if (gpu) c.spec.tensor_core = gpu;
     c.plan = plan_gemm(c.spec);
     if (portable) c.plan.kernel = GemmKernel::portable;
     return c;
@@ -179,6 +180,8 @@ std::vector<GemmCase> gemm_cases() {
       make("blocked ps4 rne", "ps4", Rounding::rne, Accumulation::blocked),
       make("strict bf16 rne", "bf16", Rounding::rne, Accumulation::strict),
       make("e4m3 in, ps4 rne", "ps4", Rounding::rne, Accumulation::strict, "e4m3"),
+      make("h100 fp16 -> fp32", "fp32", Rounding::rne, Accumulation::tensor_core, "fp16", 32, false, "h100"),
+      make("h100 e4m3 -> fp32", "fp32", Rounding::rne, Accumulation::tensor_core, "e4m3", 32, false, "h100"),
   };
 }
 

@@ -1,4 +1,4 @@
-// mantis round / mantis dot — stdin in, %a out.
+// mantis round / mantis dot — stdin in, %a out; mantis gemm — .npy in and out.
 #include <fmt/format.h>
 
 #include <cmath>
@@ -102,6 +102,57 @@ struct DotArgs : RoundingArgs {
   int block = 32;
   bool reference = false;
 };
+
+struct GemmArgs : DotArgs {
+  std::string a, b, c, out, tensor_core, input, input_rounding = "rne";
+  int align_bits = 24;
+};
+
+// A float32 matrix .npy (the operands and the addend are binary32, as in Python's mantis.gemm).
+NpyFloats read_matrix(const std::string& path, const char* what) {
+  NpyFloats x = read_npy_floats(path);
+  if (x.f8 || x.shape.size() != 2)
+    throw InputError(fmt::format("{} {}: expected a float32 matrix (2-D), got {} {}-D", what, path,
+                                 x.f8 ? "float64" : "float32", x.shape.size()));
+  return x;
+}
+
+// mantis gemm: D = C + A·B under a GemmSpec (core/gemm.h), D as float64 (the accumulator's exact values).
+int run_gemm(const GemmArgs& a) {
+  GemmSpec s;
+  s.acc = format_lookup(a.format);
+  s.acc_mode = rounding_from_string(a.rounding);
+  s.accumulation = accumulation_from_string(a.accumulation);
+  s.block = a.block;
+  s.align_bits = a.align_bits;
+  s.tensor_core = a.tensor_core;
+  if (!a.input.empty()) s.input = format_lookup(a.input);
+  s.input_mode = rounding_from_string(a.input_rounding);
+  s.sr_bits = a.sr_bits;
+  s.seed = a.seed;
+  s.stream = a.stream;
+  const GemmPlan p = plan_gemm(s);
+  check_output_path(a.out, "--out");
+  const NpyFloats A = read_matrix(a.a, "--a"), B = read_matrix(a.b, "--b");
+  const size_t M = size_t(A.shape[0]), K = size_t(A.shape[1]), N = size_t(B.shape[1]);
+  if (size_t(B.shape[0]) != K)
+    throw InputError(fmt::format("--a is [{}, {}] and --b is [{}, {}]: inner dimensions differ", M, K, B.shape[0], N));
+  std::vector<double> C0;
+  if (!a.c.empty()) {
+    const NpyFloats C = read_matrix(a.c, "--c");
+    if (size_t(C.shape[0]) != M || size_t(C.shape[1]) != N)
+      throw InputError(fmt::format("--c is [{}, {}]; the product is [{}, {}]", C.shape[0], C.shape[1], M, N));
+    C0.assign(C.f4_data.begin(), C.f4_data.end());
+  }
+  std::vector<double> D(M * N);
+  if (a.reference)
+    oracle_gemm(A.f4_data.data(), B.f4_data.data(), D.data(), M, N, K, s, C0.empty() ? nullptr : C0.data());
+  else
+    gemm(p, A.f4_data.data(), B.f4_data.data(), D.data(), M, N, K, s.stream, C0.empty() ? nullptr : C0.data());
+  const int64_t shape[2] = {int64_t(M), int64_t(N)};
+  write_npy(a.out, std::span<const double>(D), shape);
+  return 0;
+}
 
 int run_round(const RoundArgs& a) {
   const Format f = format_lookup(a.format);
@@ -261,6 +312,29 @@ Runner setup_dot(CLI::App& sub) {
   sub.add_option("--block", a->block, "chunk length for --accumulation blocked")->capture_default_str();
   sub.add_flag("--reference", a->reference, "use the MPFR reference GEMM (M = N = 1) instead of the fast path");
   return [a] { return run_dot(*a); };
+}
+
+Runner setup_gemm(CLI::App& sub) {
+  auto a = std::make_shared<GemmArgs>();
+  sub.description(
+      "D = C + A·B with a rounded accumulator (core/gemm.h), as Python's mantis.gemm: --a [M, K] and --b [K, N] "
+      "float32 .npy, --c [M, N] float32 the addend (rounded to nearest-even into the accumulator format; default "
+      "zeros); writes D [M, N] float64 (the accumulator's exact values). --accumulation tensor_core --tensor-core "
+      "h100 (v100, a100, a2, ada, l40s, h100, h200, b200; :mma or :wgmma to choose) is that GPU's matrix unit bit "
+      "for bit: --format fp32 or fp16 (its output), --input fp16, bf16, tf32, e4m3 or e5m2.");
+  add_rounding(sub, *a, "accumulator ", "random bits used by sr (strict needs ≤ 52 − (μ+1))");
+  sub.add_option("--a", a->a, "A [M, K], float32 .npy")->required()->check(kPath);
+  sub.add_option("--b", a->b, "B [K, N], float32 .npy")->required()->check(kPath);
+  sub.add_option("--c", a->c, "C [M, N], float32 .npy: the addend")->check(kPath);
+  add_out(sub, a->out, "D [M, N], float64 .npy")->required();
+  sub.add_option("--accumulation", a->accumulation, "strict, unfused, blocked, promoted or tensor_core")->capture_default_str();
+  sub.add_option("--block", a->block, "k_b of blocked, promoted and the superseded tensor_core model")->capture_default_str();
+  sub.add_option("--align-bits", a->align_bits, "F of the superseded tensor_core model")->capture_default_str();
+  sub.add_option("--tensor-core", a->tensor_core, "a GPU's matrix unit (needs --accumulation tensor_core and --input)");
+  sub.add_option("--input", a->input, "round A and B to this format first");
+  sub.add_option("--input-rounding", a->input_rounding, "rounding of A and B")->capture_default_str();
+  sub.add_flag("--reference", a->reference, "use the MPFR reference GEMM instead of the fast path");
+  return [a] { return run_gemm(*a); };
 }
 
 }  // namespace mantis::cli

@@ -36,6 +36,7 @@ Runner setup_formats(CLI::App& sub);
 Runner setup_round(CLI::App& sub);
 Runner setup_quantize(CLI::App& sub);
 Runner setup_dot(CLI::App& sub);
+Runner setup_gemm(CLI::App& sub);
 Runner setup_bench(CLI::App& sub);
 Runner setup_verify(CLI::App& sub);
 Runner setup_sweep(CLI::App& sub);

@@ -31,6 +31,7 @@ const std::vector<Command>& commands() {
       {"round", "round numbers read from stdin (or a .npy) to a format", setup_round},
       {"quantize", "a .npy through a scaled format: OCP MX, NVFP4, DeepSeek tiles, INT8", setup_quantize},
       {"dot", "dot product of two vectors from stdin with a rounded accumulator", setup_dot},
+      {"gemm", "D = C + A·B of .npy matrices with a rounded accumulator or a GPU's matrix unit", setup_gemm},
       {"bench", "throughput: round, gemm, forward or train", setup_bench},
       {"verify", "fast path against the MPFR oracle, every binary32 pattern", setup_verify},
       {"sweep", "policy sweep (template × site × format × rounding × accumulation × scheme), or the μ-sweep", setup_sweep},

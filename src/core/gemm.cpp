@@ -99,7 +99,10 @@ const TensorCorePreset& tensor_core_preset(const std::string& name) {
     if (name == p.name) return p;
     known += (known.empty() ? "" : ", ") + std::string(p.name);
   }
-  throw InputError(fmt::format("unknown tensor-core preset '{}' (known: {})", name, known));
+  std::string gpus;
+  for (const std::string& g : matrix_unit_gpus()) gpus += (gpus.empty() ? "" : ", ") + g;
+  throw InputError(fmt::format("unknown tensor-core preset '{}' (GPUs: {}, optionally :mma or :wgmma; superseded "
+                               "presets: {})", name, gpus, known));
 }
 
 const char* to_string(GemmKernel k) {

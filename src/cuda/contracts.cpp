@@ -247,6 +247,28 @@ void add_round_contracts(std::vector<Contract>& t) {
                "bf16 rne and sr, n ∈ {0,1,2,3,5,1027} × index0 mod 4 (partial Philox blocks)", round_edges_contract});
 }
 
+// tensor_core with a GPU: every matrix-unit preset, CPU (gemm.cpp) against the GPU kernel.
+void gemm_unit_contract(ContractTally& tl, double scale) {
+  const size_t K = std::max<size_t>(64, size_t(300 * scale));
+  for (const MatrixUnitPreset& pr : matrix_unit_presets())
+    for (size_t k : {size_t(1), size_t(31), K}) {
+      const size_t M = 9, N = 13;
+      std::vector<float> A(M * k), B(k * N);
+      fill_random(A.data(), A.size(), Distribution::normal, 5, 100);
+      fill_random(B.data(), B.size(), Distribution::normal, 5, 101);
+      GemmSpec s;
+      s.acc = format_lookup(pr.output);
+      s.accumulation = Accumulation::tensor_core;
+      s.tensor_core = pr.gpu + ":" + pr.path;
+      s.input = format_lookup(pr.input);
+      std::vector<double> cpu(M * N), gpu(M * N);
+      gemm(A.data(), B.data(), cpu.data(), M, N, k, s);
+      cuda_gemm(A.data(), B.data(), gpu.data(), M, N, k, s);
+      tl.compare(fmt::format("{} {} -> {} K={}", s.tensor_core, pr.input, pr.output, k), cpu.data(), gpu.data(),
+                 cpu.size(), Agreement::bit_exact, 0);
+    }
+}
+
 void add_gemm_contracts(std::vector<Contract>& t) {
   for (Accumulation a : {Accumulation::strict, Accumulation::unfused, Accumulation::blocked, Accumulation::promoted,
                          Accumulation::tensor_core})
@@ -254,6 +276,10 @@ void add_gemm_contracts(std::vector<Contract>& t) {
                  "M×N×K from 1×1×1 to 256×256×4096 (tile edges, partial chunks) × {ps4, ps7, bf16, ps10, fp16, ps23} × "
                  "{rne, rz, ru, sr} × {no input rounding, e4m3 inputs} × 2 seeds",
                  [a](ContractTally& tl, double scale) { gemm_contract(tl, scale, a); }});
+  t.push_back({"gemm/matrix_unit", Agreement::bit_exact, 0, "",
+               "every GPU matrix-unit preset (core/matrix_unit.h) × K ∈ {1, 31, 300} on 9×13 outputs, e4m3 / fp16 / "
+               "bf16 / tf32 / e5m2 inputs rounded from normal values",
+               gemm_unit_contract});
   t.push_back({"gemm/extremes", Agreement::bit_exact, 0, "",
                "accumulator overflow (products 2^10..2^14), subnormal and underflowing products (2^-75..2^-60), K = 0, "
                "K = 1000 × {bf16, fp16, e5m2, fp32} × 8 modes × strict / unfused / blocked (block 1, 8, 32)",

@@ -29,6 +29,7 @@
 #endif
 
 #include "core/accumulate.h"  // defines: OutputAccumulator, tc_block_sum, the word indices
+#include "core/matrix_unit.h"  // defines: mu_dot
 #include "core/hd.h"
 #include "core/philox.h"
 #include "core/round.h"
@@ -295,6 +296,8 @@ struct ElementSite {
   Rounding mode = Rounding::rne;
   uint64_t block = 32, seed = 0;
   int align_bits = 24;
+  bool has_unit = false;  // tensor_core with a GPU: its matrix unit
+  MatrixUnit unit{};
   Target<double> t{};
   ElementRound out;  // the output rounding
 };
@@ -329,6 +332,7 @@ template <Rounding M, Accumulation kAcc>
 MANTIS_HD double emulated_element(const ElementSite& s, const float* a, const float* b, int64_t ldb, int64_t K,
                                   uint64_t stream, uint64_t o) {
   if constexpr (kAcc == Accumulation::tensor_core) {
+    if (s.has_unit) return mu_dot(s.unit, a, b, size_t(ldb), size_t(K), 0.0);
     WordCache<is_stochastic(M)> words(s.seed, stream);
     const uint64_t nchunks = chunk_count(size_t(K), size_t(s.block));
     double acc = 0.0;
@@ -452,6 +456,7 @@ inline ElementSite element_site(const SitePlan& p) {
   if (p.gemm) {
     d.emulated = true, d.acc = p.gemm->accumulation, d.mode = p.gemm->acc_mode, d.block = p.gemm->block;
     d.seed = p.gemm->seed, d.align_bits = p.gemm->align_bits, d.t = p.gemm->acc;
+    if (p.gemm->unit) d.has_unit = true, d.unit = *p.gemm->unit;
   }
   d.out = element_round(p.output);
   return d;

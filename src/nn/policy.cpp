@@ -124,8 +124,16 @@ SitePolicy parse_site(Site site, const toml::table& t, const std::string& source
                                      "binary32 values)", line(*t.get(key)), key, q->format->name, where));
     }
 
-  // tensor_core = "<preset>": the model's parameters (gemm.h tensor_core_presets), each unless given
-  if (auto tc = get_str("tensor_core")) {
+  // tensor_core = "<GPU>": that GPU's matrix unit; "<preset>": the superseded model's parameters
+  // (gemm.h tensor_core_presets), each unless given
+  if (auto tc = get_str("tensor_core"); tc && is_matrix_unit_name(*tc)) {
+    if (auto a = get_str("accumulation"); a && *a != "tensor_core")
+      throw InputError(fmt::format("{}: site {}: tensor_core = \"{}\" with accumulation = \"{}\"", line(*t.get("tensor_core")),
+                                   where, *tc, *a));
+    p.accumulation = Accumulation::tensor_core;
+    p.tensor_core = *tc;
+    p.accumulator = format_lookup("fp32");
+  } else if (tc) {
     const TensorCorePreset& pr = at_line("tensor_core", [&]() -> const TensorCorePreset& { return tensor_core_preset(*tc); });
     if (auto a = get_str("accumulation"); a && *a != "tensor_core")
       throw InputError(fmt::format("{}: site {}: tensor_core = \"{}\" with accumulation = \"{}\"", line(*t.get("tensor_core")),
@@ -261,6 +269,8 @@ GemmSpec SitePolicy::gemm_spec(uint64_t stream) const {
   s.accumulation = accumulation.value_or(Accumulation::strict);
   s.block = block;
   s.align_bits = align_bits;
+  s.tensor_core = tensor_core;
+  if (!tensor_core.empty()) s.acc_mode = Rounding::rne;  // the unit rounds its own way
   s.input = input;
   s.input_mode = rounding;
   s.sr_bits = sr_bits;
@@ -459,7 +469,8 @@ std::string describe(const Policy& pol) {
     std::vector<std::string> parts;
     if (p.accumulation)
       parts.push_back(fmt::format("{} acc {}{}", to_string(*p.accumulation), p.accumulator->name,
-                                  *p.accumulation == Accumulation::tensor_core
+                                  !p.tensor_core.empty() ? fmt::format(" ({})", p.tensor_core)
+                                  : *p.accumulation == Accumulation::tensor_core
                                       ? fmt::format(" (k_b = {}, F = {})", p.block, p.align_bits)
                                   : *p.accumulation == Accumulation::blocked || *p.accumulation == Accumulation::promoted
                                       ? fmt::format(" (k_b = {})", p.block)

@@ -28,8 +28,14 @@
 //                  (promoted: the chunk's; the output is the binary32 accumulator)
 //   block        = k_b          blocked, promoted, tensor_core (default 32)
 //   align_bits   = F            tensor_core: bits kept below the block's largest term (default 24)
-//   tensor_core  = preset       the tensor-core model with a preset's block, align_bits,
-//                  accumulator and rounding (gemm.h tensor_core_presets), each unless given
+//   tensor_core  = GPU          that GPU's matrix unit bit for bit (v100, a100, a2, ada, l40s, h100,
+//                  h200, b200; "h100:wgmma" / "h100:mma" choose the datapath; core/matrix_unit.h):
+//                  accumulation tensor_core, accumulator = the unit's output (fp32 unless given:
+//                  fp32 or fp16), `input` = the unit's input format (required); the unit rounds
+//                  its own way, so `rounding` applies to the input and output roundings only
+//   tensor_core  = preset       (superseded: v100_fp16, a100_fp16, hopper_fp8) the older model with a
+//                  preset's block, align_bits, accumulator and rounding (gemm.h
+//                  tensor_core_presets), each unless given; kept so that committed results reproduce
 //   input        = format       round both operands to it first (native too)
 //   input_a, input_b = format or scheme   one operand's own rounding instead (not with `input`):
 //                  a format rounds it element-wise (as `input` does); a scaled scheme (scheme.h:
@@ -125,6 +131,7 @@ struct SitePolicy {
   std::optional<Format> accumulator;         // set iff accumulation is set
   int block = 32;                            // k_b for blocked, promoted, tensor_core
   int align_bits = 24;                       // F for tensor_core
+  std::string tensor_core;                   // tensor_core: a GPU's matrix unit (core/matrix_unit.h)
   std::optional<Format> input, output;       // rounding of the operands / of the result
   std::optional<OperandQuant> input_a, input_b;  // GEMM sites: each operand's own (not with input)
   Rounding rounding = Rounding::rne;
