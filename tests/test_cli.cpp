@@ -480,7 +480,8 @@ TEST_CASE("bench --json shapes", "[cli][bench]") {
     CHECK(r["slowdown"].get<double>() > 0);
   }
   CHECK(cases == std::vector<std::string>{"strict ps4 rne", "strict ps4 portable", "strict ps4 sr", "strict ps4 sr18",
-                                          "unfused ps4 rne", "blocked ps4 rne", "strict bf16 rne", "e4m3 in, ps4 rne"});
+                                          "unfused ps4 rne", "blocked ps4 rne", "strict bf16 rne", "e4m3 in, ps4 rne",
+                                          "h100 fp16 -> fp32", "h100 e4m3 -> fp32"});
   CHECK(gj["results"][7]["input"] == "e4m3");
   CHECK(gj["results"][6]["accumulator"] == "bf16");
   CHECK(gj["results"][1]["kernel"] == "portable");

@@ -128,15 +128,11 @@ void round_step(double* dst, double* v, size_t N, const Target<double>& t, Value
     for (size_t j = 0; j < N; ++j) dst[j] = round_value<M>(v[j], t, word(j));
 }
 
-// gemm_row for the hardware models (promoted, tensor_core; accumulate.h, matrix_unit.h): per
+// gemm_row for the hardware models (promoted, tensor_core without a GPU; accumulate.h): per
 // output, sequential.
 template <Rounding M>
 void gemm_row_hw(const float* a, const float* B, size_t ldb, double* acc, double* v, double* f, const double* c0,
                  uint64_t o0, size_t N, size_t K, const Target<double>& t, const GemmPlan& s, uint64_t stream) {
-  if (s.unit) {
-    for (size_t j = 0; j < N; ++j) acc[j] = mu_dot(*s.unit, a, B + j, ldb, K, c0 ? c0[j] : 0.0);
-    return;
-  }
   constexpr bool kRandom = is_stochastic(M);
   const size_t kb = s.block, nchunks = chunk_count(K, kb);
   const bool promoted = s.accumulation == Accumulation::promoted;
@@ -279,7 +275,9 @@ void gemm(const GemmPlan& p, const float* A, const float* B, double* C, size_t M
     A = Ar.data();
     B = Br.data();
   }
-  if (p.kernel != GemmKernel::portable && !C0)  // the AVX-512 kernel starts from zero
+  if (p.unit)
+    gemm_unit(p, A, B, C, M, N, K, C0);
+  else if (p.kernel != GemmKernel::portable && !C0)  // the AVX-512 kernel starts from zero
     gemm_avx512(p, A, B, C, M, N, K, stream);
   else
     with_rounding(p.acc_mode, [&](auto mode) { gemm_mode<decltype(mode)::value>(A, B, C, C0, M, N, K, p, stream); });

@@ -28,6 +28,8 @@
 namespace mantis {
 
 GemmKernel fastest_kernel(const GemmSpec& s) {
+  if (!s.tensor_core.empty())  // the matrix-unit kernel (gemm_unit.cpp): vectorised for AVX-512 as a whole
+    return cpu_has_avx512() ? GemmKernel::avx512_binary64 : GemmKernel::portable;
   const Format& f = s.acc;
   const int p = f.precision();
   // μ = 0 (the quantum bit is the exponent's) and formats beyond ieee / fn (Format::plain) keep the

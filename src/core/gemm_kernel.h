@@ -26,6 +26,11 @@ GemmKernel fastest_kernel(const GemmSpec& s);
 void gemm_avx512(const GemmPlan& p, const float* A, const float* B, double* C, size_t M, size_t N, size_t K,
                  uint64_t stream);
 
+// D = C0 + A·B through the plan's matrix unit (gemm_unit.cpp; operands already rounded to the
+// input format; C0 in the output format, or null). p.kernel: portable, or AVX-512 (either label).
+void gemm_unit(const GemmPlan& p, const float* A, const float* B, double* D, size_t M, size_t N, size_t K,
+               const double* C0);
+
 // Rows [i0, i1) × columns [j0, j1) of C by the portable kernel (any value, any range).
 void gemm_tile_portable(const GemmPlan& p, const float* A, const float* B, double* C, size_t N, size_t K,
                        size_t i0, size_t i1, size_t j0, size_t j1, uint64_t stream);
