@@ -15,6 +15,7 @@
 #include "core/matrix_unit.h"
 #include "core/oracle.h"
 #include "core/philox.h"
+#include "core/round_array.h"
 #include "core/threads.h"
 #include "testutil.h"
 
@@ -190,12 +191,23 @@ TEST_CASE("every preset: the fast path equals the MPFR restatement, addend inclu
         const auto A = adversarial(M * K, ++seed, lo, hi, range == 2), B = adversarial(K * N, ++seed, lo, hi, range == 2);
         const auto Cf = adversarial(M * N, ++seed, range == 0 ? -3 : s.acc.emin - s.acc.mu, range == 0 ? 3 : s.acc.emax,
                                     range == 2);
-        std::vector<double> C0(Cf.begin(), Cf.end()), fast(M * N), ref(M * N);
-        gemm(plan_gemm(s), A.data(), B.data(), fast.data(), M, N, K, 0, C0.data());
+        std::vector<double> C0(Cf.begin(), Cf.end()), fast(M * N), portable(M * N), ref(M * N);
+        GemmPlan p = plan_gemm(s);
+        gemm(p, A.data(), B.data(), fast.data(), M, N, K, 0, C0.data());
+        p.kernel = GemmKernel::portable;  // the kernel's other instantiation
+        gemm(p, A.data(), B.data(), portable.data(), M, N, K, 0, C0.data());
         oracle_gemm(A.data(), B.data(), ref.data(), M, N, K, s, C0.data());
         for (size_t i = 0; i < M * N; ++i) {
           INFO("output " << i << " fast " << test::hex(fast[i]) << " mpfr " << test::hex(ref[i]));
           CHECK(test::same(fast[i], ref[i]));
+          CHECK(test::same(portable[i], ref[i]));
+          // one output alone: mu_dot, the scalar definition the kernel vectorises
+          const double c0 = oracle_round(C0[i], s.acc, Rounding::rne);
+          std::vector<float> ar(K), bc(K);
+          round_array(A.data() + (i / N) * K, ar.data(), K, *s.input, RoundOptions{});
+          for (size_t k = 0; k < K; ++k) bc[k] = B[k * N + i % N];
+          round_array(bc.data(), bc.data(), K, *s.input, RoundOptions{});
+          CHECK(test::same(mu_dot(*p.unit, ar.data(), bc.data(), 1, K, c0), ref[i]));
         }
       }
     }
