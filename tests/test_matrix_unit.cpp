@@ -316,3 +316,57 @@ TEST_CASE("matrix unit names and combinations are validated", "[matrix_unit]") {
   CHECK(matrix_unit("b200", format_lookup("e4m3"), format_lookup("fp32")).path == "mma");
   CHECK_FALSE(matrix_unit("l40s", format_lookup("e4m3"), format_lookup("fp16")).validated);
 }
+
+TEST_CASE("kernel-level accumulation: promotion and split-K on the unit against the reference", "[matrix_unit]") {
+  const size_t M = 3, N = 7;
+  for (const char* gpu : {"h100", "h100:mma", "a100", "b200"})
+    for (size_t K : {size_t(0), size_t(1), size_t(200), size_t(515)})
+      for (auto [P, S] : {std::pair{0, 1}, std::pair{128, 1}, std::pair{0, 3}, std::pair{64, 4}, std::pair{32, 7}}) {
+        const std::string g = gpu;
+        GemmSpec s = unit_spec(g, g == "a100" ? "bf16" : "e4m3", "fp32");
+        if (g == "a100" && P == 32) P = 16;  // a multiple of the a100's 8
+        s.promote_every = P, s.split_k = S;
+        INFO(gpu << " K=" << K << " promote_every=" << P << " split_k=" << S);
+        const auto A = adversarial(M * K, 40 + K, -3, 6, false), B = adversarial(K * N, 41 + K, -3, 6, false);
+        const auto Cf = adversarial(M * N, 42, -2, 8, false);
+        std::vector<double> C0(Cf.begin(), Cf.end());
+        for (bool with_c : {false, true}) {
+          std::vector<double> fast(M * N), portable(M * N), ref(M * N);
+          GemmPlan p = plan_gemm(s);
+          gemm(p, A.data(), B.data(), fast.data(), M, N, K, 0, with_c ? C0.data() : nullptr);
+          p.kernel = GemmKernel::portable;
+          gemm(p, A.data(), B.data(), portable.data(), M, N, K, 0, with_c ? C0.data() : nullptr);
+          oracle_gemm(A.data(), B.data(), ref.data(), M, N, K, s, with_c ? C0.data() : nullptr);
+          for (size_t i = 0; i < M * N; ++i) {
+            INFO("output " << i << " with C " << with_c << " fast " << test::hex(fast[i]) << " mpfr " << test::hex(ref[i]));
+            CHECK(test::same(fast[i], ref[i]));
+            CHECK(test::same(portable[i], ref[i]));
+          }
+        }
+      }
+  // Promotion every 128 (DeepSeek-V3's recipe) loses less than the unit alone over a long K, and
+  // the composition of P = K, S = 1 is the unit's own chain into binary32.
+  const size_t KL = 4096, NL = 16;
+  std::vector<float> a(KL), b(KL * NL);
+  for (size_t k = 0; k < KL; ++k) {
+    a[k] = float(1.0 + double(k % 5) / 8);
+    for (size_t j = 0; j < NL; ++j) b[k * NL + j] = float(std::ldexp(1.0 + double((k * 7 + j) % 8) / 8, -int(j % 4)));
+  }
+  double exact_err[2] = {0, 0};
+  for (int promote : {0, 1}) {
+    GemmSpec s = unit_spec("h100", "e4m3", "fp32");
+    s.promote_every = promote ? 128 : 0;
+    std::vector<double> d(NL), ref(NL, 0.0);
+    gemm(plan_gemm(s), a.data(), b.data(), d.data(), 1, NL, KL, 0);
+    for (size_t k = 0; k < KL; ++k)  // exact: e4m3 values (no rounding), sums of < 2^25 units
+      for (size_t j = 0; j < NL; ++j) ref[j] += double(a[k]) * double(b[k * NL + j]);
+    for (size_t j = 0; j < NL; ++j) exact_err[promote] += std::abs(d[j] - ref[j]) / std::abs(ref[j]);
+  }
+  CHECK(exact_err[1] < exact_err[0] / 4);
+  CHECK_THAT(test::error_of([] { GemmSpec s = unit_spec("h100", "e4m3", "fp32"); s.promote_every = 100; plan_gemm(s); }),
+             Catch::Contains("promote_every = 100 must be 0 (no promotion) or a multiple of the unit's 32-product block"));
+  CHECK_THAT(test::error_of([] { GemmSpec s; s.acc = format_lookup("ps4"); s.split_k = 2; plan_gemm(s); }),
+             Catch::Contains("need tensor_core = a GPU"));
+  CHECK_THAT(test::error_of([] { GemmSpec s = unit_spec("h100", "e4m3", "fp32"); s.split_k = 0; plan_gemm(s); }),
+             Catch::Contains("split_k = 0 is outside 1.."));
+}

@@ -108,8 +108,8 @@ TEST_CASE("policy: every error names the file, the line and the valid choices") 
   CHECK_THAT(parse("[site.\"layer.2147483647.ln\"]\n"), Contains("unknown site"));
   CHECK_THAT(parse("\n\n[site.\"attn.qk\"]\naccumulation = \"strict\"\nacumulator = \"ps4\"\n"),
              Contains("pol.toml:5") && Contains("unknown key 'acumulator'") &&
-                 Contains("accumulation, accumulator, align_bits, block, input, input_a, input_b, output, rounding, seed, "
-                      "sr_bits, tensor_core"));
+                 Contains("accumulation, accumulator, align_bits, block, input, input_a, input_b, output, promote_every, "
+                      "rounding, seed, split_k, sr_bits, tensor_core"));
   CHECK_THAT(parse("[site.softmax]\naccumulation = \"strict\"\n"),
              Contains("unknown key 'accumulation'") && Contains("nonlinearity sites: input, output, rounding, seed, sr_bits"));
   CHECK_THAT(parse("[site.\"attn.qk\"]\naccumulation = \"strict\"\naccumulator = \"ps99\"\n"),

@@ -573,6 +573,8 @@ Params gemm_spec_params() {
           {"block", py::int_(32)},
           {"align_bits", py::int_(24)},
           {"tensor_core", py::none()},
+          {"promote_every", py::int_(0)},
+          {"split_k", py::int_(1)},
           {"input", py::none()},
           {"input_mode", py::str("rne")},
           {"sr_bits", py::int_(32)},
@@ -589,6 +591,8 @@ GemmSpec gemm_spec(const Call& c) {
   s.block = c.integer<int>("block", 1, kGemmMaxBlock);
   s.align_bits = c.int32("align_bits");
   if (!c.none("tensor_core")) s.tensor_core = c.text("tensor_core");
+  s.promote_every = c.integer<int>("promote_every", 0, kGemmMaxBlock);
+  s.split_k = c.integer<int>("split_k", 1, kGemmMaxSplitK);
   if (!c.none("input")) s.input = c.format("input");
   s.input_mode = c.rounding("input_mode");
   s.sr_bits = c.integer<int>("sr_bits", kSrBitsMin, kSrBitsMax);
@@ -892,6 +896,8 @@ PYBIND11_MODULE(_mantis, m) {
       .def_property_readonly("tensor_core", [](const GemmSpec& s) -> py::object {
         return s.tensor_core.empty() ? py::none() : py::object(py::str(s.tensor_core));
       })
+      .def_readonly("promote_every", &GemmSpec::promote_every)
+      .def_readonly("split_k", &GemmSpec::split_k)
       .def_readonly("input", &GemmSpec::input)
       .def_readonly("sr_bits", &GemmSpec::sr_bits)
       .def_readonly("seed", &GemmSpec::seed)
@@ -929,9 +935,11 @@ PYBIND11_MODULE(_mantis, m) {
       "D = C + A·B with a rounded accumulator (core/gemm.h): A [M, K], B [K, N] float32, C [M, N] float32 the "
       "addend (rounded to nearest-even into the accumulator format; default zeros). spec is a GemmSpec, an "
       "accumulator format, or keyword arguments of GemmSpec (acc=, mode=, accumulation=, block=, align_bits=, "
-      "tensor_core=, input=, input_mode=, sr_bits=, seed=, stream=). accumulation='tensor_core' with "
-      "tensor_core='h100' (v100, a100, a2, ada, l40s, h100, h200, b200; ':mma' / ':wgmma' to choose a datapath) "
-      "is that GPU's matrix unit bit for bit (acc 'fp32' or 'fp16', input fp16, bf16, tf32, e4m3 or e5m2). "
+      "tensor_core=, promote_every=, split_k=, input=, input_mode=, sr_bits=, seed=, stream=). "
+      "accumulation='tensor_core' with tensor_core='h100' (v100, a100, a2, ada, l40s, h100, h200, b200; ':mma' / "
+      "':wgmma' to choose a datapath) is that GPU's matrix unit bit for bit (acc 'fp32' or 'fp16', input fp16, "
+      "bf16, tf32, e4m3 or e5m2); promote_every=128 adds each run of 128 products into a binary32 register "
+      "(DeepGEMM), split_k=S sums S parts of K in binary32 (core/matrix_unit.h MuKernel). "
       "float64 results hold the accumulator's values exactly; reference=True computes them with the MPFR oracle.",
       py_gemm, true);
   def(m, "dot", {{"x"}, {"y"}, {"spec", py::none()}, {"reference", py::bool_(false)}},

@@ -105,7 +105,7 @@ struct DotArgs : RoundingArgs {
 
 struct GemmArgs : DotArgs {
   std::string a, b, c, out, tensor_core, input, input_rounding = "rne";
-  int align_bits = 24;
+  int align_bits = 24, promote_every = 0, split_k = 1;
 };
 
 // A float32 matrix .npy (the operands and the addend are binary32, as in Python's mantis.gemm).
@@ -126,6 +126,8 @@ int run_gemm(const GemmArgs& a) {
   s.block = a.block;
   s.align_bits = a.align_bits;
   s.tensor_core = a.tensor_core;
+  s.promote_every = a.promote_every;
+  s.split_k = a.split_k;
   if (!a.input.empty()) s.input = format_lookup(a.input);
   s.input_mode = rounding_from_string(a.input_rounding);
   s.sr_bits = a.sr_bits;
@@ -331,6 +333,9 @@ Runner setup_gemm(CLI::App& sub) {
   sub.add_option("--block", a->block, "k_b of blocked, promoted and the superseded tensor_core model")->capture_default_str();
   sub.add_option("--align-bits", a->align_bits, "F of the superseded tensor_core model")->capture_default_str();
   sub.add_option("--tensor-core", a->tensor_core, "a GPU's matrix unit (needs --accumulation tensor_core and --input)");
+  sub.add_option("--promote-every", a->promote_every, "with --tensor-core: add each run of this many products into "
+                 "a binary32 register (DeepGEMM: 128; 0: never)")->capture_default_str();
+  sub.add_option("--split-k", a->split_k, "with --tensor-core: K in this many parts summed in binary32")->capture_default_str();
   sub.add_option("--input", a->input, "round A and B to this format first");
   sub.add_option("--input-rounding", a->input_rounding, "rounding of A and B")->capture_default_str();
   sub.add_flag("--reference", a->reference, "use the MPFR reference GEMM instead of the fast path");

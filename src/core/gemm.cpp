@@ -49,6 +49,10 @@ void validate(const GemmSpec& s) {
     if (!fits_float(*s.input))
       throw InputError(fmt::format("input format {} does not fit binary32 operands", s.input->name));
   }
+  if (s.split_k < 1 || s.split_k > kGemmMaxSplitK)
+    throw InputError(fmt::format("split_k = {} is outside 1..{}", s.split_k, kGemmMaxSplitK));
+  if (s.tensor_core.empty() && (s.promote_every != 0 || s.split_k != 1))
+    throw InputError("promote_every and split_k drive a GPU's matrix unit: they need tensor_core = a GPU");
   if (!s.tensor_core.empty()) {
     if (s.accumulation != Accumulation::tensor_core)
       throw InputError(fmt::format("tensor core '{}' needs accumulation = tensor_core (got {})", s.tensor_core,
@@ -56,7 +60,12 @@ void validate(const GemmSpec& s) {
     if (!s.input)
       throw InputError(fmt::format("tensor core {}: give the input format (fp16, bf16, tf32, e4m3 or e5m2) that A and B "
                                    "are rounded to", s.tensor_core));
-    matrix_unit(s.tensor_core, *s.input, s.acc);  // throws for unknown names and combinations
+    const MatrixUnit& u = matrix_unit(s.tensor_core, *s.input, s.acc).unit;  // throws for unknown names and combinations
+    const int kb = u.interleaved ? 32 : u.dp.block;
+    if (s.promote_every < 0 || s.promote_every > kGemmMaxBlock || s.promote_every % kb != 0)
+      throw InputError(fmt::format("tensor core {}: promote_every = {} must be 0 (no promotion) or a multiple of the "
+                                   "unit's {}-product block up to {}", s.tensor_core, s.promote_every, kb,
+                                   kGemmMaxBlock));
     if (s.acc_mode != Rounding::rne)
       throw InputError(fmt::format("tensor core {}: the unit rounds its own way (toward zero into fp32, to nearest into "
                                    "fp16); leave the accumulator rounding unset (got {})", s.tensor_core,
@@ -247,6 +256,7 @@ GemmPlan plan_gemm(const GemmSpec& s) {
   p.block = size_t(s.block);
   p.align_bits = s.align_bits;
   if (!s.tensor_core.empty()) p.unit = matrix_unit(s.tensor_core, *s.input, s.acc).unit;
+  p.unit_kernel = MuKernel{s.promote_every, s.split_k};
   p.acc_mode = s.acc_mode;
   p.seed = s.seed;
   p.acc = make_target<double>(s.acc, s.sr_bits);

@@ -51,6 +51,7 @@ namespace mantis {
 
 // k_b's range (every accumulation's block must lie in it, used or not; policies and the CLI take it).
 inline constexpr int kGemmMaxBlock = 1 << 30;
+inline constexpr int kGemmMaxSplitK = 1 << 20;  // split_k's range is 1..this
 struct GemmSpec {
   Format acc;                        // accumulator format (μ ≤ 50)
   Rounding acc_mode = Rounding::rne;
@@ -58,6 +59,8 @@ struct GemmSpec {
   int block = 32;                    // k_b for blocked, promoted, tensor_core
   int align_bits = 24;               // F for tensor_core: bits kept below the largest term's leading bit
   std::string tensor_core;           // tensor_core: a GPU's matrix unit ("h100", "h100:wgmma"; matrix_unit.h)
+  int promote_every = 0;             // .. promotion into a binary32 register every P products (0: none)
+  int split_k = 1;                   // .. K in this many parts, summed in binary32 (matrix_unit.h MuKernel)
   std::optional<Format> input;       // round A and B to this format first (must fit binary32)
   Rounding input_mode = Rounding::rne;
   int sr_bits = 32;                  // for sr; strict needs sr_bits ≤ 52 − (μ+1)
@@ -96,6 +99,7 @@ struct GemmPlan {
   size_t block = 32;                 // k_b (≥ 1) for blocked, promoted, tensor_core
   int align_bits = 24;               // F for tensor_core
   std::optional<MatrixUnit> unit;    // tensor_core with a GPU
+  MuKernel unit_kernel{};            // .. and how the kernel drives it over K
   Rounding acc_mode = Rounding::rne;
   uint64_t seed = 0;
   Target<double> acc{};              // the accumulator target in the double container

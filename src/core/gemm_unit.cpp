@@ -34,6 +34,7 @@ inline double pow2(int32_t e) { return double_from_bits(uint64_t(int64_t(e) + 10
 
 struct UnitConsts {
   const MatrixUnit* u;
+  MuKernel kernel;
   Target<double> dp;   // the datapath's result format, its exponent range one binade wider
   double dp_lim;       // 2^(out_emax + 1) of the datapath: ±inf from there on
   Target<double> out;  // the output format (the interleaved units' last addition)
@@ -65,9 +66,11 @@ template <bool kRne, size_t JB>
     for (size_t j = 0; j < JB; ++j) X[j] = X[j] > e + eb[j] ? X[j] : e + eb[j];
   }
   for (size_t j = 0; j < JB; ++j) {
+    // X below −400 means no nonzero term (every product's is ≥ −2·149 − 2): the sum is 0 at any
+    // scale, and the clamp keeps 2^(±(F − X)) normal (v100's min_align is −1024).
     const int32_t x = X[j] > d.min_align ? X[j] : d.min_align;
-    X[j] = x;
-    sc[j] = pow2(d.frac_bits - x);
+    X[j] = x > -400 ? x : -400;
+    sc[j] = pow2(d.frac_bits - X[j]);
     const double cf = (to_bits(c[j]) & kInf) != kInf ? c[j] : 0.0;
     S[j] = double(int32_t(cf * sc[j]));  // truncates: |·| < 2^28
   }
@@ -106,34 +109,63 @@ template <bool kRne>
   for (; j < N; ++j) unit_pass<kRne, 1>(uc, a, ea, B + j, EB + j, N, k0, k1, half, c + j, out + j);
 }
 
-// Rows [i0, i1) of D: a unit's K-loop, each row's outputs j < N together.
+// The unit's chain over products kbeg ≤ k < kend of one row (blocks from kbeg), for outputs j < N:
+// acc[j] is the addend on entry and the result on exit. d1, d2, zero: scratch [N].
+template <bool kRne>
+[[gnu::always_inline]] inline void chain_row(const UnitConsts& uc, const float* a, const int32_t* ea, const float* B,
+                                             const int32_t* EB, size_t N, size_t kbeg, size_t kend, double* acc,
+                                             double* d1, double* d2, const double* zero) {
+  const MatrixUnit& u = *uc.u;
+  const size_t kb = u.interleaved ? 32 : size_t(u.dp.block);
+  for (size_t k0 = kbeg; k0 < kend; k0 += kb) {
+    const size_t k1 = kend - k0 < kb ? kend : k0 + kb;
+    if (!u.interleaved) {
+      unit_pass_row<kRne>(uc, a, ea, B, EB, N, k0, k1, MuHalf::all, acc, acc);
+    } else {
+      unit_pass_row<kRne>(uc, a, ea, B, EB, N, k0, k1, MuHalf::low, zero, d1);
+      unit_pass_row<kRne>(uc, a, ea, B, EB, N, k0, k1, MuHalf::high, d1, d2);
+      for (size_t j = 0; j < N; ++j) {
+        const double x = d2[j], y = acc[j];
+        const bool fin = x - x == 0 && y - y == 0;
+        const double s = add_round_odd(fin ? x : 0.0, fin ? y : 0.0);
+        acc[j] = fin ? round_value<Rounding::rne>(s, uc.out) : x + y;
+      }
+    }
+  }
+}
+
+// Rows [i0, i1) of D: the kernel's drive of the unit over K (matrix_unit.h MuKernel), each row's
+// outputs j < N together.
 template <bool kRne>
 [[gnu::always_inline]] inline void unit_rows_impl(const UnitConsts& uc, const float* A, const int32_t* EA,
                                                   const float* B, const int32_t* EB, double* D, const double* C0,
                                                   size_t i0, size_t i1, size_t N, size_t K) {
-  const MatrixUnit& u = *uc.u;
-  std::vector<double> acc(N), d1(N), d2(N), zero(N, 0.0);
-  const size_t kb = u.interleaved ? 32 : size_t(u.dp.block);
+  const MuKernel& kn = uc.kernel;
+  std::vector<double> acc(N), f(N), g(N), d1(N), d2(N), zero(N, 0.0);
   for (size_t i = i0; i < i1; ++i) {
     const float* a = A + i * K;
     const int32_t* ea = EA + i * K;
-    for (size_t j = 0; j < N; ++j) acc[j] = C0 ? C0[i * N + j] : 0.0;
-    for (size_t k0 = 0; k0 < K; k0 += kb) {
-      const size_t k1 = K - k0 < kb ? K : k0 + kb;
-      if (!u.interleaved) {
-        unit_pass_row<kRne>(uc, a, ea, B, EB, N, k0, k1, MuHalf::all, acc.data(), acc.data());
-      } else {
-        unit_pass_row<kRne>(uc, a, ea, B, EB, N, k0, k1, MuHalf::low, zero.data(), d1.data());
-        unit_pass_row<kRne>(uc, a, ea, B, EB, N, k0, k1, MuHalf::high, d1.data(), d2.data());
-        for (size_t j = 0; j < N; ++j) {
-          const double x = d2[j], y = acc[j];
-          const bool fin = x - x == 0 && y - y == 0;
-          const double s = add_round_odd(fin ? x : 0.0, fin ? y : 0.0);
-          acc[j] = fin ? round_value<Rounding::rne>(s, uc.out) : x + y;
-        }
-      }
+    double* d = D + i * N;
+    if (!kn.composed()) {
+      for (size_t j = 0; j < N; ++j) acc[j] = C0 ? C0[i * N + j] : 0.0;
+      chain_row<kRne>(uc, a, ea, B, EB, N, 0, K, acc.data(), d1.data(), d2.data(), zero.data());
+      for (size_t j = 0; j < N; ++j) d[j] = acc[j];
+      continue;
     }
-    for (size_t j = 0; j < N; ++j) D[i * N + j] = acc[j] == 0 ? 0.0 : acc[j];
+    const size_t S = size_t(kn.split_k), part = S > 1 ? (K + S - 1) / S : K;
+    const size_t P = kn.promote_every > 0 ? size_t(kn.promote_every) : std::max<size_t>(part, 1);
+    for (size_t j = 0; j < N; ++j) f[j] = 0.0;
+    for (size_t s0 = 0; s0 < K; s0 += part) {
+      const size_t s1 = std::min(K, s0 + part);
+      for (size_t j = 0; j < N; ++j) g[j] = 0.0;
+      for (size_t r0 = s0; r0 < s1; r0 += P) {  // one run: the unit from 0, then into the register
+        for (size_t j = 0; j < N; ++j) acc[j] = 0.0;
+        chain_row<kRne>(uc, a, ea, B, EB, N, r0, std::min(s1, r0 + P), acc.data(), d1.data(), d2.data(), zero.data());
+        for (size_t j = 0; j < N; ++j) g[j] = mu_promote(g[j], acc[j]);
+      }
+      for (size_t j = 0; j < N; ++j) f[j] = mu_promote(f[j], g[j]);
+    }
+    for (size_t j = 0; j < N; ++j) d[j] = C0 ? mu_promote(f[j], C0[i * N + j]) : f[j];
   }
 }
 
@@ -171,7 +203,8 @@ void gemm_unit(const GemmPlan& p, const float* A, const float* B, double* D, siz
   if (!finite) {  // mu_dot per output: the special-value rules block by block
 #pragma omp parallel for schedule(static) if (parallel)
     for (size_t i = 0; i < M; ++i)
-      for (size_t j = 0; j < N; ++j) D[i * N + j] = mu_dot(u, A + i * K, B + j, N, K, C0 ? C0[i * N + j] : 0.0);
+      for (size_t j = 0; j < N; ++j)
+        D[i * N + j] = mu_gemm_dot(u, p.unit_kernel, A + i * K, B + j, N, K, C0 ? C0[i * N + j] : 0.0, C0 != nullptr);
     return;
   }
   auto nominal = [&](const float* x, size_t n, std::vector<int32_t>& e) {
@@ -184,7 +217,7 @@ void gemm_unit(const GemmPlan& p, const float* A, const float* B, double* D, siz
   std::vector<int32_t> EA, EB;
   nominal(A, M * K, EA);
   nominal(B, K * N, EB);
-  UnitConsts uc{&u, make_target<double>(unit_format(u.dp.out_prec, u.dp.out_emin, u.dp.out_emax + 1)),
+  UnitConsts uc{&u, p.unit_kernel, make_target<double>(unit_format(u.dp.out_prec, u.dp.out_emin, u.dp.out_emax + 1)),
                 std::ldexp(1.0, u.dp.out_emax + 1), make_target<double>(unit_format(u.out_prec, u.out_emin, u.out_emax))};
   const bool avx = p.kernel != GemmKernel::portable;
   constexpr size_t kRows = 4;

@@ -16,7 +16,7 @@
 //   3. the truncated terms are summed exactly and the sum rounded once, rz or rne, to out_prec
 //      bits with minimum exponent out_emin (subnormal results kept); a result of magnitude
 //      ≥ 2^(out_emax+1) after rounding is ±inf (the authors' model; no hardware data reach it).
-//      A zero sum is +0.
+//      A zero sum is +0; a nonzero sum that rounds to zero keeps its sign (as the authors' model).
 //   A non-finite term: the IEEE sum of the products and c (NaN, or ±inf).
 //
 // A dot product of any length K: blocks of `block` products in k order (the last one shorter),
@@ -179,6 +179,53 @@ MANTIS_HD double mu_dot(const MatrixUnit& u, const float* a, const float* b, siz
     }
   }
   return c;
+}
+
+// ---------------------------------------------------------------- kernel-level accumulation
+// How a GEMM kernel drives the unit over K (compositions of a unit with a promotion rule):
+//   promote_every = P > 0 (a multiple of the unit's block; 32 for the interleaved units): the unit
+//     chains the blocks of each run of P products from addend 0, and each run's result is added
+//     into a binary32 register, f ← RN₃₂(f + p) — DeepGEMM's promotion (P = 128 in DeepSeek-V3's
+//     recipe), CUTLASS's promotion every n MMA instructions (P = n × the instruction's K);
+//   split_k = S > 1: K is cut into S contiguous parts of ⌈K/S⌉ (the last shorter), each computed
+//     on its own from 0 (with promotion when P > 0) and the parts summed in order in binary32:
+//     f ← RN₃₂(f + part), f₀ = +0 (cuBLAS's split-K reduction);
+//   neither (P = 0, S = 1): the unit's chain over the whole K, C its first addend (cuBLASLt's fast
+//     accumulation: no promotion).
+// With promotion or split-K the result is the binary32 register, and C is added last,
+// D = RN₃₂(f + C) (the epilogue of CUTLASS and cuBLAS).
+struct MuKernel {
+  int32_t promote_every = 0;
+  int32_t split_k = 1;
+  MANTIS_HD bool composed() const { return promote_every > 0 || split_k > 1; }
+};
+
+// The binary32 register's step: RN₃₂(f + p) of binary32 values, from the sum rounded to odd.
+MANTIS_HD double mu_promote(double f, double p) {
+  if (!(f - f == 0) || !(p - p == 0)) return double(float(f + p));
+  return double(float(add_round_odd(f, p)));
+}
+
+// D = C + Σ_k a[k]·b[k·ldb] through the unit driven by kernel `kn` (has_c: whether C is given).
+MANTIS_HD double mu_gemm_dot(const MatrixUnit& u, const MuKernel& kn, const float* a, const float* b, size_t ldb,
+                             size_t K, double c, bool has_c) {
+  if (!kn.composed()) return mu_dot(u, a, b, ldb, K, c);
+  const size_t S = size_t(kn.split_k), part = S > 1 ? (K + S - 1) / S : K;
+  double f = 0.0;
+  for (size_t s0 = 0; s0 < K || (s0 == 0 && K == 0); s0 += part) {
+    const size_t s1 = K - s0 < part ? K : s0 + part;
+    double g = 0.0;
+    if (kn.promote_every > 0) {
+      const size_t P = size_t(kn.promote_every);
+      for (size_t r0 = s0; r0 < s1; r0 += P)
+        g = mu_promote(g, mu_dot(u, a + r0, b + r0 * ldb, ldb, (s1 - r0 < P ? s1 - r0 : P), 0.0));
+    } else {
+      g = mu_dot(u, a + s0, b + s0 * ldb, ldb, s1 - s0, 0.0);
+    }
+    f = mu_promote(f, g);
+    if (part == 0) break;
+  }
+  return has_c ? mu_promote(f, c) : f;
 }
 
 // ---------------------------------------------------------------- presets (host; matrix_unit.cpp)

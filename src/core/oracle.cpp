@@ -3,6 +3,7 @@
 #include <gmp.h>
 #include <mpfr.h>
 
+#include <algorithm>
 #include <climits>
 #include <cmath>
 #include <limits>
@@ -415,14 +416,16 @@ long oracle_exponent(double x) {
 
 // The value (exact, at kExact bits) rounded as the unit's datapath or output rounds: to `prec` bits
 // with minimum exponent emin (subnormals kept), toward zero or to nearest even, and ±inf where the
-// magnitude reaches 2^(emax+1) after rounding.
+// magnitude reaches 2^(emax+1) after rounding. An exact zero is +0; a nonzero value that rounds to
+// zero keeps its sign.
 double unit_round(mpfr_srcptr v, int prec, int emin, int emax, bool rne) {
+  if (mpfr_zero_p(v)) return 0.0;
   Format f;
   f.name = "unit";
   f.mu = prec - 1, f.emin = emin, f.emax = emax + 2;  // the range check is below, after rounding
   const double r = round_exact(v, f, rne ? Rounding::rne : Rounding::rz, 0, 32);
   if (std::abs(r) >= std::ldexp(1.0, emax + 1)) return std::copysign(std::numeric_limits<double>::infinity(), r);
-  return r == 0 ? 0.0 : r;  // a zero sum is +0
+  return r;
 }
 
 // One block of the datapath: products a[k]·b[k·ldb] for k in `ks`, addend c.
@@ -514,8 +517,28 @@ void oracle_gemm(const float* A, const float* B, double* C, size_t M, size_t N, 
   for (size_t i = 0; i < M; ++i)
     for (size_t j = 0; j < N; ++j) {
       const uint64_t o = i * N + j;
-      if (unit) {
+      if (unit && !(spec.promote_every > 0 || spec.split_k > 1)) {
         C[o] = oracle_matrix_unit_dot(*unit, &a[i * K], &b[j], N, K, start(o));
+        continue;
+      }
+      if (unit) {  // the kernel's drive (matrix_unit.h MuKernel): runs from 0, binary32 sums, C last
+        auto rn32 = [&](double x, double y) {
+          if (!std::isfinite(x) || !std::isfinite(y)) return double(float(x + y));
+          mpfr_set_d(v, x, MPFR_RNDN);
+          mpfr_add_d(v, v, y, MPFR_RNDN);  // exact
+          return round_exact(v, fp32, Rounding::rne, 0, 32);
+        };
+        const size_t S = size_t(spec.split_k), part = S > 1 ? (K + S - 1) / S : K;
+        const size_t P = spec.promote_every > 0 ? size_t(spec.promote_every) : std::max<size_t>(part, 1);
+        double f = 0.0;
+        for (size_t s0 = 0; s0 < K; s0 += part) {
+          double g = 0.0;
+          for (size_t r0 = s0; r0 < std::min(K, s0 + part); r0 += P)
+            g = rn32(g, oracle_matrix_unit_dot(*unit, &a[i * K + r0], &b[r0 * N + j], N,
+                                               std::min({K, s0 + part, r0 + P}) - r0, 0.0));
+          f = rn32(f, g);
+        }
+        C[o] = C0 ? rn32(f, start(o)) : f;
         continue;
       }
       mpfr_set_d(acc, start(o), MPFR_RNDN);

@@ -261,6 +261,7 @@ void gemm_unit_contract(ContractTally& tl, double scale) {
       s.accumulation = Accumulation::tensor_core;
       s.tensor_core = pr.gpu + ":" + pr.path;
       s.input = format_lookup(pr.input);
+      if (k == K) s.promote_every = pr.unit.interleaved ? 64 : 2 * pr.unit.dp.block, s.split_k = 2;  // a composition
       std::vector<double> cpu(M * N), gpu(M * N);
       gemm(A.data(), B.data(), cpu.data(), M, N, k, s);
       cuda_gemm(A.data(), B.data(), gpu.data(), M, N, k, s);
@@ -277,8 +278,8 @@ void add_gemm_contracts(std::vector<Contract>& t) {
                  "{rne, rz, ru, sr} × {no input rounding, e4m3 inputs} × 2 seeds",
                  [a](ContractTally& tl, double scale) { gemm_contract(tl, scale, a); }});
   t.push_back({"gemm/matrix_unit", Agreement::bit_exact, 0, "",
-               "every GPU matrix-unit preset (core/matrix_unit.h) × K ∈ {1, 31, 300} on 9×13 outputs, e4m3 / fp16 / "
-               "bf16 / tf32 / e5m2 inputs rounded from normal values",
+               "every GPU matrix-unit preset (core/matrix_unit.h) × K ∈ {1, 31, 300 (promotion every two blocks, split-K "
+               "2)} on 9×13 outputs, e4m3 / fp16 / bf16 / tf32 / e5m2 inputs rounded from normal values",
                gemm_unit_contract});
   t.push_back({"gemm/extremes", Agreement::bit_exact, 0, "",
                "accumulator overflow (products 2^10..2^14), subnormal and underflowing products (2^-75..2^-60), K = 0, "

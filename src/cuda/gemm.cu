@@ -101,12 +101,12 @@ __global__ void gemm_tc_kernel(const float* __restrict__ A, const float* __restr
 
 // tensor_core with a GPU: that GPU's matrix unit (core/matrix_unit.h), one output per thread.
 __global__ void gemm_unit_kernel(const float* __restrict__ A, const float* __restrict__ B, double* __restrict__ C,
-                                 size_t Mr, size_t N, size_t K, MatrixUnit u) {
+                                 size_t Mr, size_t N, size_t K, MatrixUnit u, MuKernel kn) {
   const size_t total = Mr * N;
   const size_t stride = size_t(gridDim.x) * blockDim.x;
   for (size_t o = size_t(blockIdx.x) * blockDim.x + threadIdx.x; o < total; o += stride) {
     const size_t i = o / N, j = o - i * N;
-    C[o] = mu_dot(u, A + i * K, B + j, N, K, 0.0);
+    C[o] = mu_gemm_dot(u, kn, A + i * K, B + j, N, K, 0.0, false);
   }
 }
 
@@ -143,7 +143,7 @@ void gpu::gemm(const GemmPlan& p, float* A, float* B, double* C, size_t M, size_
       case Accumulation::promoted: launch_tiled<R, Accumulation::promoted>(p, A, B, C, M, N, K, stream, cs); break;
       case Accumulation::tensor_core:
         if (p.unit) {
-          gemm_unit_kernel<<<blocks_for(M * N), kThreads, 0, cs>>>(A, B, C, M, N, K, *p.unit);
+          gemm_unit_kernel<<<blocks_for(M * N), kThreads, 0, cs>>>(A, B, C, M, N, K, *p.unit, p.unit_kernel);
           break;
         }
         gemm_tc_kernel<R><<<blocks_for(M * N), kThreads, 0, cs>>>(A, B, C, M, N, K, p.block, p.align_bits, p.acc,

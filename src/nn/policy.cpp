@@ -25,8 +25,8 @@ constexpr const char* kSiteNames[kSiteCount] = {"attn.qkv", "attn.qk", "attn.pv"
                                                 "mlp.proj", "lm_head", "ln", "softmax", "gelu", "silu"};
 
 const char* kGemmKeys =
-    "accumulation, accumulator, align_bits, block, input, input_a, input_b, output, rounding, seed, sr_bits, "
-    "tensor_core; sub-tables dx, dw";
+    "accumulation, accumulator, align_bits, block, input, input_a, input_b, output, promote_every, rounding, seed, "
+    "split_k, sr_bits, tensor_core; sub-tables dx, dw";
 const char* kNonlinearKeys = "input, output, rounding, seed, sr_bits";
 
 // "layer.<n>.<site>" → (n, site); "<site>" → (−1, site); nullopt otherwise.
@@ -62,7 +62,8 @@ SitePolicy parse_site(Site site, const toml::table& t, const std::string& source
   const bool gemm_site = is_gemm(site);
   for (auto&& [k, v] : t) {
     static const char* gemm_keys[] = {"accumulation", "accumulator", "align_bits", "block",   "input",      "input_a",
-                                      "input_b",      "output",      "rounding",   "seed",    "sr_bits",    "tensor_core"};
+                                      "input_b",      "output",      "rounding",   "seed",    "sr_bits",    "tensor_core",
+                                      "promote_every", "split_k"};
     static const char* nl_keys[] = {"input", "output", "rounding", "seed", "sr_bits"};
     bool known = gemm_site && !where.ends_with(".dx") && !where.ends_with(".dw") && (k.str() == "dx" || k.str() == "dw");
     if (gemm_site) { for (auto* g : gemm_keys) known |= k.str() == g; }
@@ -172,6 +173,11 @@ SitePolicy parse_site(Site site, const toml::table& t, const std::string& source
                                    line(*t.get("align_bits")), where));
     p.align_bits = int(*f);
   }
+  if (auto v = get_int("promote_every", 0, kGemmMaxBlock)) p.promote_every = int(*v);
+  if (auto v = get_int("split_k", 1, kGemmMaxSplitK)) p.split_k = int(*v);
+  if ((t.get("promote_every") || t.get("split_k")) && p.tensor_core.empty())
+    throw InputError(fmt::format("{}: site {}: 'promote_every' and 'split_k' need tensor_core = a GPU",
+                                 line(*(t.get("promote_every") ? t.get("promote_every") : t.get("split_k"))), where));
   if (p.accumulation) at_line("accumulator", [&] { validate(p.gemm_spec(0)); return 0; });
   else if (p.input || p.output) at_line("rounding", [&] { validate_sr_bits(p.sr_bits); return 0; });
   return p;
@@ -270,6 +276,8 @@ GemmSpec SitePolicy::gemm_spec(uint64_t stream) const {
   s.block = block;
   s.align_bits = align_bits;
   s.tensor_core = tensor_core;
+  s.promote_every = promote_every;
+  s.split_k = split_k;
   if (!tensor_core.empty()) s.acc_mode = Rounding::rne;  // the unit rounds its own way
   s.input = input;
   s.input_mode = rounding;
@@ -469,7 +477,10 @@ std::string describe(const Policy& pol) {
     std::vector<std::string> parts;
     if (p.accumulation)
       parts.push_back(fmt::format("{} acc {}{}", to_string(*p.accumulation), p.accumulator->name,
-                                  !p.tensor_core.empty() ? fmt::format(" ({})", p.tensor_core)
+                                  !p.tensor_core.empty()
+                                      ? fmt::format(" ({}{}{})", p.tensor_core,
+                                                    p.promote_every ? fmt::format(", promoted every {}", p.promote_every) : "",
+                                                    p.split_k > 1 ? fmt::format(", split-K {}", p.split_k) : "")
                                   : *p.accumulation == Accumulation::tensor_core
                                       ? fmt::format(" (k_b = {}, F = {})", p.block, p.align_bits)
                                   : *p.accumulation == Accumulation::blocked || *p.accumulation == Accumulation::promoted

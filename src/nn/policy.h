@@ -33,6 +33,9 @@
 //                  accumulation tensor_core, accumulator = the unit's output (fp32 unless given:
 //                  fp32 or fp16), `input` = the unit's input format (required); the unit rounds
 //                  its own way, so `rounding` applies to the input and output roundings only
+//   promote_every = P, split_k = S   with a GPU: the kernel's drive of the unit (core/matrix_unit.h
+//                  MuKernel): each run of P products into a binary32 register (DeepGEMM: 128),
+//                  K in S parts summed in binary32; defaults 0 and 1 (the unit over all of K)
 //   tensor_core  = preset       (superseded: v100_fp16, a100_fp16, hopper_fp8) the older model with a
 //                  preset's block, align_bits, accumulator and rounding (gemm.h
 //                  tensor_core_presets), each unless given; kept so that committed results reproduce
@@ -132,6 +135,7 @@ struct SitePolicy {
   int block = 32;                            // k_b for blocked, promoted, tensor_core
   int align_bits = 24;                       // F for tensor_core
   std::string tensor_core;                   // tensor_core: a GPU's matrix unit (core/matrix_unit.h)
+  int promote_every = 0, split_k = 1;        // .. how the kernel drives it (MuKernel)
   std::optional<Format> input, output;       // rounding of the operands / of the result
   std::optional<OperandQuant> input_a, input_b;  // GEMM sites: each operand's own (not with input)
   Rounding rounding = Rounding::rne;
