@@ -161,11 +161,11 @@ template <bool kRne>
       for (size_t r0 = s0; r0 < s1; r0 += P) {  // one run: the unit from 0, then into the register
         for (size_t j = 0; j < N; ++j) acc[j] = 0.0;
         chain_row<kRne>(uc, a, ea, B, EB, N, r0, std::min(s1, r0 + P), acc.data(), d1.data(), d2.data(), zero.data());
-        for (size_t j = 0; j < N; ++j) g[j] = mu_promote(g[j], acc[j]);
+        for (size_t j = 0; j < N; ++j) g[j] = promote_step(g[j], acc[j]);
       }
-      for (size_t j = 0; j < N; ++j) f[j] = mu_promote(f[j], g[j]);
+      for (size_t j = 0; j < N; ++j) f[j] = promote_step(f[j], g[j]);
     }
-    for (size_t j = 0; j < N; ++j) d[j] = C0 ? mu_promote(f[j], C0[i * N + j]) : f[j];
+    for (size_t j = 0; j < N; ++j) d[j] = C0 ? promote_step(f[j], C0[i * N + j]) : f[j];
   }
 }
 

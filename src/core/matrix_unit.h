@@ -34,6 +34,7 @@
 
 #include "core/bits.h"
 #include "core/hd.h"
+#include "core/accumulate.h"  // promote_step: the binary32 register's step
 #include "core/round.h"  // add_round_odd
 
 namespace mantis {
@@ -200,12 +201,6 @@ struct MuKernel {
   MANTIS_HD bool composed() const { return promote_every > 0 || split_k > 1; }
 };
 
-// The binary32 register's step: RN₃₂(f + p) of binary32 values, from the sum rounded to odd.
-MANTIS_HD double mu_promote(double f, double p) {
-  if (!(f - f == 0) || !(p - p == 0)) return double(float(f + p));
-  return double(float(add_round_odd(f, p)));
-}
-
 // D = C + Σ_k a[k]·b[k·ldb] through the unit driven by kernel `kn` (has_c: whether C is given).
 MANTIS_HD double mu_gemm_dot(const MatrixUnit& u, const MuKernel& kn, const float* a, const float* b, size_t ldb,
                              size_t K, double c, bool has_c) {
@@ -218,14 +213,14 @@ MANTIS_HD double mu_gemm_dot(const MatrixUnit& u, const MuKernel& kn, const floa
     if (kn.promote_every > 0) {
       const size_t P = size_t(kn.promote_every);
       for (size_t r0 = s0; r0 < s1; r0 += P)
-        g = mu_promote(g, mu_dot(u, a + r0, b + r0 * ldb, ldb, (s1 - r0 < P ? s1 - r0 : P), 0.0));
+        g = promote_step(g, mu_dot(u, a + r0, b + r0 * ldb, ldb, (s1 - r0 < P ? s1 - r0 : P), 0.0));
     } else {
       g = mu_dot(u, a + s0, b + s0 * ldb, ldb, s1 - s0, 0.0);
     }
-    f = mu_promote(f, g);
+    f = promote_step(f, g);
     if (part == 0) break;
   }
-  return has_c ? mu_promote(f, c) : f;
+  return has_c ? promote_step(f, c) : f;
 }
 
 // ---------------------------------------------------------------- presets (host; matrix_unit.cpp)
