@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The GPU check: the CUDA test suite, `mantis validate-gpu` (every contract) and `mantis bench-gpu`,
-# gathered into one JSON report. Sized for a short GPU window (well under 5 minutes on one H100/H200
+# The GPU check: the tensor-core probe (`mantis probe-tensor-cores`: the measured test vectors of
+# tests/data/tensor_core through this GPU, against every matrix-unit preset), the CUDA test suite,
+# `mantis validate-gpu` (every contract) and `mantis bench-gpu`, gathered into one JSON report. Sized for a short GPU window (well under 5 minutes on one H100/H200
 # with a prebuilt bundle).
 #
 #   scripts/gpu-check.sh --bundle      on the build machine (nvcc on PATH): builds the two programs
@@ -64,6 +65,9 @@ fi
 { nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || echo "no nvidia-smi"; } \
   > "$out/nvidia-smi.txt" 2>&1
 
+tp=$(date +%s)
+# 0. the tensor-core probe: the presets on this GPU's silicon (tests/data/tensor_core travels with the tree)
+LD_LIBRARY_PATH="$libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" timeout 300 "$mantis" probe-tensor-cores --data tests/data/tensor_core --json > "$out/probe.json" 2> "$out/probe.log"; rc_probe=$?
 t0=$(date +%s)
 # 1. the cuda suite (what `meson test --suite cuda` runs)
 LD_LIBRARY_PATH="$libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" timeout 600 "$test_cuda" --durations yes > "$out/test_cuda.log" 2>&1; rc_test=$?
@@ -75,9 +79,10 @@ t2=$(date +%s)
 LD_LIBRARY_PATH="$libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" timeout 600 "$mantis" bench-gpu --json > "$out/bench.json" 2> "$out/bench.log"; rc_bench=$?
 t3=$(date +%s)
 
-python3 - "$out" "$commit" "$rc_test" "$rc_val" "$rc_bench" "$((t1 - t0))" "$((t2 - t1))" "$((t3 - t2))" <<'PY'
+python3 - "$out" "$commit" "$rc_test" "$rc_val" "$rc_bench" "$((t1 - t0))" "$((t2 - t1))" "$((t3 - t2))" \
+  "$rc_probe" "$((t0 - tp))" <<'PY'
 import json, os, sys
-out, commit, rc_test, rc_val, rc_bench, s_test, s_val, s_bench = sys.argv[1:]
+out, commit, rc_test, rc_val, rc_bench, s_test, s_val, s_bench, rc_probe, s_probe = sys.argv[1:]
 def load(p):
     try:
         with open(p) as f:
@@ -87,6 +92,8 @@ def load(p):
 report = {
     "commit": commit,
     "device": open(os.path.join(out, "nvidia-smi.txt")).read().strip(),
+    "probe_tensor_cores": {"exit": int(rc_probe), "seconds": int(s_probe),
+                           "results": load(os.path.join(out, "probe.json")).get("results")},
     "test_cuda": {"exit": int(rc_test), "seconds": int(s_test),
                   "tail": open(os.path.join(out, "test_cuda.log")).read()[-2000:]},
     "validate_gpu": {"exit": int(rc_val), "seconds": int(s_val),
@@ -98,9 +105,9 @@ tmp = os.path.join(out, ".report.json.tmp")
 with open(tmp, "w") as f:
     json.dump(report, f, indent=1)
 os.replace(tmp, os.path.join(out, "report.json"))
-print(f"gpu-check: test_cuda exit {rc_test} ({s_test} s), validate-gpu exit {rc_val} ({s_val} s), "
+print(f"gpu-check: probe-tensor-cores exit {rc_probe} ({s_probe} s), test_cuda exit {rc_test} ({s_test} s), validate-gpu exit {rc_val} ({s_val} s), "
       f"bench-gpu exit {rc_bench} ({s_bench} s); {out}/report.json")
 PY
-[ "$rc_test" -eq 0 ] && [ "$rc_val" -eq 0 ] && [ "$rc_bench" -eq 0 ] && exit 0
+[ "$rc_probe" -eq 0 ] && [ "$rc_test" -eq 0 ] && [ "$rc_val" -eq 0 ] && [ "$rc_bench" -eq 0 ] && exit 0
 [ "$rc_test" -eq 77 ] && exit 2  # no device: the suite skipped
 exit 1

@@ -24,52 +24,10 @@ namespace fs = std::filesystem;
 
 namespace {
 
-float word_value(uint32_t w) {
-  float f;
-  std::memcpy(&f, &w, 4);
-  return f;
-}
-
-// One committed test set: tests/data/tensor_core/<gpu>_<input>_<output>.txt (README.md there).
-struct DataSet {
-  std::string gpu, input, output;
-  struct Test {
-    std::vector<float> a, b;
-    float c, d;
-  };
-  std::vector<Test> tests;
-};
+using DataSet = MeasuredSet;
 
 std::vector<DataSet> data_sets() {
-  std::vector<DataSet> v;
-  for (const auto& e : fs::directory_iterator(fs::path(MANTIS_SOURCE_DIR) / "tests/data/tensor_core")) {
-    if (e.path().extension() != ".txt") continue;
-    DataSet s;
-    std::istringstream name(e.path().stem().string());
-    std::getline(name, s.gpu, '_'), std::getline(name, s.input, '_'), std::getline(name, s.output, '_');
-    std::ifstream in(e.path());
-    std::string line;
-    while (std::getline(in, line)) {
-      if (line.empty() || line[0] == '#') continue;
-      std::vector<std::string> parts;
-      std::istringstream ls(line);
-      for (std::string p; std::getline(ls, p, '|');) parts.push_back(p);
-      REQUIRE(parts.size() == 5);
-      DataSet::Test t;
-      auto words = [](const std::string& s) {
-        std::vector<float> w;
-        std::istringstream ss(s);
-        for (std::string h; ss >> h;) w.push_back(word_value(uint32_t(std::stoul(h, nullptr, 16))));
-        return w;
-      };
-      t.a = words(parts[1]), t.b = words(parts[2]);
-      t.c = words(parts[3]).at(0), t.d = words(parts[4]).at(0);
-      REQUIRE(t.a.size() == t.b.size());
-      s.tests.push_back(t);
-    }
-    v.push_back(s);
-  }
-  return v;
+  return read_measured_sets((fs::path(MANTIS_SOURCE_DIR) / "tests/data/tensor_core").string());
 }
 
 GemmSpec unit_spec(const std::string& gpu, const std::string& input, const std::string& output) {
@@ -84,7 +42,7 @@ GemmSpec unit_spec(const std::string& gpu, const std::string& input, const std::
 // How many of a set's tests gemm (or the oracle) reproduces bit for bit with this plan.
 size_t reproduced(const DataSet& s, const GemmPlan& p, bool oracle, std::string* first_bad = nullptr) {
   size_t ok = 0;
-  for (const DataSet::Test& t : s.tests) {
+  for (const MeasuredTest& t : s.tests) {
     double d = 0, c = t.c;
     const size_t K = t.a.size();
     if (oracle) {
@@ -369,4 +327,20 @@ TEST_CASE("kernel-level accumulation: promotion and split-K on the unit against 
              Catch::Contains("need tensor_core = a GPU"));
   CHECK_THAT(test::error_of([] { GemmSpec s = unit_spec("h100", "e4m3", "fp32"); s.split_k = 0; plan_gemm(s); }),
              Catch::Contains("split_k = 0 is outside 1.."));
+}
+
+TEST_CASE("read_measured_sets refuses malformed files by name and line", "[matrix_unit]") {
+  const fs::path d = test::scratch("measured");
+  fs::create_directories(d);
+  test::spit(d / "h100_fp16_fp32.txt", "# header\n1 | 3c000000 | 3c000000 | 00000000 | 3c800000\n2 | 3c00 | 1 | 0 | 0\n");
+  CHECK_THAT(test::error_of([&] { read_measured_sets(d.string()); }),
+             Catch::Contains("h100_fp16_fp32.txt:3: '3c00' is not an 8-digit hex word"));
+  test::spit(d / "h100_fp16_fp32.txt", "1 | 3c000000 | 3c000000 3c000000 | 00000000 | 3c800000\n");
+  CHECK_THAT(test::error_of([&] { read_measured_sets(d.string()); }),
+             Catch::Contains(":1: A and B need the same number of words"));
+  test::spit(d / "h100_fp16_fp32.txt", "1 | 3f800000 | 3f800000 | 00000000 | 3f800000\n");
+  const auto sets = read_measured_sets(d.string());
+  REQUIRE(sets.size() == 1);
+  CHECK(sets[0].gpu == "h100");
+  CHECK(sets[0].tests.at(0).d == 1.0f);
 }

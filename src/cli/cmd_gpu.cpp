@@ -4,12 +4,15 @@
 // which is missing and exit 2 (validate-gpu --list prints the table anyway).
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <cmath>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "common.h"
 #include "core/gemm.h"
+#include "core/matrix_unit.h"
 #include "core/progress.h"
 #include "core/round_array.h"
 #include "core/sample.h"
@@ -47,6 +50,48 @@ struct GpuBenchArgs {
   bool json = false;
   std::string out;
 };
+
+struct ProbeArgs {
+  std::string data;  // the measured sets (tests/data/tensor_core)
+  bool json = false;
+};
+
+// The test vectors of every measured set, grouped by (input, output) and K: what the probe runs
+// through this GPU, and each preset's predictions for them (matrix_unit.h mu_dot).
+struct ProbeGroup {
+  std::string input, output;
+  int K = 0;
+  std::vector<float> a, b, c;
+};
+std::vector<ProbeGroup> probe_groups(const std::string& dir) {
+  std::vector<ProbeGroup> g;
+  for (const MeasuredSet& s : read_measured_sets(dir))
+    for (const MeasuredTest& t : s.tests) {
+      const int K = int(t.a.size());
+      auto it = std::find_if(g.begin(), g.end(), [&](const ProbeGroup& x) {
+        return x.input == s.input && x.output == s.output && x.K == K;
+      });
+      if (it == g.end()) it = g.insert(g.end(), ProbeGroup{s.input, s.output, K, {}, {}, {}});
+      it->a.insert(it->a.end(), t.a.begin(), t.a.end());
+      it->b.insert(it->b.end(), t.b.begin(), t.b.end());
+      it->c.push_back(t.c);
+    }
+  if (g.empty()) throw InputError(fmt::format("{}: no measured sets (*.txt) to probe with", dir));
+  return g;
+}
+
+// How many of a group's tests a preset reproduces, given this GPU's outputs d.
+size_t preset_matches(const MatrixUnitPreset& p, const ProbeGroup& g, const std::vector<float>& d) {
+  size_t ok = 0;
+  const Target<double> out = make_target<double>(format_lookup(p.output));
+  for (size_t t = 0; t < d.size(); ++t) {
+    const double c = round_value<Rounding::rne>(double(g.c[t]), out);  // the harness's __float2half
+    const double want = mu_dot(p.unit, &g.a[t * g.K], &g.b[t * g.K], 1, size_t(g.K), c);
+    const double got = d[t];
+    ok += (want == got && std::signbit(want) == std::signbit(got)) || (want != want && got != got);
+  }
+  return ok;
+}
 
 #if MANTIS_HAVE_CUDA
 void require_device() {
@@ -242,11 +287,44 @@ int run_gpu_bench(const GpuBenchArgs& a) {
   if (!a.out.empty()) write_result_set(a.out, {{"results.json", ojson{{"results", results}}.dump(1) + "\n"}}, man);
   return 0;
 }
+int run_probe(const ProbeArgs& a) {
+  const std::vector<ProbeGroup> groups = probe_groups(a.data);  // validated before the device is touched
+  require_device();
+  const std::string device = cuda_device_name();
+  ojson results = ojson::array();
+  if (!a.json) std::printf("tensor-core probe on %s: measured test vectors through this GPU, against every preset\n"
+                           "%-6s %-6s %3s %6s  %-12s %s\n", device.c_str(), "input", "output", "K", "tests", "preset",
+                           "reproduced");
+  for (const ProbeGroup& g : groups) {
+    const std::vector<float> d = cuda_tensor_core_probe(g.input, g.output, g.a, g.b, g.c, g.K);
+    if (d.empty()) {
+      results.push_back(ojson{{"input", g.input}, {"output", g.output}, {"K", g.K}, {"tests", g.c.size()},
+                              {"available", false}});
+      if (!a.json) std::printf("%-6s %-6s %3d %6zu  (no such instruction on this GPU)\n", g.input.c_str(),
+                               g.output.c_str(), g.K, g.c.size());
+      continue;
+    }
+    for (const MatrixUnitPreset& p : matrix_unit_presets()) {
+      if (p.input != g.input || p.output != g.output) continue;
+      const size_t ok = preset_matches(p, g, d);
+      const std::string name = p.gpu + ":" + p.path;
+      results.push_back(ojson{{"input", g.input}, {"output", g.output}, {"K", g.K}, {"tests", d.size()},
+                              {"available", true}, {"preset", name}, {"reproduced", ok},
+                              {"share", double(ok) / double(d.size())}});
+      if (!a.json) std::printf("%-6s %-6s %3d %6zu  %-12s %zu (%.1f %%)\n", g.input.c_str(), g.output.c_str(), g.K,
+                               d.size(), name.c_str(), ok, 100.0 * double(ok) / double(d.size()));
+    }
+  }
+  if (a.json) std::printf("%s\n", ojson{{"device", device}, {"results", results}}.dump().c_str());
+  return 0;
+}
+
 #else
 [[noreturn]] void no_cuda() {
   throw InputError("this mantis was built without CUDA (meson found no nvcc): put nvcc on PATH and reconfigure");
 }
 int run_validate(const ValidateArgs&) { no_cuda(); }
+int run_probe(const ProbeArgs&) { no_cuda(); }
 int run_gpu_bench(const GpuBenchArgs&) { no_cuda(); }
 #endif
 
@@ -296,6 +374,19 @@ Runner setup_validate_gpu(CLI::App& sub) {
   sub.add_flag("--list", a->list, "print the table (name, agreement, cases) without running it");
   add_out(sub, a->out, "also write DIR/results.json and DIR/manifest.json (one result set)");
   return [a] { return run_validate(*a); };
+}
+
+Runner setup_probe_tensor_cores(CLI::App& sub) {
+  auto a = std::make_shared<ProbeArgs>();
+  sub.description(
+      "The measured tensor-core test vectors (tests/data/tensor_core: A, B, C of 48 sets from eight GPUs) through "
+      "this GPU's own tensor cores, as the measurements were taken (wmma for fp16 / bf16 / tf32, mma.sync m16n8k32 "
+      "for e4m3 / e5m2), and the share of them that each matrix-unit preset (core/matrix_unit.h) reproduces bit for "
+      "bit: the presets checked on real silicon, and the data to fit a new GPU's parameters. Exit 2 without a CUDA "
+      "build or device.");
+  sub.add_option("--data", a->data, "the directory of measured sets (tests/data/tensor_core)")->required()->check(kPath);
+  add_json(sub, a->json, "print JSON ({\"device\": …, \"results\": […]}) instead of a table");
+  return [a] { return run_probe(*a); };
 }
 
 Runner setup_bench_gpu(CLI::App& sub) {

@@ -64,6 +64,7 @@ struct DeviceArgs {
 void add_device(CLI::App& sub, DeviceArgs& d);
 ForwardFn device_forward(const DeviceArgs& d);
 Runner setup_bench_gpu(CLI::App& sub);
+Runner setup_probe_tensor_cores(CLI::App& sub);
 
 // ---------------------------------------------------------------- shared option groups
 // Only one subcommand runs, so the options every command means the same way by live once here;

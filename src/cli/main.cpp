@@ -50,6 +50,8 @@ const std::vector<Command>& commands() {
       {"gnmr", "the GNMR controller on a recorded norm stream: replay", setup_gnmr},
       {"validate-gpu", "the GPU contracts: every CUDA operation against the CPU reference", setup_validate_gpu},
       {"bench-gpu", "GPU throughput: rounding vs device memcpy, strict ps4 GEMM vs cuBLAS", setup_bench_gpu},
+      {"probe-tensor-cores", "measured test vectors through this GPU's tensor cores, against every matrix-unit preset",
+       setup_probe_tensor_cores},
   };
   return list;
 }

@@ -2,9 +2,14 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cctype>
+#include <cstring>
+#include <filesystem>
+#include <sstream>
 
 #include "core/error.h"
+#include "core/file.h"
 #include "core/format.h"
 
 namespace mantis {
@@ -192,6 +197,54 @@ const MatrixUnitPreset& matrix_unit(const std::string& name, const Format& input
     }
   throw InputError(fmt::format("tensor core {}: the {} has no {}{} → {} unit (it has: {})", name, gpu,
                                path.empty() ? "" : path + " ", in, out, have));
+}
+
+std::vector<MeasuredSet> read_measured_sets(const std::string& dir) {
+  std::vector<std::string> files;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(dir, ec))
+    if (e.path().extension() == ".txt") files.push_back(e.path().string());
+  if (ec) throw InputError(fmt::format("{}: cannot list the measured sets ({})", dir, ec.message()));
+  std::sort(files.begin(), files.end());
+  std::vector<MeasuredSet> v;
+  for (const std::string& f : files) {
+    MeasuredSet s;
+    std::istringstream name(std::filesystem::path(f).stem().string());
+    std::getline(name, s.gpu, '_'), std::getline(name, s.input, '_'), std::getline(name, s.output, '_');
+    std::istringstream in(read_text_file(f, "measured tensor-core set"));
+    std::string line;
+    for (int ln = 1; std::getline(in, line); ++ln) {
+      if (line.empty() || line[0] == '#') continue;
+      auto bad = [&](const std::string& why) { return InputError(fmt::format("{}:{}: {}", f, ln, why)); };
+      std::vector<std::string> parts;
+      std::istringstream ls(line);
+      for (std::string p; std::getline(ls, p, '|');) parts.push_back(p);
+      if (parts.size() != 5) throw bad("expected 'number | A | B | C | D'");
+      auto words = [&](const std::string& t) {
+        std::vector<float> w;
+        std::istringstream ss(t);
+        for (std::string h; ss >> h;) {
+          char* end = nullptr;
+          const unsigned long u = std::strtoul(h.c_str(), &end, 16);
+          if (h.size() != 8 || *end != '\0') throw bad("'" + h + "' is not an 8-digit hex word");
+          const uint32_t b = uint32_t(u);
+          float x;
+          std::memcpy(&x, &b, 4);
+          w.push_back(x);
+        }
+        return w;
+      };
+      MeasuredTest t;
+      t.a = words(parts[1]), t.b = words(parts[2]);
+      const std::vector<float> c = words(parts[3]), d = words(parts[4]);
+      if (t.a.empty() || t.a.size() != t.b.size() || c.size() != 1 || d.size() != 1)
+        throw bad("A and B need the same number of words (at least one), C and D one each");
+      t.c = c[0], t.d = d[0];
+      s.tests.push_back(std::move(t));
+    }
+    v.push_back(std::move(s));
+  }
+  return v;
 }
 
 }  // namespace mantis

@@ -250,4 +250,19 @@ const MatrixUnitPreset& matrix_unit(const std::string& name, const Format& input
 // the superseded tensor-core presets (gemm.h tensor_core_presets).
 bool is_matrix_unit_name(const std::string& name);
 
+// ---------------------------------------------------------------- measured outputs (host)
+// One set of inner products measured on a GPU (tests/data/tensor_core/<gpu>_<input>_<output>.txt,
+// the layout its README.md gives): A and B hold K values exact in the input format, C the addend
+// (binary32; rounded to nearest-even into an fp16 output when used), D what the GPU produced.
+struct MeasuredTest {
+  std::vector<float> a, b;
+  float c = 0, d = 0;
+};
+struct MeasuredSet {
+  std::string gpu, input, output;
+  std::vector<MeasuredTest> tests;
+};
+// Every set in `dir`, in name order; InputError naming the file and line for a malformed one.
+std::vector<MeasuredSet> read_measured_sets(const std::string& dir);
+
 }  // namespace mantis

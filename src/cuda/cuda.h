@@ -13,6 +13,7 @@
 
 #include <cstddef>
 #include <string>
+#include <vector>
 
 #include "core/format.h"
 #include "core/gemm.h"
@@ -33,6 +34,14 @@ void cuda_round_array(const double* in, double* out, size_t n, const Format& f, 
 
 // The device's name and compute capability ("NVIDIA H200, sm_90"); "" without a device.
 std::string cuda_device_name();
+
+// Inner products through this GPU's own tensor cores (tc_probe.cu), as the measured data were
+// taken: input fp16 / bf16 / tf32 (wmma) or e4m3 / e5m2 (mma.sync m16n8k32), output fp32 / fp16;
+// a, b: n tests × K values (K ≤ 16, 8 for tf32, 32 for FP8), c: n addends. D per test; empty
+// where this GPU lacks the instruction (FP8 before compute capability 8.9; tf32, bf16 → fp16).
+std::vector<float> cuda_tensor_core_probe(const std::string& input, const std::string& output,
+                                          const std::vector<float>& a, const std::vector<float>& b,
+                                          const std::vector<float>& c, int K);
 
 // C (M×N, row-major, host) = A (M×K) · B (K×N) with the accumulation of gemm.h (every
 // Accumulation), optional input-format rounding of A and B. Tiled (gpu::gemm, device.h).
