@@ -117,22 +117,28 @@ NpyFloats read_matrix(const std::string& path, const char* what) {
   return x;
 }
 
-// mantis gemm: D = C + A·B under a GemmSpec (core/gemm.h), D as float64 (the accumulator's exact values).
-int run_gemm(const GemmArgs& a) {
+// The GemmSpec of dot's options (gemm's add theirs).
+GemmSpec dot_spec(const DotArgs& a) {
   GemmSpec s;
   s.acc = format_lookup(a.format);
   s.acc_mode = rounding_from_string(a.rounding);
   s.accumulation = accumulation_from_string(a.accumulation);
   s.block = a.block;
+  s.sr_bits = a.sr_bits;
+  s.seed = a.seed;
+  s.stream = a.stream;
+  return s;
+}
+
+// mantis gemm: D = C + A·B under a GemmSpec (core/gemm.h), D as float64 (the accumulator's exact values).
+int run_gemm(const GemmArgs& a) {
+  GemmSpec s = dot_spec(a);
   s.align_bits = a.align_bits;
   s.tensor_core = a.tensor_core;
   s.promote_every = a.promote_every;
   s.split_k = a.split_k;
   if (!a.input.empty()) s.input = format_lookup(a.input);
   s.input_mode = rounding_from_string(a.input_rounding);
-  s.sr_bits = a.sr_bits;
-  s.seed = a.seed;
-  s.stream = a.stream;
   const GemmPlan p = plan_gemm(s);
   check_output_path(a.out, "--out");
   const NpyFloats A = read_matrix(a.a, "--a"), B = read_matrix(a.b, "--b");
@@ -214,14 +220,7 @@ int run_round(const RoundArgs& a) {
 }
 
 int run_dot(const DotArgs& a) {
-  GemmSpec s;
-  s.acc = format_lookup(a.format);
-  s.acc_mode = rounding_from_string(a.rounding);
-  s.accumulation = accumulation_from_string(a.accumulation);
-  s.block = a.block;
-  s.sr_bits = a.sr_bits;
-  s.seed = a.seed;
-  s.stream = a.stream;
+  const GemmSpec s = dot_spec(a);
   validate(s);
 
   const std::string text = read_all_stdin();
