@@ -32,9 +32,9 @@
 #include <string>
 #include <vector>
 
+#include "core/accumulate.h"  // promote_step: the binary32 register's step
 #include "core/bits.h"
 #include "core/hd.h"
-#include "core/accumulate.h"  // promote_step: the binary32 register's step
 #include "core/round.h"  // add_round_odd
 
 namespace mantis {
