@@ -45,7 +45,7 @@ struct UnitConsts {
 // c[j] (out may be c). Every j-loop is branch-free (selects only) and of constant length, so that
 // it vectorises and the block's sums stay in registers; the rounding takes round.h's normal-range
 // shortcut and is redone by the general rounding where a value left that range.
-template <bool kRne, size_t JB>
+template <bool kRne, bool kNarrow, size_t JB>
 [[gnu::always_inline]] inline void unit_pass(const UnitConsts& uc, const float* a, const int32_t* ea, const float* B,
                                              const int32_t* EB, size_t ldb, size_t k0, size_t k1, MuHalf half,
                                              const double* c, double* out) {
@@ -74,11 +74,27 @@ template <bool kRne, size_t JB>
     const double cf = (to_bits(c[j]) & kInf) != kInf ? c[j] : 0.0;
     S[j] = double(int32_t(cf * sc[j]));  // truncates: |·| < 2^28
   }
-  for (size_t k = k0; k < k1; ++k) {
-    if (!mu_takes(half, k - k0) || ea[k] == kNoTerm) continue;
-    const double ak = a[k];
-    const float* b = B + k * ldb;
-    for (size_t j = 0; j < JB; ++j) S[j] += double(int32_t(ak * double(b[j]) * sc[j]));
+  if constexpr (kNarrow) {  // 16 lanes: see narrow_ok
+    float scf[JB];
+    int32_t Si[JB];
+    for (size_t j = 0; j < JB; ++j) {
+      scf[j] = float_from_bits(uint32_t(d.frac_bits - (X[j] > -60 ? X[j] : -60) + 127) << 23);
+      Si[j] = 0;
+    }
+    for (size_t k = k0; k < k1; ++k) {
+      if (!mu_takes(half, k - k0) || ea[k] == kNoTerm) continue;
+      const float ak = a[k];
+      const float* b = B + k * ldb;
+      for (size_t j = 0; j < JB; ++j) Si[j] += int32_t(ak * b[j] * scf[j]);
+    }
+    for (size_t j = 0; j < JB; ++j) S[j] += double(Si[j]);
+  } else {
+    for (size_t k = k0; k < k1; ++k) {
+      if (!mu_takes(half, k - k0) || ea[k] == kNoTerm) continue;
+      const double ak = a[k];
+      const float* b = B + k * ldb;
+      for (size_t j = 0; j < JB; ++j) S[j] += double(int32_t(ak * double(b[j]) * sc[j]));
+    }
   }
   uint64_t outside = 0;
   for (size_t j = 0; j < JB; ++j) {
@@ -97,21 +113,32 @@ template <bool kRne, size_t JB>
   }
 }
 
+// Whether a unit's products can be aligned in binary32 and summed in int32 (unit_pass's narrow
+// path, twice the lanes): inputs of at most 11 bits whose products stay normal binary32 numbers
+// (emin ≥ −14: fp16, e4m3, e5m2; a·b is then exact in binary32, and so is its scaling by
+// 2^(F − X) whenever the result is ≥ 1, which truncates to the same integer otherwise), and a
+// block whose aligned products (each < 2^(F+2), the significand being < 4) sum below 2^31.
+bool narrow_ok(const MatrixUnit& u) {
+  const int64_t n = u.interleaved ? 16 : u.dp.block;
+  return u.in_prec <= 11 && u.in_emin >= -14 && !u.dp.normalise && u.dp.frac_bits + 2 < 31 &&
+         n * (int64_t(1) << (u.dp.frac_bits + 2)) <= (int64_t(1) << 31);
+}
+
 // unit_pass over outputs 0 ≤ j < N: chunks of kChunk, then single outputs.
 constexpr size_t kChunk = 256;
-template <bool kRne>
+template <bool kRne, bool kNarrow>
 [[gnu::always_inline]] inline void unit_pass_row(const UnitConsts& uc, const float* a, const int32_t* ea,
                                                  const float* B, const int32_t* EB, size_t N, size_t k0, size_t k1,
                                                  MuHalf half, const double* c, double* out) {
   size_t j = 0;
   for (; j + kChunk <= N; j += kChunk)
-    unit_pass<kRne, kChunk>(uc, a, ea, B + j, EB + j, N, k0, k1, half, c + j, out + j);
-  for (; j < N; ++j) unit_pass<kRne, 1>(uc, a, ea, B + j, EB + j, N, k0, k1, half, c + j, out + j);
+    unit_pass<kRne, kNarrow, kChunk>(uc, a, ea, B + j, EB + j, N, k0, k1, half, c + j, out + j);
+  for (; j < N; ++j) unit_pass<kRne, kNarrow, 1>(uc, a, ea, B + j, EB + j, N, k0, k1, half, c + j, out + j);
 }
 
 // The unit's chain over products kbeg ≤ k < kend of one row (blocks from kbeg), for outputs j < N:
 // acc[j] is the addend on entry and the result on exit. d1, d2, zero: scratch [N].
-template <bool kRne>
+template <bool kRne, bool kNarrow>
 [[gnu::always_inline]] inline void chain_row(const UnitConsts& uc, const float* a, const int32_t* ea, const float* B,
                                              const int32_t* EB, size_t N, size_t kbeg, size_t kend, double* acc,
                                              double* d1, double* d2, const double* zero) {
@@ -120,10 +147,10 @@ template <bool kRne>
   for (size_t k0 = kbeg; k0 < kend; k0 += kb) {
     const size_t k1 = kend - k0 < kb ? kend : k0 + kb;
     if (!u.interleaved) {
-      unit_pass_row<kRne>(uc, a, ea, B, EB, N, k0, k1, MuHalf::all, acc, acc);
+      unit_pass_row<kRne, kNarrow>(uc, a, ea, B, EB, N, k0, k1, MuHalf::all, acc, acc);
     } else {
-      unit_pass_row<kRne>(uc, a, ea, B, EB, N, k0, k1, MuHalf::low, zero, d1);
-      unit_pass_row<kRne>(uc, a, ea, B, EB, N, k0, k1, MuHalf::high, d1, d2);
+      unit_pass_row<kRne, kNarrow>(uc, a, ea, B, EB, N, k0, k1, MuHalf::low, zero, d1);
+      unit_pass_row<kRne, kNarrow>(uc, a, ea, B, EB, N, k0, k1, MuHalf::high, d1, d2);
       for (size_t j = 0; j < N; ++j) {
         const double x = d2[j], y = acc[j];
         const bool fin = x - x == 0 && y - y == 0;
@@ -136,7 +163,7 @@ template <bool kRne>
 
 // Rows [i0, i1) of D: the kernel's drive of the unit over K (matrix_unit.h MuKernel), each row's
 // outputs j < N together.
-template <bool kRne>
+template <bool kRne, bool kNarrow>
 [[gnu::always_inline]] inline void unit_rows_impl(const UnitConsts& uc, const float* A, const int32_t* EA,
                                                   const float* B, const int32_t* EB, double* D, const double* C0,
                                                   size_t i0, size_t i1, size_t N, size_t K) {
@@ -148,7 +175,7 @@ template <bool kRne>
     double* d = D + i * N;
     if (!kn.composed()) {
       for (size_t j = 0; j < N; ++j) acc[j] = C0 ? C0[i * N + j] : 0.0;
-      chain_row<kRne>(uc, a, ea, B, EB, N, 0, K, acc.data(), d1.data(), d2.data(), zero.data());
+      chain_row<kRne, kNarrow>(uc, a, ea, B, EB, N, 0, K, acc.data(), d1.data(), d2.data(), zero.data());
       for (size_t j = 0; j < N; ++j) d[j] = acc[j];
       continue;
     }
@@ -160,7 +187,7 @@ template <bool kRne>
       for (size_t j = 0; j < N; ++j) g[j] = 0.0;
       for (size_t r0 = s0; r0 < s1; r0 += P) {  // one run: the unit from 0, then into the register
         for (size_t j = 0; j < N; ++j) acc[j] = 0.0;
-        chain_row<kRne>(uc, a, ea, B, EB, N, r0, std::min(s1, r0 + P), acc.data(), d1.data(), d2.data(), zero.data());
+        chain_row<kRne, kNarrow>(uc, a, ea, B, EB, N, r0, std::min(s1, r0 + P), acc.data(), d1.data(), d2.data(), zero.data());
         for (size_t j = 0; j < N; ++j) g[j] = promote_step(g[j], acc[j]);
       }
       for (size_t j = 0; j < N; ++j) f[j] = promote_step(f[j], g[j]);
@@ -171,16 +198,22 @@ template <bool kRne>
 
 void unit_rows_portable(const UnitConsts& uc, const float* A, const int32_t* EA, const float* B, const int32_t* EB,
                         double* D, const double* C0, size_t i0, size_t i1, size_t N, size_t K) {
-  if (uc.u->dp.out_rne) unit_rows_impl<true>(uc, A, EA, B, EB, D, C0, i0, i1, N, K);
-  else unit_rows_impl<false>(uc, A, EA, B, EB, D, C0, i0, i1, N, K);
+  const bool rne = uc.u->dp.out_rne, narrow = narrow_ok(*uc.u);
+  if (rne && narrow) unit_rows_impl<true, true>(uc, A, EA, B, EB, D, C0, i0, i1, N, K);
+  else if (rne) unit_rows_impl<true, false>(uc, A, EA, B, EB, D, C0, i0, i1, N, K);
+  else if (narrow) unit_rows_impl<false, true>(uc, A, EA, B, EB, D, C0, i0, i1, N, K);
+  else unit_rows_impl<false, false>(uc, A, EA, B, EB, D, C0, i0, i1, N, K);
 }
 
 #if defined(MANTIS_X86)
 [[MANTIS_AVX512_TARGET]] void unit_rows_avx512(const UnitConsts& uc, const float* A, const int32_t* EA,
                                                const float* B, const int32_t* EB, double* D, const double* C0,
                                                size_t i0, size_t i1, size_t N, size_t K) {
-  if (uc.u->dp.out_rne) unit_rows_impl<true>(uc, A, EA, B, EB, D, C0, i0, i1, N, K);
-  else unit_rows_impl<false>(uc, A, EA, B, EB, D, C0, i0, i1, N, K);
+  const bool rne = uc.u->dp.out_rne, narrow = narrow_ok(*uc.u);
+  if (rne && narrow) unit_rows_impl<true, true>(uc, A, EA, B, EB, D, C0, i0, i1, N, K);
+  else if (rne) unit_rows_impl<true, false>(uc, A, EA, B, EB, D, C0, i0, i1, N, K);
+  else if (narrow) unit_rows_impl<false, true>(uc, A, EA, B, EB, D, C0, i0, i1, N, K);
+  else unit_rows_impl<false, false>(uc, A, EA, B, EB, D, C0, i0, i1, N, K);
 }
 #endif
 
