@@ -518,7 +518,8 @@ void oracle_gemm(const float* A, const float* B, double* C, size_t M, size_t N, 
     for (size_t j = 0; j < N; ++j) {
       const uint64_t o = i * N + j;
       if (unit && !(spec.promote_every > 0 || spec.split_k > 1)) {
-        C[o] = oracle_matrix_unit_dot(*unit, &a[i * K], &b[j], N, K, start(o));
+        // (no element is read for K = 0: the pointers are then not formed into empty vectors)
+        C[o] = oracle_matrix_unit_dot(*unit, K ? a.data() + i * K : nullptr, K ? b.data() + j : nullptr, N, K, start(o));
         continue;
       }
       if (unit) {  // the kernel's drive (matrix_unit.h MuKernel): runs from 0, binary32 sums, C last
@@ -534,7 +535,7 @@ void oracle_gemm(const float* A, const float* B, double* C, size_t M, size_t N, 
         for (size_t s0 = 0; s0 < K; s0 += part) {
           double g = 0.0;
           for (size_t r0 = s0; r0 < std::min(K, s0 + part); r0 += P)
-            g = rn32(g, oracle_matrix_unit_dot(*unit, &a[i * K + r0], &b[r0 * N + j], N,
+            g = rn32(g, oracle_matrix_unit_dot(*unit, a.data() + i * K + r0, b.data() + r0 * N + j, N,
                                                std::min({K, s0 + part, r0 + P}) - r0, 0.0));
           f = rn32(f, g);
         }
