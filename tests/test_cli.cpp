@@ -87,6 +87,9 @@ TEST_CASE("input errors: status 2 and one line naming the problem", "[cli][error
   }
   SECTION("sr bits out of range") {
     check_error(run({"round", "--format", "bf16", "--rounding", "sr", "--sr-bits", "33"}, "1\n"), {"33"});
+    check_error(run({"round", "--format", "bf16", "--rounding", "sr", "--sr-bits", "17", "--sr-packed"}, "1\n"),
+                {"sr_bits = 17 does not fit"});
+    check_error(run({"round", "--format", "bf16", "--sr-packed"}, "1\n"), {"sr_packed is for stochastic rounding"});
   }
   SECTION("unparsable number names its line") {
     check_error(run({"round", "--format", "bf16"}, "1\n2.5\n1.5x\n4\n"), {"line 3", "1.5x"});
@@ -237,6 +240,8 @@ TEST_CASE("round: fast path equals --reference", "[cli][round]") {
     for (const char* m : {"rne", "rna", "rz", "ru", "rd", "ro", "sr", "sre"}) {
       std::vector<std::string> args{"round", "--format", f, "--rounding", m, "--seed", "42", "--stream", "3"};
       if (std::string(m) == "sr") args.insert(args.end(), {"--sr-bits", "13"});
+      if (std::string(m) == "sre" && std::string(f) == "bf16") args.insert(args.end(), {"--sr-bits", "8", "--sr-packed"});
+      if (std::string(m) == "sr" && std::string(f) == "e4m3") args.insert(args.end(), {"--sr-packed"});  // 13 bits: 2 a word
       const auto fast = run(args, input);
       args.push_back("--reference");
       const auto ref = run(args, input);
@@ -463,9 +468,10 @@ TEST_CASE("bench --json shapes", "[cli][bench]") {
   const auto r = run({"bench", "round", "--json", "--reps", "1", "--n", "1000", "--threads", "1"});
   INFO(flat(r.out + r.err));
   REQUIRE(r.status == 0);
-  CHECK(r.out.rfind("{\"results\":[{\"container\":\"double\",\"format\":\"bf16\",\"rounding\":\"rne\",\"threads\":1,"
-                    "\"ns_per_elem\":",
+  CHECK(r.out.rfind("{\"results\":[{\"container\":\"double\",\"format\":\"bf16\",\"rounding\":\"rne\",\"sr_bits\":32,"
+                    "\"sr_packed\":false,\"threads\":1,\"ns_per_elem\":",
                     0) == 0);
+  CHECK(r.out.find("\"rounding\":\"sr\",\"sr_bits\":8,\"sr_packed\":true") != std::string::npos);
   CHECK(r.out.find("\"memcpy_ns_per_elem\":") != std::string::npos);
   CHECK(r.out.find("\"container\":\"float\",\"format\":\"ps4\",\"rounding\":\"sr\"") != std::string::npos);
   const auto g = run({"bench", "gemm", "--json", "--reps", "1", "--sizes", "16", "--threads", "1"});
@@ -480,12 +486,13 @@ TEST_CASE("bench --json shapes", "[cli][bench]") {
     CHECK(r["slowdown"].get<double>() > 0);
   }
   CHECK(cases == std::vector<std::string>{"strict ps4 rne", "strict ps4 portable", "strict ps4 sr", "strict ps4 sr18",
-                                          "unfused ps4 rne", "blocked ps4 rne", "strict bf16 rne", "e4m3 in, ps4 rne",
+                                          "strict ps4 sr8 packed", "unfused ps4 rne", "blocked ps4 rne", "strict bf16 rne", "e4m3 in, ps4 rne",
                                           "h100 fp16 -> fp32", "h100 e4m3 -> fp32"});
-  CHECK(gj["results"][7]["input"] == "e4m3");
-  CHECK(gj["results"][6]["accumulator"] == "bf16");
+  CHECK(gj["results"][8]["input"] == "e4m3");
+  CHECK(gj["results"][7]["accumulator"] == "bf16");
   CHECK(gj["results"][1]["kernel"] == "portable");
   CHECK(gj["results"][3]["sr_bits"] == 18);
+  CHECK(gj["results"][4]["sr_packed"] == true);
   for (auto& r : gj["results"])  // the kernel a case ran: one of the three, named
     CHECK((r["kernel"] == "portable" || r["kernel"] == "avx512-binary32" || r["kernel"] == "avx512-binary64"));
 }

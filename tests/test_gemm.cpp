@@ -38,8 +38,9 @@ void check(const GemmSpec& s, size_t M, size_t N, size_t K, uint64_t seed, bool 
     if (!test::same(fast[i], ref[i])) {
       if (bad++ < 3) first += fmt::format(" [{}] fast={} mpfr={}", i, test::hex(fast[i]), test::hex(ref[i]));
     }
-  INFO(fmt::format("{} {} {} {}x{}x{} block {} input {}{}", s.acc.name, to_string(s.acc_mode),
-                   to_string(s.accumulation), M, N, K, s.block, s.input ? s.input->name : "-", first));
+  INFO(fmt::format("{} {} {} {}x{}x{} block {} input {} sr_bits {}{}{}", s.acc.name, to_string(s.acc_mode),
+                   to_string(s.accumulation), M, N, K, s.block, s.input ? s.input->name : "-", s.sr_bits,
+                   s.sr_packed ? " packed" : "", first));
   CHECK(bad == 0);
 }
 
@@ -58,6 +59,8 @@ TEST_CASE("strict, unfused and blocked GEMM == MPFR reference on random shapes")
         s.block = int(1 + seed % 9);
         s.seed = seed;
         if (m == Rounding::sr) s.sr_bits = std::min(32, 52 - s.acc.precision());
+        // packed random bits (philox.h sr_word) on two of every three stochastic cases
+        if (is_stochastic(m) && seed % 3 != 0) s.sr_packed = true, s.sr_bits = std::min(s.sr_bits, seed % 3 == 1 ? 8 : 16);
         const size_t M = 1 + seed % 5, N = 1 + (seed * 7) % 13, K = 1 + (seed * 13) % 70;
         check(s, M, N, K, seed, seed % 2 == 0);
         ++seed;
@@ -76,6 +79,7 @@ TEST_CASE("promoted and tensor-core accumulation == MPFR reference (every mode, 
         s.align_bits = int(8 + seed % 17);
         s.seed = seed;
         if (m == Rounding::sr) s.sr_bits = std::min(32, 52 - s.acc.precision());
+        if (is_stochastic(m) && seed % 3 != 0) s.sr_packed = true, s.sr_bits = std::min(s.sr_bits, seed % 3 == 1 ? 8 : 16);
         const size_t M = 1 + seed % 4, N = 1 + (seed * 7) % 11, K = 1 + (seed * 13) % 90;
         check(s, M, N, K, seed, seed % 2 == 0);
         ++seed;
@@ -140,6 +144,23 @@ TEST_CASE("input-format rounding before the product") {
       s.sr_bits = 20;
       check(s, 3, 17, 40, 77, true);
     }
+  // packed random bits for the operands, with and without a stochastic accumulator
+  for (Rounding am : {Rounding::rne, Rounding::sr}) {
+    s.input = format_lookup("e4m3");
+    s.input_mode = Rounding::sr;
+    s.acc_mode = am;
+    s.sr_packed = true;
+    for (int bits : {8, 16}) {
+      s.sr_bits = bits;
+      check(s, 3, 17, 40, 78, true);
+    }
+  }
+  s.input_mode = Rounding::rne;
+  s.acc_mode = Rounding::rne;
+  CHECK_THROWS_WITH(validate(s), Catch::Contains("sr_packed is for stochastic rounding"));
+  s.acc_mode = Rounding::sr;
+  s.sr_bits = 20;
+  CHECK_THROWS_WITH(validate(s), Catch::Contains("sr_bits = 20 does not fit"));
 }
 
 TEST_CASE("1 thread == 2 threads; dot == 1x1 GEMM") {
@@ -269,7 +290,7 @@ template <Rounding M, Accumulation kAcc>
 std::vector<double> tiled_like_gpu(const GemmPlan& p, const std::vector<float>& A, const std::vector<float>& B,
                                    size_t Mr, size_t N, size_t K, uint64_t stream) {
   constexpr size_t kBK = 16;
-  std::vector<OutputAccumulator<M, kAcc>> acc(Mr * N, OutputAccumulator<M, kAcc>(p.seed, stream));
+  std::vector<OutputAccumulator<M, kAcc>> acc(Mr * N, OutputAccumulator<M, kAcc>(p.seed, stream, p.sr_pack));
   const uint64_t nchunks = chunk_count(K, p.block);
   for (size_t k0 = 0; k0 < K; k0 += kBK)
     for (size_t o = 0; o < Mr * N; ++o)
@@ -292,6 +313,7 @@ TEST_CASE("the GPU kernel's per-tile accumulation (OutputAccumulator) == gemm, e
         for (const auto& sh : shapes) {
           GemmSpec s;
           s.acc = format_lookup(fn), s.acc_mode = m, s.accumulation = a, s.block = 7, s.sr_bits = 16, s.seed = ++seed;
+          if (is_stochastic(m) && seed % 3 != 0) s.sr_packed = true, s.sr_bits = seed % 3 == 1 ? 8 : 16;
           const GemmPlan p = plan_gemm(s);
           const auto A = random_matrix(sh[0] * sh[2], seed, true), B = random_matrix(sh[2] * sh[1], seed + 1, true);
           std::vector<double> want(sh[0] * sh[1]);
@@ -307,7 +329,8 @@ TEST_CASE("the GPU kernel's per-tile accumulation (OutputAccumulator) == gemm, e
           });
           size_t bad = 0;
           for (size_t i = 0; i < want.size(); ++i) bad += !test::same(want[i], got[i]);
-          INFO(fmt::format("{} {} {} {}x{}x{}", fn, to_string(m), to_string(a), sh[0], sh[1], sh[2]));
+          INFO(fmt::format("{} {} {} {}x{}x{}{}", fn, to_string(m), to_string(a), sh[0], sh[1], sh[2],
+                           s.sr_packed ? " packed" : ""));
           CHECK(bad == 0);
         }
 }

@@ -107,7 +107,7 @@ TEST_CASE("AVX-512 kernel == portable kernel on ragged shapes, every mode, both 
                             Rounding::rd, Rounding::ro, Rounding::sr, Rounding::sre};
   const Data data[] = {Data::normal, Data::wide, Data::tiny, Data::huge, Data::special, Data::cancel, Data::top};
   uint64_t seed = 1;
-  size_t cases = 0, kernels[3] = {0, 0, 0};
+  size_t cases = 0, kernels[3] = {0, 0, 0}, packed = 0;
   for (int rep = 0; rep < 3; ++rep)
   for (const char* fname : formats)
     for (Rounding m : modes)
@@ -118,9 +118,16 @@ TEST_CASE("AVX-512 kernel == portable kernel on ragged shapes, every mode, both 
         s.stream = seed % 5;
         // sr: alternately the binary32 container's bound and the binary64 one's
         if (m == Rounding::sr) s.sr_bits = seed % 2 ? std::max(1, 23 - s.acc.precision()) : std::min(32, 52 - s.acc.precision());
+        // Packed random bits (philox.h sr_word) on every fourth stochastic case: 2 or 4 per word.
+        if (is_stochastic(m) && seed % 4 < 2) {
+          s.sr_packed = true;
+          s.sr_bits = std::min(s.sr_bits, seed % 4 == 0 ? 8 : 16);
+        }
         // Shapes around the tiles (4 rows × 64 or 32 binary32 lanes, × 32 or 16 binary64 lanes)
-        // and K both ≡ 0 (mod 4) (one Philox block per 4 steps) and not.
-        const size_t M = 1 + seed % 9, N = 1 + (seed * 7) % 71, K = (seed % 3 == 0) ? 4 * (1 + seed % 13) : 1 + (seed * 13) % 53;
+        // and K both ≡ 0 (mod 16) and (mod 4) (one Philox block per 4·2^pack steps) and not.
+        const size_t M = 1 + seed % 9, N = 1 + (seed * 7) % 71;
+        const size_t K = seed % 3 == 0 ? 4 * (1 + seed % 13) : seed % 3 == 1 && s.sr_packed ? 16 * (1 + seed % 5)
+                                                                                         : 1 + (seed * 13) % 53;
         const Data d = data[seed % 7];
         const auto A = matrix(M * K, seed, d), B = matrix(K * N, seed + 1000, d);
         const GemmPlan p = plan_gemm(s);
@@ -129,15 +136,18 @@ TEST_CASE("AVX-512 kernel == portable kernel on ragged shapes, every mode, both 
         gemm(portable(p), A.data(), B.data(), ref.data(), M, N, K, s.stream);
         std::string first;
         const size_t bad = mismatches(fast, ref, first);
-        INFO(fmt::format("{} {} {} {} {}x{}x{} block {} sr_bits {} data {}{}", fname, to_string(m), to_string(acc),
-                         to_string(p.kernel), M, N, K, s.block, s.sr_bits, name(d), first));
+        INFO(fmt::format("{} {} {} {} {}x{}x{} block {} sr_bits {}{} data {}{}", fname, to_string(m), to_string(acc),
+                         to_string(p.kernel), M, N, K, s.block, s.sr_bits, s.sr_packed ? " packed" : "", name(d),
+                         first));
         CHECK(bad == 0);
         ++kernels[int(p.kernel)];
+        packed += s.sr_packed;
         ++cases, ++seed;
       }
   INFO(fmt::format("{} cases: portable {}, binary32 {}, binary64 {}", cases, kernels[0], kernels[1], kernels[2]));
   CHECK(kernels[1] > 300);
   CHECK(kernels[2] > 200);
+  CHECK(packed > 80);
 }
 
 TEST_CASE("AVX-512 kernel: values past the largest finite one, inf and NaN, where no step is guarded") {
@@ -177,7 +187,8 @@ TEST_CASE("AVX-512 kernel == MPFR on tiles and their edges") {
       for (Accumulation acc : {Accumulation::strict, Accumulation::unfused, Accumulation::blocked}) {
         GemmSpec s{.acc = format_lookup(fname), .acc_mode = m, .accumulation = acc, .block = 5, .seed = seed};
         if (m == Rounding::sr) s.sr_bits = std::min(16, 23 - s.acc.precision() > 0 ? 23 - s.acc.precision() : 16);
-        const size_t M = 5, N = 67, K = seed % 2 ? 24 : 21;
+        if (m == Rounding::sr && seed % 2) s.sr_packed = true, s.sr_bits = std::min(s.sr_bits, seed % 4 == 1 ? 8 : 16);
+        const size_t M = 5, N = 67, K = seed % 2 ? 32 : 21;
         const Data d = seed % 3 == 0 ? Data::tiny : Data::wide;
         const auto A = matrix(M * K, seed, d), B = matrix(K * N, seed + 7, d);
         std::vector<double> fast(M * N), ref(M * N);
@@ -185,7 +196,8 @@ TEST_CASE("AVX-512 kernel == MPFR on tiles and their edges") {
         oracle_gemm(A.data(), B.data(), ref.data(), M, N, K, s);
         std::string first;
         const size_t bad = mismatches(fast, ref, first);
-        INFO(fmt::format("{} {} {} {}{}", fname, to_string(m), to_string(acc), to_string(plan_gemm(s).kernel), first));
+        INFO(fmt::format("{} {} {} {}{}{}", fname, to_string(m), to_string(acc), to_string(plan_gemm(s).kernel),
+                         s.sr_packed ? " packed" : "", first));
         CHECK(bad == 0);
         ++seed;
       }

@@ -109,9 +109,30 @@ TEST_CASE("policy: every error names the file, the line and the valid choices") 
   CHECK_THAT(parse("\n\n[site.\"attn.qk\"]\naccumulation = \"strict\"\nacumulator = \"ps4\"\n"),
              Contains("pol.toml:5") && Contains("unknown key 'acumulator'") &&
                  Contains("accumulation, accumulator, align_bits, block, input, input_a, input_b, output, promote_every, "
-                      "rounding, seed, split_k, sr_bits, tensor_core"));
+                      "rounding, seed, split_k, sr_bits, sr_packed, tensor_core"));
   CHECK_THAT(parse("[site.softmax]\naccumulation = \"strict\"\n"),
-             Contains("unknown key 'accumulation'") && Contains("nonlinearity sites: input, output, rounding, seed, sr_bits"));
+             Contains("unknown key 'accumulation'") &&
+                 Contains("nonlinearity sites: input, output, rounding, seed, sr_bits, sr_packed"));
+  // packed random bits: a boolean, at most 16 bits, with sr / sre, not with scheme operands
+  CHECK_THAT(parse("[site.gelu]\noutput = \"bf16\"\nrounding = \"sr\"\nsr_packed = 1\n"),
+             Contains("pol.toml:4") && Contains("'sr_packed' in site gelu must be true or false"));
+  CHECK_THAT(parse("[site.gelu]\noutput = \"bf16\"\nrounding = \"sr\"\nsr_packed = true\n"),
+             Contains("pol.toml:4") && Contains("sr_bits = 32 does not fit"));
+  CHECK_THAT(parse("[site.gelu]\noutput = \"bf16\"\nsr_bits = 8\nsr_packed = true\n"),
+             Contains("pol.toml:4") && Contains("sr_packed is for stochastic rounding"));
+  CHECK_THAT(parse("[site.\"mlp.fc\"]\ninput_a = \"mxfp4\"\nrounding = \"sr\"\nsr_bits = 8\nsr_packed = true\n"),
+             Contains("sr_packed is not implemented for scaled operands"));
+  {
+    const Policy pk = policy_from_toml("[site.\"mlp.fc\"]\naccumulation = \"strict\"\naccumulator = \"bf16\"\n"
+                                       "output = \"bf16\"\nrounding = \"sr\"\nsr_bits = 8\nsr_packed = true\n",
+                                       "pol.toml");
+    CHECK(pk.at(Site::mlp_fc).sr_packed);
+    CHECK(pk.at(Site::mlp_fc).gemm_spec(0).sr_packed);
+    const SitePlan sp = plan_site(pk.at(Site::mlp_fc));
+    CHECK(sp.gemm->sr_pack == 2);
+    CHECK(sp.output->plan.sr_pack == 2);
+    CHECK_THAT(describe(pk), Contains("sr_bits 8, packed"));
+  }
   CHECK_THAT(parse("[site.\"attn.qk\"]\naccumulation = \"strict\"\naccumulator = \"ps99\"\n"),
              Contains("pol.toml:3") && Contains("ps99") && Contains("out of range 1..23"));
   CHECK_THAT(parse("[site.gelu]\noutput = \"posit8\"\n"), Contains("pol.toml:2") && Contains("unknown format 'posit8'"));

@@ -167,6 +167,25 @@ class Rounding(unittest.TestCase):
                     self.assertTrue(np.array_equal(bits(mantis.round(x, fmt, mode=mode, seed=5)),
                                                    bits(mantis.round_reference(x, fmt, mode=mode, seed=5))))
 
+    def test_packed_random_bits(self):
+        # sr_packed: 4 (sr_bits <= 8) or 2 (<= 16) elements share a Philox word (philox.h sr_word)
+        x = sample(3001, np.float32, 6)
+        for bits_, i0 in ((8, 0), (16, 5), (8, 2 ** 64 - 7)):
+            with self.subTest(sr_bits=bits_, index0=i0):
+                got = mantis.round(x, "bf16", mode="sr", seed=9, index0=i0, sr_bits=bits_, sr_packed=True)
+                want = mantis.round_reference(x, "bf16", mode="sr", seed=9, index0=i0, sr_bits=bits_, sr_packed=True)
+                self.assertTrue(np.array_equal(bits(got.astype(np.float64)), bits(want)))
+                plain = mantis.round(x, "bf16", mode="sr", seed=9, index0=i0, sr_bits=bits_)
+                self.assertFalse(np.array_equal(bits(got), bits(plain)))
+        a, b = sample(6 * 40, np.float32, 7).reshape(6, 40), sample(40 * 9, np.float32, 8).reshape(40, 9)
+        spec = dict(acc="bf16", mode="sr", sr_bits=8, sr_packed=True, seed=3)
+        self.assertTrue(mantis.GemmSpec(**spec).sr_packed)
+        self.assertTrue(np.array_equal(bits(mantis.gemm(a, b, **spec)), bits(mantis.gemm(a, b, reference=True, **spec))))
+        with self.assertRaisesRegex(mantis.Error, "sr_bits = 20 does not fit"):
+            mantis.round(x, "bf16", mode="sr", sr_bits=20, sr_packed=True)
+        with self.assertRaisesRegex(mantis.Error, "sr_packed is for stochastic rounding"):
+            mantis.gemm(a, b, acc="bf16", sr_bits=8, sr_packed=True)
+
     def test_wide_format_needs_float64(self):
         x = sample(10, np.float32)
         self.assertEqual(mantis.round(x, "fp64").dtype, np.float64)

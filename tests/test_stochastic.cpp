@@ -206,3 +206,93 @@ TEST_CASE("plan_round rejects what round_array rejects, with the same message") 
     CHECK_THROWS_WITH(require_fits_float(format_lookup("fp64")), Catch::Equals(e.what()));
   }
 }
+
+// Packed random bits (philox.h sr_word, as Blackwell's cvt.rs): rounding i takes slot i mod P of
+// word ⌊i / P⌋, P = 4 for sr_bits ≤ 8 and 2 for ≤ 16, against the oracle's own restatement.
+TEST_CASE("packed random bits: element i uses slot i mod P of word i / P, every container, any index0") {
+  for (uint64_t i : {uint64_t(0), uint64_t(1), uint64_t(2), uint64_t(3), uint64_t(4), uint64_t(7), uint64_t(1) << 40,
+                     ~uint64_t(0), ~uint64_t(0) - 5})
+    for (int pack : {0, 1, 2}) {
+      // the slot's 32/P bits at the top decide (sr reads its top sr_bits ≤ 32/P); below them
+      // sr_word leaves the next slots' bits, which no rounding reads
+      const int lane = 32 >> pack;
+      INFO("index " << i << " pack " << pack);
+      CHECK(uint64_t(sr_word(9, 4, i, pack)) >> (32 - lane) == uint64_t(oracle_sr_word(9, 4, i, 1 << pack)) >> (32 - lane));
+    }
+  CHECK(sr_word(9, 4, 5, 0) == random_word(9, 4, 5));
+  CHECK(sr_word(9, 4, 6, 2) >> 24 == ((random_word(9, 4, 1) >> 8) & 0xFF));  // slot 2 of word 1: its third byte
+  const Format f = format_lookup("bf16");
+  const auto xd = mantis::test::stratified_doubles(f, 5'003, 21);
+  const std::vector<float> xf(xd.begin(), xd.end());
+  const uint64_t top = ~uint64_t(0);
+  for (int bits : {1, 5, 8, 9, 16})
+    for (Rounding m : {Rounding::sr, Rounding::sre})
+      for (uint64_t index0 : {uint64_t(0), uint64_t(3), uint64_t(1021), top - 2, top - 3000})
+        for (int threads : {1, 2}) {
+          const RoundOptions o{.mode = m, .sr_bits = bits, .seed = 5, .stream = 2, .index0 = index0, .sr_packed = true};
+          const int per_word = bits <= 8 ? 4 : 2;
+          const int saved = num_threads();
+          set_num_threads(threads);
+          std::vector<double> dd(xd.size()), fd(xf.size());
+          std::vector<float> ff(xf.size());
+          round_array(xd.data(), dd.data(), xd.size(), f, o);
+          round_array(xf.data(), fd.data(), xf.size(), f, o);
+          round_array(xf.data(), ff.data(), xf.size(), f, o);
+          set_num_threads(saved);
+          size_t bad = 0;
+          for (size_t i = 0; i < xd.size(); ++i) {
+            const uint32_t w = oracle_sr_word(5, 2, index0 + i, per_word);
+            const double want_d = oracle_round(xd[i], f, m, w, bits), want_f = oracle_round(xf[i], f, m, w, bits);
+            bad += !mantis::test::same(dd[i], want_d) + !mantis::test::same(fd[i], want_f) +
+                   !mantis::test::same(double(ff[i]), want_f);
+          }
+          INFO("sr_bits " << bits << " " << to_string(m) << " index0 " << index0 << " threads " << threads);
+          CHECK(bad == 0);
+          CHECK(round_scalar(xd[7], f, o, 7) == dd[7]);
+        }
+  // Above the parallel threshold: 1 thread == 2 threads, and a slice equals the whole.
+  const auto big = mantis::test::stratified_floats(f, 200'003, 22);
+  const RoundOptions o{.mode = Rounding::sr, .sr_bits = 8, .seed = 6, .sr_packed = true};
+  std::vector<float> one(big.size()), two(big.size()), part(big.size() - 1237);
+  set_num_threads(1);
+  round_array(big.data(), one.data(), big.size(), f, o);
+  set_num_threads(2);
+  round_array(big.data(), two.data(), big.size(), f, o);
+  RoundOptions os = o;
+  os.index0 = 1237;
+  round_array(big.data() + 1237, part.data(), part.size(), f, os);
+  CHECK(std::memcmp(one.data(), two.data(), one.size() * 4) == 0);
+  CHECK(std::memcmp(one.data() + 1237, part.data(), part.size() * 4) == 0);
+  // Unpacked is the default and differs from packed (the words are shared differently).
+  RoundOptions u = o;
+  u.sr_packed = false;
+  round_array(big.data(), two.data(), big.size(), f, u);
+  CHECK(std::memcmp(one.data(), two.data(), one.size() * 4) != 0);
+}
+
+TEST_CASE("packed random bits: sr with 8 bits rounds up with probability ⌊256·frac⌋ / 256") {
+  // x at fraction 0.3 of a bf16 quantum: P(up) = ⌊0.3·256⌋ / 256 with 8 random bits.
+  const double q = std::ldexp(1.0, -7), x = 1 + 0.3 * q;
+  const size_t n = 1 << 20;
+  std::vector<float> v(n, float(x));
+  const RoundOptions o{.mode = Rounding::sr, .sr_bits = 8, .seed = 42, .sr_packed = true};
+  round_array(v.data(), v.data(), n, format_lookup("bf16"), o);
+  size_t ups = 0;
+  for (float y : v) ups += y != 1.0f;
+  const double p = std::floor((double(float(x)) - 1) / q * 256) / 256, sigma = std::sqrt(p * (1 - p) / double(n));
+  INFO("frequency " << double(ups) / double(n) << " want " << p);
+  CHECK(std::fabs(double(ups) / double(n) - p) < 5 * sigma);
+}
+
+TEST_CASE("packed random bits: refused above 16 bits and without a stochastic rounding") {
+  const double x = 1;
+  double y;
+  const RoundOptions wide{.mode = Rounding::sr, .sr_bits = 17, .sr_packed = true};
+  CHECK_THROWS_WITH(round_array(&x, &y, 1, format_lookup("bf16"), wide), Catch::Contains("sr_bits = 17 does not fit"));
+  const RoundOptions rne{.mode = Rounding::rne, .sr_bits = 8, .sr_packed = true};
+  CHECK_THROWS_WITH(round_array(&x, &y, 1, format_lookup("bf16"), rne), Catch::Contains("stochastic rounding"));
+  CHECK_THROWS_WITH(plan_round(format_lookup("bf16"), Rounding::sr, 17, 0, true), Catch::Contains("sr_packed"));
+  CHECK(plan_round(format_lookup("bf16"), Rounding::sr, 16, 0, true).sr_pack == 1);
+  CHECK(plan_round(format_lookup("bf16"), Rounding::sr, 8, 0, true).sr_pack == 2);
+  CHECK(plan_round(format_lookup("bf16"), Rounding::sr, 8, 0, false).sr_pack == 0);
+}

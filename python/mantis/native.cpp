@@ -467,15 +467,20 @@ std::pair<int64_t, int64_t> matrix_shape(const py::array& x) {
   return {rows, cols};
 }
 
-// The random-word arguments of the rounding calls.
-RoundOptions round_options(const Call& c, bool index0 = true) {
+// The random-word arguments of the rounding calls; elementwise (round, round_reference) also
+// index0 and sr_packed (quantize has neither).
+RoundOptions round_options(const Call& c, bool elementwise = true) {
   RoundOptions o;
   o.mode = c.rounding("mode");
   o.seed = c.u64("seed");
   o.stream = c.u64("stream");
-  o.index0 = index0 ? c.u64("index0") : 0;
+  o.index0 = elementwise ? c.u64("index0") : 0;
   o.sr_bits = c.integer<int>("sr_bits", kSrBitsMin, kSrBitsMax);
   validate_sr_bits(o.sr_bits);
+  if (elementwise) {
+    o.sr_packed = c.boolean("sr_packed");
+    validate_sr_packed(o.sr_packed, o.sr_bits, is_stochastic(o.mode));
+  }
   return o;
 }
 
@@ -518,7 +523,8 @@ py::object py_round_reference(const Call& c) {
     py::gil_scoped_release nogil;
     for (size_t i = 0; i < n; ++i) {
       const double v = in64 ? static_cast<const double*>(in)[i] : double(static_cast<const float*>(in)[i]);
-      dst[i] = oracle_round(v, f, o.mode, random_word(o.seed, o.stream, o.index0 + i), o.sr_bits);
+      dst[i] = oracle_round(v, f, o.mode, oracle_sr_word(o.seed, o.stream, o.index0 + i, 1 << sr_pack(o.sr_bits, o.sr_packed)),
+                            o.sr_bits);
     }
   }
   return y;
@@ -578,6 +584,7 @@ Params gemm_spec_params() {
           {"input", py::none()},
           {"input_mode", py::str("rne")},
           {"sr_bits", py::int_(32)},
+          {"sr_packed", py::bool_(false)},
           {"seed", py::int_(0)},
           {"stream", py::int_(0)}};
 }
@@ -596,6 +603,7 @@ GemmSpec gemm_spec(const Call& c) {
   if (!c.none("input")) s.input = c.format("input");
   s.input_mode = c.rounding("input_mode");
   s.sr_bits = c.integer<int>("sr_bits", kSrBitsMin, kSrBitsMax);
+  s.sr_packed = c.boolean("sr_packed");
   s.seed = c.u64("seed");
   s.stream = c.u64("stream");
   validate(s);
@@ -900,6 +908,7 @@ PYBIND11_MODULE(_mantis, m) {
       .def_readonly("split_k", &GemmSpec::split_k)
       .def_readonly("input", &GemmSpec::input)
       .def_readonly("sr_bits", &GemmSpec::sr_bits)
+      .def_readonly("sr_packed", &GemmSpec::sr_packed)
       .def_readonly("seed", &GemmSpec::seed)
       .def_readonly("stream", &GemmSpec::stream)
       .def("__repr__", [](const GemmSpec& s) {
@@ -911,15 +920,17 @@ PYBIND11_MODULE(_mantis, m) {
   const auto zero = py::int_(0);
   def(m, "round",
       {{"x"}, {"fmt"}, {"mode", py::str("rne")}, {"seed", zero}, {"stream", zero}, {"index0", zero},
-       {"out", py::none()}, {"sr_bits", py::int_(32)}},
+       {"out", py::none()}, {"sr_bits", py::int_(32)}, {"sr_packed", py::bool_(false)}},
       "x rounded to fmt (a float32 / float64 array of any shape). The result has x's shape and dtype, float64 "
       "where the format does not fit binary32, or is written into out: x itself (the same bytes, dtype and "
       "shape) or memory x does not share — any other overlap is refused. Element i of the flattened (C-order) "
-      "array uses the Philox word (seed, stream, (index0 + i) mod 2^64).",
+      "array uses the Philox word (seed, stream, (index0 + i) mod 2^64); sr_packed=True: 2 (sr_bits <= 16) or "
+      "4 (<= 8) elements share one word, element i taking slot i mod P of word i / P from the top (Blackwell's "
+      "cvt.rs).",
       py_round);
   def(m, "round_reference",
       {{"x"}, {"fmt"}, {"mode", py::str("rne")}, {"seed", zero}, {"stream", zero}, {"index0", zero},
-       {"sr_bits", py::int_(32)}},
+       {"sr_bits", py::int_(32)}, {"sr_packed", py::bool_(false)}},
       "The MPFR oracle's rounding (a float64 array of x's shape): what round is tested against.", py_round_reference);
   def(m, "quantize",
       {{"x"}, {"scheme"}, {"mode", py::str("rne")}, {"seed", zero}, {"stream", zero}, {"out", py::none()},
@@ -935,7 +946,7 @@ PYBIND11_MODULE(_mantis, m) {
       "D = C + A·B with a rounded accumulator (core/gemm.h): A [M, K], B [K, N] float32, C [M, N] float32 the "
       "addend (rounded to nearest-even into the accumulator format; default zeros). spec is a GemmSpec, an "
       "accumulator format, or keyword arguments of GemmSpec (acc=, mode=, accumulation=, block=, align_bits=, "
-      "tensor_core=, promote_every=, split_k=, input=, input_mode=, sr_bits=, seed=, stream=). "
+      "tensor_core=, promote_every=, split_k=, input=, input_mode=, sr_bits=, sr_packed=, seed=, stream=). "
       "accumulation='tensor_core' with tensor_core='h100' (v100, a100, a2, ada, l40s, h100, h200, b200; ':mma' / "
       "':wgmma' to choose a datapath) is that GPU's matrix unit bit for bit (acc 'fp32' or 'fp16', input fp16, "
       "bf16, tf32, e4m3 or e5m2); promote_every=128 adds each run of 128 products into a binary32 register "

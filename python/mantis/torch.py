@@ -48,15 +48,16 @@ def _numpy(x, call, what="x", dims=None):
 
 class _Round(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x, fmt, mode, seed, stream, index0, sr_bits):
+    def forward(ctx, x, fmt, mode, seed, stream, index0, sr_bits, sr_packed):
         a = _numpy(x, "round")
         y = np.empty_like(a)  # x's dtype: a format wider than binary32 needs a float64 tensor
-        _m.round(a, fmt, mode=mode, seed=seed, stream=stream, index0=index0, sr_bits=sr_bits, out=y)
+        _m.round(a, fmt, mode=mode, seed=seed, stream=stream, index0=index0, sr_bits=sr_bits, sr_packed=sr_packed,
+                 out=y)
         return torch.from_numpy(y)
 
     @staticmethod
     def backward(ctx, g):
-        return g, None, None, None, None, None, None
+        return g, None, None, None, None, None, None, None
 
 
 class _Quantize(torch.autograd.Function):
@@ -71,9 +72,9 @@ class _Quantize(torch.autograd.Function):
 
 
 @_m._api()
-def round(x, fmt, mode="rne", seed=0, stream=0, index0=0, sr_bits=32):
+def round(x, fmt, mode="rne", seed=0, stream=0, index0=0, sr_bits=32, sr_packed=False):
     """x rounded to fmt (same dtype and shape); straight-through gradient."""
-    return _Round.apply(x, fmt, mode, seed, stream, index0, sr_bits)
+    return _Round.apply(x, fmt, mode, seed, stream, index0, sr_bits, sr_packed)
 
 
 @_m._api()

@@ -93,13 +93,24 @@ void bench_round_container(const char* cname, const BenchArgs& a, ojson& results
   const size_t n = a.n;
   std::vector<T> in(n), out(n), copy(n);
   fill_random(in.data(), n, Distribution::normal, 12345, 0);
+  struct Variant {
+    const char* label;
+    Rounding mode;
+    int sr_bits;
+    bool packed;
+  };
+  // sr with one 32-bit word per rounding, and with 8 random bits, four per word (philox.h sr_word)
+  const Variant variants[] = {{"rne", Rounding::rne, 32, false}, {"sr", Rounding::sr, 32, false},
+                              {"sr8p", Rounding::sr, 8, true}};
   for (const char* fname : {"bf16", "fp16", "ps4"}) {
     const Format f = format_lookup(fname);
-    for (Rounding m : {Rounding::rne, Rounding::sr}) {
+    for (const Variant& var : variants) {
       for (int th : a.threads) {
         set_num_threads(th);
         RoundOptions o;
-        o.mode = m;
+        o.mode = var.mode;
+        o.sr_bits = var.sr_bits;
+        o.sr_packed = var.packed;
         o.seed = 1;
         auto rnd = [&] { round_array(in.data(), out.data(), n, f, o); };
         auto cpy = [&] { parallel_memcpy(copy.data(), in.data(), n * sizeof(T), th); };
@@ -113,12 +124,14 @@ void bench_round_container(const char* cname, const BenchArgs& a, ojson& results
         const double ns = median(tr) * 1e9 / double(n), ns_c = median(tc) * 1e9 / double(n);
         results.push_back(ojson{{"container", cname},
                                 {"format", fname},
-                                {"rounding", to_string(m)},
+                                {"rounding", to_string(var.mode)},
+                                {"sr_bits", var.sr_bits},
+                                {"sr_packed", var.packed},
                                 {"threads", th},
                                 {"ns_per_elem", ns},
                                 {"memcpy_ns_per_elem", ns_c},
                                 {"ratio", ns / ns_c}});
-        table += fmt::format("{:<9} {:<6} {:<8} {:>7} {:>12.3f} {:>12.3f} {:>8.2f}\n", cname, fname, to_string(m), th,
+        table += fmt::format("{:<9} {:<6} {:<8} {:>7} {:>12.3f} {:>12.3f} {:>8.2f}\n", cname, fname, var.label, th,
                              ns, ns_c, ns / ns_c);
         progress.update(results.size());
         if (!a.json) {
@@ -149,7 +162,7 @@ ojson bench_round(const BenchArgs& a, Progress& progress) {
 
 // The emulated GEMM's cases, each beside Eigen's float GEMM on the same operands and threads:
 // the baseline (strict ps4 rne) and the same on the portable kernel, then sr (32 random bits:
-// the binary64 container; 18 bits: binary32), unfused, blocked (k_b = 32), a bf16 accumulator,
+// the binary64 container; 18 bits: binary32; 8 bits packed four to a random word), unfused, blocked (k_b = 32), a bf16 accumulator,
 // and e4m3 inputs (operands rounded once, rne) into strict ps4.
 struct GemmCase {
   const char* name;
@@ -159,12 +172,14 @@ struct GemmCase {
 
 std::vector<GemmCase> gemm_cases() {
   auto make = [](const char* name, const char* acc, Rounding mode, Accumulation acc_kind,
-                 const char* input = nullptr, int sr_bits = 32, bool portable = false, const char* gpu = nullptr) {
+                 const char* input = nullptr, int sr_bits = 32, bool portable = false, const char* gpu = nullptr,
+                 bool packed = false) {
     GemmCase c{name, {}, {}};
     c.spec.acc = format_lookup(acc);
     c.spec.acc_mode = mode;
     c.spec.accumulation = acc_kind;
     c.spec.sr_bits = sr_bits;
+    c.spec.sr_packed = packed;
     if (input) c.spec.input = format_lookup(input);
     if (gpu) c.spec.tensor_core = gpu;
     c.plan = plan_gemm(c.spec);
@@ -176,6 +191,7 @@ std::vector<GemmCase> gemm_cases() {
       make("strict ps4 portable", "ps4", Rounding::rne, Accumulation::strict, nullptr, 32, true),
       make("strict ps4 sr", "ps4", Rounding::sr, Accumulation::strict),
       make("strict ps4 sr18", "ps4", Rounding::sr, Accumulation::strict, nullptr, 18),
+      make("strict ps4 sr8 packed", "ps4", Rounding::sr, Accumulation::strict, nullptr, 8, false, nullptr, true),
       make("unfused ps4 rne", "ps4", Rounding::rne, Accumulation::unfused),
       make("blocked ps4 rne", "ps4", Rounding::rne, Accumulation::blocked),
       make("strict bf16 rne", "bf16", Rounding::rne, Accumulation::strict),
@@ -223,6 +239,7 @@ ojson bench_gemm(const BenchArgs& a, Progress& progress) {
                                 {"accumulator", c.spec.acc.name},
                                 {"mode", to_string(c.spec.acc_mode)},
                                 {"sr_bits", c.spec.sr_bits},
+                                {"sr_packed", c.spec.sr_packed},
                                 {"kernel", to_string(c.plan.kernel)},
                                 {"accumulation", to_string(c.spec.accumulation)},
                                 {"input", c.spec.input ? ojson(c.spec.input->name) : ojson(nullptr)},

@@ -125,6 +125,7 @@ GemmSpec dot_spec(const DotArgs& a) {
   s.accumulation = accumulation_from_string(a.accumulation);
   s.block = a.block;
   s.sr_bits = a.sr_bits;
+  s.sr_packed = a.sr_packed;
   s.seed = a.seed;
   s.stream = a.stream;
   return s;
@@ -167,7 +168,9 @@ int run_round(const RoundArgs& a) {
   RoundOptions o;
   o.mode = rounding_from_string(a.rounding);
   validate_sr_bits(a.sr_bits);
+  validate_sr_packed(a.sr_packed, a.sr_bits, is_stochastic(o.mode));
   o.sr_bits = a.sr_bits;
+  o.sr_packed = a.sr_packed;
   o.seed = a.seed;
   o.stream = a.stream;
   o.index0 = 0;
@@ -204,7 +207,8 @@ int run_round(const RoundArgs& a) {
   std::vector<double> y(x.size());
   if (a.reference) {
     for (size_t i = 0; i < x.size(); ++i)
-      y[i] = oracle_round(x[i], f, o.mode, random_word(o.seed, o.stream, o.index0 + i), o.sr_bits);
+      y[i] = oracle_round(x[i], f, o.mode, oracle_sr_word(o.seed, o.stream, o.index0 + i, 1 << sr_pack(o.sr_bits, o.sr_packed)),
+                          o.sr_bits);
   } else if (!x.empty()) {
     round_array(x.data(), y.data(), x.size(), f, o);
   }

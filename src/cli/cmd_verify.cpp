@@ -178,6 +178,7 @@ int run_verify(const VerifyArgs& a) {
   const Format f = format_lookup(a.format);
   const Rounding mode = rounding_from_string(a.rounding);
   validate_sr_bits(a.sr_bits);
+  validate_sr_packed(a.sr_packed, a.sr_bits, is_stochastic(mode));
   const bool use_float = a.container == "float";
   if (!use_float && a.container != "double")
     throw InputError(fmt::format("unknown container '{}' (known: float, double)", a.container));
@@ -194,8 +195,10 @@ int run_verify(const VerifyArgs& a) {
   RoundOptions o;
   o.mode = mode;
   o.sr_bits = a.sr_bits;
+  o.sr_packed = a.sr_packed;
   o.seed = a.seed;
   o.stream = a.stream;
+  const int per_word = 1 << sr_pack(a.sr_bits, a.sr_packed);
 
   std::printf("verify: format %s, rounding %s, %s container, %llu of %llu binary32 patterns (stride %llu), %d thread%s\n",
               f.name.c_str(), to_string(mode), a.container.c_str(), (unsigned long long)count,
@@ -232,7 +235,7 @@ int run_verify(const VerifyArgs& a) {
         uint64_t bad = 0;
         for (uint64_t i = 0; i < n; ++i) {
           const double ref =
-              oracle_round(double(in[i]), f, mode, random_word(o.seed, o.stream, j0 + i), o.sr_bits);
+              oracle_round(double(in[i]), f, mode, oracle_sr_word(o.seed, o.stream, j0 + i, per_word), o.sr_bits);
           if (!same(outd[i], ref)) {
             ++bad;
             if (local.size() < keep) local.push_back({j0 + i, to_bits(in[i]), outd[i], ref});

@@ -132,6 +132,9 @@ void add_rounding(CLI::App& sub, RoundingArgs& r, const std::string& what, const
   sub.add_option("--seed", r.seed, "Philox seed for sr/sre")->capture_default_str()->check(kUint64);
   sub.add_option("--stream", r.stream, "Philox stream for sr/sre")->capture_default_str()->check(kUint64);
   sub.add_option("--sr-bits", r.sr_bits, sr_help)->capture_default_str();
+  sub.add_flag("--sr-packed", r.sr_packed,
+               "2 (sr-bits <= 16) or 4 (<= 8) stochastic roundings per 32-bit random word, as Blackwell's cvt.rs "
+               "(slot i mod P of word i / P, from the top)");
 }
 CLI::Option* add_out(CLI::App& sub, std::string& out, const std::string& help) {
   return sub.add_option("--out,-o", out, help)->check(kPath);

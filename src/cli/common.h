@@ -85,12 +85,13 @@ void add_progress(CLI::App& sub, const std::string& quiet_help = "no progress");
 // "figures: PATH …" on stdout, or one line on stderr saying why none were drawn (the results stand).
 void add_figures(CLI::App& sub);
 void report_figures(const std::string& dir, std::FILE* to = stdout);
-// --format, --rounding, --seed, --stream, --sr-bits: rounding to a format (round, dot, verify).
-// `what` prefixes the format's and the mode's help ("accumulator ").
+// --format, --rounding, --seed, --stream, --sr-bits, --sr-packed: rounding to a format (round,
+// dot, gemm, verify). `what` prefixes the format's and the mode's help ("accumulator ").
 struct RoundingArgs {
   std::string format, rounding = "rne";
   uint64_t seed = 0, stream = 0;
   int sr_bits = 32;
+  bool sr_packed = false;
 };
 void add_rounding(CLI::App& sub, RoundingArgs& r, const std::string& what = "",
                   const std::string& sr_help = "random bits used by sr (1..32)");

@@ -105,13 +105,14 @@ MANTIS_HD uint64_t unfused_product_index(uint64_t o, uint64_t K, uint64_t k) { r
 MANTIS_HD uint64_t unfused_sum_index(uint64_t o, uint64_t K, uint64_t k) { return 2 * (o * K + k) + 1; }
 MANTIS_HD uint64_t blocked_index(uint64_t o, uint64_t nchunks, uint64_t chunk) { return o * nchunks + chunk; }
 
-// The random words of (seed, stream) read at increasing indices, one Philox block per four
-// (an output's indices are consecutive, so each block is generated once). kOn = false: zeros, and
-// no state (the GPU kernels keep many of these in registers).
+// The rounding words of (seed, stream) read at increasing indices, 2^pack per random word
+// (philox.h sr_word), one Philox block per 4·2^pack (an output's indices are consecutive, so each
+// block is generated once). kOn = false: zeros, and no state (the GPU kernels keep many of these
+// in registers).
 template <bool kOn>
 struct WordCache {
   WordCache() = default;
-  MANTIS_HD WordCache(uint64_t, uint64_t) {}
+  MANTIS_HD WordCache(uint64_t, uint64_t, int = 0) {}
   MANTIS_HD uint32_t at(uint64_t) { return 0u; }
 };
 template <>
@@ -119,11 +120,13 @@ struct WordCache<true> {
   uint64_t seed = 0, stream = 0;
   uint64_t block = ~uint64_t(0);  // the block held in blk; ~0: none yet (idx >> 2 < 2^62)
   Philox4 blk{};
+  int pack = 0;
   WordCache() = default;
-  MANTIS_HD WordCache(uint64_t seed_, uint64_t stream_) : seed(seed_), stream(stream_) {}
+  MANTIS_HD WordCache(uint64_t seed_, uint64_t stream_, int pack_ = 0) : seed(seed_), stream(stream_), pack(pack_) {}
   MANTIS_HD uint32_t at(uint64_t idx) {
-    if ((idx >> 2) != block) blk = random_block(seed, stream, block = idx >> 2);
-    return blk.v[idx & 3];
+    const uint64_t w = idx >> pack;
+    if ((w >> 2) != block) blk = random_block(seed, stream, block = w >> 2);
+    return blk.v[w & 3] << ((uint32_t(idx) & ((1u << pack) - 1)) << (5 - pack));
   }
 };
 
@@ -139,7 +142,7 @@ struct OutputAccumulator {
   WordCache<is_stochastic(M)> words;
 
   OutputAccumulator() = default;
-  MANTIS_HD OutputAccumulator(uint64_t seed, uint64_t stream) : words(seed, stream) {}
+  MANTIS_HD OutputAccumulator(uint64_t seed, uint64_t stream, int pack = 0) : words(seed, stream, pack) {}
 
   // Step k of output o (depth K, chunk size kb, nchunks = chunk_count(K, kb)).
   MANTIS_HD void step(float a, float b, const Target<double>& t, uint64_t o, uint64_t K, uint64_t k, uint64_t kb,

@@ -16,6 +16,8 @@ namespace mantis {
 void validate(const GemmSpec& s) {
   validate(s.acc);
   validate_sr_bits(s.sr_bits);
+  validate_sr_packed(s.sr_packed, s.sr_bits,
+                     is_stochastic(s.acc_mode) || (s.input && is_stochastic(s.input_mode)));
   const int p = s.acc.precision();
   // Exact accumulation goes through binary64 round-to-odd: it needs two spare bits.
   if (p > 51)
@@ -154,13 +156,13 @@ void gemm_row_hw(const float* a, const float* B, size_t ldb, double* acc, double
         const float ak = a[k];
         const float* b = B + k * ldb;
         round_step<M>(v, acc, N, t, [&](size_t j) { return strict_value(v[j], ak, b[j]); },
-                      [&](size_t j) { return kRandom ? random_word(s.seed, stream, strict_index(o0 + j, K, k)) : 0u; });
+                      [&](size_t j) { return kRandom ? sr_word(s.seed, stream, strict_index(o0 + j, K, k), s.sr_pack) : 0u; });
       }
       for (size_t j = 0; j < N; ++j) f[j] = promote_step(f[j], v[j]);
     } else {
       for (size_t j = 0; j < N; ++j) {
         const double sum = tc_block_sum(acc[j], a + k0, B + k0 * ldb + j, ldb, k1 - k0, s.align_bits);
-        acc[j] = round_value<M>(sum, t, kRandom ? random_word(s.seed, stream, blocked_index(o0 + j, nchunks, c)) : 0u);
+        acc[j] = round_value<M>(sum, t, kRandom ? sr_word(s.seed, stream, blocked_index(o0 + j, nchunks, c), s.sr_pack) : 0u);
       }
     }
   }
@@ -189,7 +191,7 @@ void gemm_row(const float* a, const float* B, size_t ldb, double* acc, double* v
         const float ak = a[k];
         const float* b = B + k * ldb;
         round_step<M>(acc, v, N, t, [&](size_t j) { return strict_value(acc[j], ak, b[j]); },
-                      [&](size_t j) { return kRandom ? random_word(s.seed, stream, strict_index(o0 + j, K, k)) : 0u; });
+                      [&](size_t j) { return kRandom ? sr_word(s.seed, stream, strict_index(o0 + j, K, k), s.sr_pack) : 0u; });
       }
       break;
     case Accumulation::unfused:
@@ -197,9 +199,9 @@ void gemm_row(const float* a, const float* B, size_t ldb, double* acc, double* v
         const float ak = a[k];
         const float* b = B + k * ldb;
         round_step<M>(prod, v, N, t, [&](size_t j) { return exact_product(ak, b[j]); },
-                      [&](size_t j) { return kRandom ? random_word(s.seed, stream, unfused_product_index(o0 + j, K, k)) : 0u; });
+                      [&](size_t j) { return kRandom ? sr_word(s.seed, stream, unfused_product_index(o0 + j, K, k), s.sr_pack) : 0u; });
         round_step<M>(acc, v, N, t, [&](size_t j) { return sum_value(acc[j], prod[j]); },
-                      [&](size_t j) { return kRandom ? random_word(s.seed, stream, unfused_sum_index(o0 + j, K, k)) : 0u; });
+                      [&](size_t j) { return kRandom ? sr_word(s.seed, stream, unfused_sum_index(o0 + j, K, k), s.sr_pack) : 0u; });
       }
       break;
     case Accumulation::blocked: {
@@ -212,7 +214,7 @@ void gemm_row(const float* a, const float* B, size_t ldb, double* acc, double* v
           for (size_t j = 0; j < N; ++j) chunk[j] = chunk_step(chunk[j], ak, b[j]);
         }
         round_step<M>(acc, v, N, t, [&](size_t j) { return sum_value(acc[j], double(chunk[j])); },
-                      [&](size_t j) { return kRandom ? random_word(s.seed, stream, blocked_index(o0 + j, nchunks, c)) : 0u; });
+                      [&](size_t j) { return kRandom ? sr_word(s.seed, stream, blocked_index(o0 + j, nchunks, c), s.sr_pack) : 0u; });
       }
       break;
     }
@@ -259,11 +261,13 @@ GemmPlan plan_gemm(const GemmSpec& s) {
   p.unit_kernel = MuKernel{s.promote_every, s.split_k};
   p.acc_mode = s.acc_mode;
   p.seed = s.seed;
+  p.sr_pack = sr_pack(s.sr_bits, s.sr_packed);
   p.acc = make_target<double>(s.acc, s.sr_bits);
   p.acc_fits_float = fits_float(s.acc);
   if (p.acc_fits_float) p.acc_f = make_target<float>(s.acc, s.sr_bits);
   p.kernel = fastest_kernel(s);
-  if (s.input) p.input = plan_round(*s.input, s.input_mode, s.sr_bits, s.seed);
+  if (s.input)
+    p.input = plan_round(*s.input, s.input_mode, s.sr_bits, s.seed, s.sr_packed && is_stochastic(s.input_mode));
   return p;
 }
 

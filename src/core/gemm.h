@@ -64,6 +64,7 @@ struct GemmSpec {
   std::optional<Format> input;       // round A and B to this format first (must fit binary32)
   Rounding input_mode = Rounding::rne;
   int sr_bits = 32;                  // for sr; strict needs sr_bits ≤ 52 − (μ+1)
+  bool sr_packed = false;            // 2 (sr_bits ≤ 16) or 4 (≤ 8) roundings per random word (philox.h sr_word)
   uint64_t seed = 0, stream = 0;
 };
 
@@ -102,6 +103,7 @@ struct GemmPlan {
   MuKernel unit_kernel{};            // .. and how the kernel drives it over K
   Rounding acc_mode = Rounding::rne;
   uint64_t seed = 0;
+  int sr_pack = 0;                   // log2 of the accumulator roundings per random word (philox.h sr_word)
   Target<double> acc{};              // the accumulator target in the double container
   Target<float> acc_f{};             // .. and in the float one (when the format fits binary32)
   GemmKernel kernel = GemmKernel::portable;  // a caller may lower it to portable, never raise it

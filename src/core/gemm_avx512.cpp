@@ -195,17 +195,22 @@ template <int G> AVX void philox8(const Rng& g, const __m512i* q, __m512i (*w)[4
 
 AVX __m512i low_halves(__m512i x) { return _mm512_and_si512(x, _mm512_set1_epi64(0xFFFFFFFF)); }
 
-// The word of each lane's index (any index): one Philox block per lane, word idx & 3 of it.
-AVX __m512i word8(const Rng& g, __m512i idx) {
+// The rounding word of each lane's index (any index), 2^pack per random word (philox.h sr_word):
+// one Philox block per lane, word (idx >> pack) & 3 of it, its slot moved to the top of the low half.
+AVX __m512i word8(const Rng& g, __m512i idx, int pack) {
   __m512i w[1][4];
-  const __m512i q = _mm512_srli_epi64(idx, 2);
+  const __m512i wi = _mm512_srl_epi64(idx, _mm_cvtsi32_si128(pack));
+  const __m512i q = _mm512_srli_epi64(wi, 2);
   philox8<1>(g, &q, w);
-  const __m512i sel = _mm512_and_si512(idx, _mm512_set1_epi64(3));
+  const __m512i sel = _mm512_and_si512(wi, _mm512_set1_epi64(3));
   __m512i r = w[0][0];
   r = _mm512_mask_mov_epi64(r, _mm512_cmpeq_epi64_mask(sel, _mm512_set1_epi64(1)), w[0][1]);
   r = _mm512_mask_mov_epi64(r, _mm512_cmpeq_epi64_mask(sel, _mm512_set1_epi64(2)), w[0][2]);
   r = _mm512_mask_mov_epi64(r, _mm512_cmpeq_epi64_mask(sel, _mm512_set1_epi64(3)), w[0][3]);
-  return r;
+  if (pack == 0) return r;
+  // (idx mod 2^pack)·32/2^pack in each lane's low dword (its high dword, garbage, gets count 0)
+  const __m512i slot = _mm512_and_si512(idx, _mm512_set1_epi64((1 << pack) - 1));
+  return _mm512_sllv_epi32(r, _mm512_sll_epi64(slot, _mm_cvtsi32_si128(5 - pack)));
 }
 
 // The low halves of two × 8 lanes as 16 × 32-bit (lanes 0..7 from lo8, 8..15 from hi8): one vpermt2d.
@@ -219,25 +224,27 @@ template <class C> struct LaneIndex;
 template <> struct LaneIndex<F32> {
   static constexpr int kHalves = 2;
   __m512i off[2];  // lanes 0..7 and 8..15
-  AVX __m512i word(const Rng& g, uint64_t at) const {
+  AVX __m512i word(const Rng& g, uint64_t at, int pack) const {
     const __m512i b = _mm512_set1_epi64(int64_t(at));
-    return pack16(word8(g, _mm512_add_epi64(b, off[0])), word8(g, _mm512_add_epi64(b, off[1])));
+    return pack16(word8(g, _mm512_add_epi64(b, off[0]), pack), word8(g, _mm512_add_epi64(b, off[1]), pack));
   }
-  // The Philox block of each lane of half h when at + lane·stride ≡ 0 (mod 4), and the 16 words
-  // of one step from the two halves' blocks.
-  AVX __m512i block(uint64_t at, int h) const {
-    return _mm512_add_epi64(_mm512_set1_epi64(int64_t(at >> 2)), _mm512_srli_epi64(off[h], 2));
+  // The Philox block of each lane of half h when at + lane·stride ≡ 0 (mod 4·2^pack), and the 16
+  // words of one step from the two halves' blocks.
+  AVX __m512i block(uint64_t at, int h, int pack) const {
+    return _mm512_add_epi64(_mm512_set1_epi64(int64_t(at >> (2 + pack))),
+                            _mm512_srl_epi64(off[h], _mm_cvtsi32_si128(2 + pack)));
   }
   AVX static __m512i words(const __m512i* half) { return pack16(half[0], half[1]); }
 };
 template <> struct LaneIndex<F64> {
   static constexpr int kHalves = 1;
   __m512i off[1];
-  AVX __m512i word(const Rng& g, uint64_t at) const {
-    return low_halves(word8(g, _mm512_add_epi64(_mm512_set1_epi64(int64_t(at)), off[0])));
+  AVX __m512i word(const Rng& g, uint64_t at, int pack) const {
+    return low_halves(word8(g, _mm512_add_epi64(_mm512_set1_epi64(int64_t(at)), off[0]), pack));
   }
-  AVX __m512i block(uint64_t at, int) const {
-    return _mm512_add_epi64(_mm512_set1_epi64(int64_t(at >> 2)), _mm512_srli_epi64(off[0], 2));
+  AVX __m512i block(uint64_t at, int, int pack) const {
+    return _mm512_add_epi64(_mm512_set1_epi64(int64_t(at >> (2 + pack))),
+                            _mm512_srl_epi64(off[0], _mm_cvtsi32_si128(2 + pack)));
   }
   AVX static __m512i words(const __m512i* half) { return low_halves(half[0]); }
 };
@@ -342,15 +349,17 @@ template <class C> struct Ctx {
   const float* B;  // K×N
   double* Cm;      // M×N
   const float* zero_row;  // K zeros: the A row of a tile row past M
-  size_t M, N, K, kb, nchunks, stride;  // stride: random words per output
+  size_t M, N, K, kb, nchunks, stride;  // stride: rounding words per output
+  int pack;                              // 2^pack rounding words per random word (philox.h sr_word)
   Consts<C> k;
   Rng rng;
   LaneIndex<C> lanes;
 };
 
-// The random word of step t of a tile vector. Aligned: every lane's index is ≡ 0 (mod 4) at
-// t ≡ 0, so one Philox block serves 4 steps; the tile's blocks for those steps are drawn together
-// (independent chains overlap) when its first vector asks. Else one block per word.
+// The rounding word of step t of a tile vector. Aligned: every lane's index is ≡ 0 (mod Q =
+// 4·2^pack) at t ≡ 0, so one Philox block serves Q steps; the tile's blocks for those steps are
+// drawn together (independent chains overlap) when its first vector asks, and step t takes word
+// (t >> pack) mod 4 of them shifted to its slot. Else one block per word.
 template <class C, Rounding Mode, bool Aligned, int MR, int NV> struct Words {
   static constexpr bool kBuffered = is_stochastic(Mode) && Aligned;
   static constexpr int H = LaneIndex<C>::kHalves, kChains = MR * NV * H;
@@ -360,7 +369,7 @@ template <class C, Rounding Mode, bool Aligned, int MR, int NV> struct Words {
     __m512i q[kChains], w[kChains][4];
     for (int r = 0; r < MR; ++r)
       for (int v = 0; v < NV; ++v)
-        for (int h = 0; h < H; ++h) q[(r * NV + v) * H + h] = c.lanes.block(base[r][v] + t, h);
+        for (int h = 0; h < H; ++h) q[(r * NV + v) * H + h] = c.lanes.block(base[r][v] + t, h, c.pack);
     for (int i = 0; i < kChains; i += 4) philox8<4>(c.rng, q + i, w + i);
     for (int r = 0; r < MR; ++r)
       for (int v = 0; v < NV; ++v)
@@ -374,10 +383,15 @@ template <class C, Rounding Mode, bool Aligned, int MR, int NV> struct Words {
     if constexpr (!is_stochastic(Mode)) {
       return _mm512_setzero_si512();
     } else if constexpr (Aligned) {
-      if (t % 4 == 0 && r == 0 && v == 0) refill(c, base, t);  // (0, 0) is each step's first vector
-      return buf[r][v][t % 4];
+      const uint64_t q = uint64_t(4) << c.pack;
+      if (t % q == 0 && r == 0 && v == 0) refill(c, base, t);  // (0, 0) is each step's first vector
+      const __m512i w = buf[r][v][(t >> c.pack) & 3];
+      if (c.pack == 0) return w;
+      // every lane at slot t mod 2^pack (the lanes' indices differ by multiples of Q)
+      const int slot = int(t & ((uint64_t(1) << c.pack) - 1));
+      return _mm512_sll_epi32(w, _mm_cvtsi32_si128(slot << (5 - c.pack)));
     } else {
-      return c.lanes.word(c.rng, base[r][v] + t);
+      return c.lanes.word(c.rng, base[r][v] + t, c.pack);
     }
   }
 };
@@ -483,6 +497,7 @@ void run_kernel(const GemmPlan& p, const Target<T>& t, const float* A, const flo
   c.M = M, c.N = N, c.K = K, c.kb = p.block;
   c.nchunks = chunk_count(K, p.block);
   c.stride = Acc == Accumulation::strict ? K : Acc == Accumulation::unfused ? 2 * K : c.nchunks;
+  c.pack = p.sr_pack;
   c.k = make_consts<C>(t);
   c.rng = make_rng(p.seed, stream);
   {
@@ -490,8 +505,9 @@ void run_kernel(const GemmPlan& p, const Target<T>& t, const float* A, const flo
     for (int l = 0; l < 16; ++l) off[l] = uint64_t(l) * c.stride;
     std::memcpy(c.lanes.off, off, sizeof(c.lanes.off));
   }
-  // Aligned: every lane's word index is ≡ 0 (mod 4) at t = 0, so one Philox block serves 4 steps.
-  const bool aligned = c.stride % 4 == 0;
+  // Aligned: every lane's word index is ≡ 0 (mod 4·2^pack) at t = 0, so one Philox block serves
+  // 4·2^pack steps.
+  const bool aligned = c.stride % (size_t(4) << c.pack) == 0;
   using U = typename Container<T>::U;
   constexpr int kMinExp = 1 - Container<T>::kBias;
   constexpr U kInf = ((U(1) << (sizeof(U) * 8 - 1 - Container<T>::kMant)) - 1) << Container<T>::kMant;

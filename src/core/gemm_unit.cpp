@@ -10,6 +10,7 @@
 // 2^(emax+1) on (matrix_unit.h's overflow rule). Operands' nominal exponents are computed once per
 // GEMM. Non-finite operands or normalised products take mu_dot per output instead (same bits).
 // Compiled twice: portable and, chosen at run time where the CPU has it, for AVX-512.
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -20,6 +21,7 @@
 
 #if defined(__x86_64__) || defined(__i386__)
 #define MANTIS_X86 1
+#include <immintrin.h>
 #endif
 
 namespace mantis {
@@ -40,65 +42,50 @@ struct UnitConsts {
   Target<double> out;  // the output format (the interleaved units' last addition)
 };
 
-// One pass of the datapath over the products k0 ≤ k < k1 that `half` takes, for JB outputs j
-// (B's row k at B + k·ldb, its exponents at EB + k·ldb): out[j] ← the block result with addend
-// c[j] (out may be c). Every j-loop is branch-free (selects only) and of constant length, so that
-// it vectorises and the block's sums stay in registers; the rounding takes round.h's normal-range
-// shortcut and is redone by the general rounding where a value left that range.
-template <bool kRne, bool kNarrow, size_t JB>
-[[gnu::always_inline]] inline void unit_pass(const UnitConsts& uc, const float* a, const int32_t* ea, const float* B,
-                                             const int32_t* EB, size_t ldb, size_t k0, size_t k1, MuHalf half,
-                                             const double* c, double* out) {
-  constexpr Rounding M = kRne ? Rounding::rne : Rounding::rz;
-  constexpr uint64_t kSign = uint64_t(1) << 63, kInf = uint64_t(0x7FF) << 52;
-  const MuDatapath& d = uc.u->dp;
-  int32_t X[JB];
-  double S[JB], sc[JB], v[JB];
+// One pass of the datapath over the products k0 ≤ k < k1 that `half` takes, for JB outputs j,
+// in four steps: unit_x (the alignment exponents X[j], from the addend c[j] and the products'
+// nominal exponents), unit_scale (X clamped, the scales, c[j] aligned into S[j]), the products'
+// aligned sum into S, and unit_finish (out[j] ← the block result; out may be c). Every j-loop is
+// branch-free (selects only) and of constant length, so that it vectorises; the rounding takes
+// round.h's normal-range shortcut and is redone by the general rounding where a value left that
+// range. A zero operand's nominal exponent kNoTerm keeps its product below every X (X is clamped
+// to ≥ −400 below), and its product adds 0: no test per k is needed.
+template <size_t JB>
+[[gnu::always_inline]] inline void unit_x_from_c(const double* c, int32_t* X) {
+  constexpr uint64_t kSign = uint64_t(1) << 63;
   for (size_t j = 0; j < JB; ++j) {  // c's exponent: its binary32 exponent (≥ −126); zero and specials: none
     const uint64_t u = to_bits(c[j]) & ~kSign;
     const int32_t be = int32_t(u >> 52), ec = be - 1023;
     X[j] = u != 0 && be != 0x7FF ? (ec > -126 ? ec : -126) : kNoTerm;
   }
-  for (size_t k = k0; k < k1; ++k) {
-    if (!mu_takes(half, k - k0) || ea[k] == kNoTerm) continue;
-    const int32_t e = ea[k];
-    const int32_t* eb = EB + k * ldb;
-    for (size_t j = 0; j < JB; ++j) X[j] = X[j] > e + eb[j] ? X[j] : e + eb[j];
-  }
+}
+
+template <size_t JB>
+[[gnu::always_inline]] inline void unit_scale(const MuDatapath& d, const double* c, int32_t* X, double* S,
+                                              float* scf) {
+  constexpr uint64_t kInf = uint64_t(0x7FF) << 52;
   for (size_t j = 0; j < JB; ++j) {
     // X below −400 means no nonzero term (every product's is ≥ −2·149 − 2): the sum is 0 at any
     // scale, and the clamp keeps 2^(±(F − X)) normal (v100's min_align is −1024).
     const int32_t x = X[j] > d.min_align ? X[j] : d.min_align;
     X[j] = x > -400 ? x : -400;
-    sc[j] = pow2(d.frac_bits - X[j]);
     const double cf = (to_bits(c[j]) & kInf) != kInf ? c[j] : 0.0;
-    S[j] = double(int32_t(cf * sc[j]));  // truncates: |·| < 2^28
+    S[j] = double(int32_t(cf * pow2(d.frac_bits - X[j])));  // truncates: |·| < 2^28
+    // the narrow path's scale (narrow_ok): products below 2^(X − 60) truncate to 0 either way
+    scf[j] = float_from_bits(uint32_t(d.frac_bits - (X[j] > -60 ? X[j] : -60) + 127) << 23);
   }
-  if constexpr (kNarrow) {  // 16 lanes: see narrow_ok
-    float scf[JB];
-    int32_t Si[JB];
-    for (size_t j = 0; j < JB; ++j) {
-      scf[j] = float_from_bits(uint32_t(d.frac_bits - (X[j] > -60 ? X[j] : -60) + 127) << 23);
-      Si[j] = 0;
-    }
-    for (size_t k = k0; k < k1; ++k) {
-      if (!mu_takes(half, k - k0) || ea[k] == kNoTerm) continue;
-      const float ak = a[k];
-      const float* b = B + k * ldb;
-      for (size_t j = 0; j < JB; ++j) Si[j] += int32_t(ak * b[j] * scf[j]);
-    }
-    for (size_t j = 0; j < JB; ++j) S[j] += double(Si[j]);
-  } else {
-    for (size_t k = k0; k < k1; ++k) {
-      if (!mu_takes(half, k - k0) || ea[k] == kNoTerm) continue;
-      const double ak = a[k];
-      const float* b = B + k * ldb;
-      for (size_t j = 0; j < JB; ++j) S[j] += double(int32_t(ak * double(b[j]) * sc[j]));
-    }
-  }
+}
+
+template <bool kRne, size_t JB>
+[[gnu::always_inline]] inline void unit_finish(const UnitConsts& uc, const int32_t* X, double* S, const double* c,
+                                               double* out) {
+  constexpr Rounding M = kRne ? Rounding::rne : Rounding::rz;
+  constexpr uint64_t kSign = uint64_t(1) << 63, kInf = uint64_t(0x7FF) << 52;
+  const int F = uc.u->dp.frac_bits;
+  double v[JB];
   uint64_t outside = 0;
   for (size_t j = 0; j < JB; ++j) {
-    v[j] = S[j] * pow2(X[j] - d.frac_bits);
+    v[j] = S[j] * pow2(X[j] - F);
     outside |= outside_normal_range(v[j], uc.dp);
     S[j] = round_normal<M>(v[j], uc.dp, 0u);
   }
@@ -113,6 +100,43 @@ template <bool kRne, bool kNarrow, size_t JB>
   }
 }
 
+// The pass for JB outputs (B's row k at B + k·ldb, its exponents at EB + k·ldb).
+template <bool kRne, bool kNarrow, size_t JB>
+[[gnu::always_inline]] inline void unit_pass(const UnitConsts& uc, const float* a, const int32_t* ea, const float* B,
+                                             const int32_t* EB, size_t ldb, size_t k0, size_t k1, MuHalf half,
+                                             const double* c, double* out) {
+  int32_t X[JB];
+  double S[JB];
+  float scf[JB];
+  unit_x_from_c<JB>(c, X);
+  for (size_t k = k0; k < k1; ++k) {
+    if (!mu_takes(half, k - k0)) continue;
+    const int32_t e = ea[k];
+    const int32_t* eb = EB + k * ldb;
+    for (size_t j = 0; j < JB; ++j) X[j] = X[j] > e + eb[j] ? X[j] : e + eb[j];
+  }
+  unit_scale<JB>(uc.u->dp, c, X, S, scf);
+  if constexpr (kNarrow) {  // 16 lanes: see narrow_ok
+    int32_t Si[JB] = {};
+    for (size_t k = k0; k < k1; ++k) {
+      if (!mu_takes(half, k - k0)) continue;
+      const float ak = a[k];
+      const float* b = B + k * ldb;
+      for (size_t j = 0; j < JB; ++j) Si[j] += int32_t(ak * b[j] * scf[j]);
+    }
+    for (size_t j = 0; j < JB; ++j) S[j] += double(Si[j]);
+  } else {
+    const int F = uc.u->dp.frac_bits;
+    for (size_t k = k0; k < k1; ++k) {
+      if (!mu_takes(half, k - k0)) continue;
+      const double ak = a[k];
+      const float* b = B + k * ldb;
+      for (size_t j = 0; j < JB; ++j) S[j] += double(int32_t(ak * double(b[j]) * pow2(F - X[j])));
+    }
+  }
+  unit_finish<kRne, JB>(uc, X, S, c, out);
+}
+
 // Whether a unit's products can be aligned in binary32 and summed in int32 (unit_pass's narrow
 // path, twice the lanes): inputs of at most 11 bits whose products stay normal binary32 numbers
 // (emin ≥ −14: fp16, e4m3, e5m2; a·b is then exact in binary32, and so is its scaling by
@@ -124,34 +148,22 @@ bool narrow_ok(const MatrixUnit& u) {
          n * (int64_t(1) << (u.dp.frac_bits + 2)) <= (int64_t(1) << 31);
 }
 
-// unit_pass over outputs 0 ≤ j < N: chunks of kChunk, then single outputs.
-constexpr size_t kChunk = 256;
-template <bool kRne, bool kNarrow>
-[[gnu::always_inline]] inline void unit_pass_row(const UnitConsts& uc, const float* a, const int32_t* ea,
-                                                 const float* B, const int32_t* EB, size_t N, size_t k0, size_t k1,
-                                                 MuHalf half, const double* c, double* out) {
-  size_t j = 0;
-  for (; j + kChunk <= N; j += kChunk)
-    unit_pass<kRne, kNarrow, kChunk>(uc, a, ea, B + j, EB + j, N, k0, k1, half, c + j, out + j);
-  for (; j < N; ++j) unit_pass<kRne, kNarrow, 1>(uc, a, ea, B + j, EB + j, N, k0, k1, half, c + j, out + j);
-}
-
-// The unit's chain over products kbeg ≤ k < kend of one row (blocks from kbeg), for outputs j < N:
-// acc[j] is the addend on entry and the result on exit. d1, d2, zero: scratch [N].
-template <bool kRne, bool kNarrow>
-[[gnu::always_inline]] inline void chain_row(const UnitConsts& uc, const float* a, const int32_t* ea, const float* B,
-                                             const int32_t* EB, size_t N, size_t kbeg, size_t kend, double* acc,
-                                             double* d1, double* d2, const double* zero) {
+// The unit's chain over products kbeg ≤ k < kend (blocks from kbeg): acc[0..n) the addends on
+// entry and the results on exit; pass(k0, k1, half, c, out) one pass of the datapath over n
+// outputs; d1, d2, zero: scratch [n].
+template <class Pass>
+[[gnu::always_inline]] inline void unit_chain(const UnitConsts& uc, size_t kbeg, size_t kend, size_t n, double* acc,
+                                              double* d1, double* d2, const double* zero, Pass pass) {
   const MatrixUnit& u = *uc.u;
   const size_t kb = u.interleaved ? 32 : size_t(u.dp.block);
   for (size_t k0 = kbeg; k0 < kend; k0 += kb) {
     const size_t k1 = kend - k0 < kb ? kend : k0 + kb;
     if (!u.interleaved) {
-      unit_pass_row<kRne, kNarrow>(uc, a, ea, B, EB, N, k0, k1, MuHalf::all, acc, acc);
+      pass(k0, k1, MuHalf::all, acc, acc);
     } else {
-      unit_pass_row<kRne, kNarrow>(uc, a, ea, B, EB, N, k0, k1, MuHalf::low, zero, d1);
-      unit_pass_row<kRne, kNarrow>(uc, a, ea, B, EB, N, k0, k1, MuHalf::high, d1, d2);
-      for (size_t j = 0; j < N; ++j) {
+      pass(k0, k1, MuHalf::low, zero, d1);
+      pass(k0, k1, MuHalf::high, d1, d2);
+      for (size_t j = 0; j < n; ++j) {
         const double x = d2[j], y = acc[j];
         const bool fin = x - x == 0 && y - y == 0;
         const double s = add_round_odd(fin ? x : 0.0, fin ? y : 0.0);
@@ -161,40 +173,62 @@ template <bool kRne, bool kNarrow>
   }
 }
 
-// Rows [i0, i1) of D: the kernel's drive of the unit over K (matrix_unit.h MuKernel), each row's
-// outputs j < N together.
+// The kernel's drive of the unit over K (matrix_unit.h MuKernel) for n outputs: d[0..n) ← D with
+// addends c0 (null: none); chain(kbeg, kend, acc) runs the unit over those products into acc.
+// acc, f, g: scratch [n].
+template <class Chain>
+[[gnu::always_inline]] inline void unit_drive(const MuKernel& kn, size_t K, size_t n, const double* c0, double* d,
+                                              double* acc, double* f, double* g, Chain chain) {
+  if (!kn.composed()) {
+    for (size_t j = 0; j < n; ++j) acc[j] = c0 ? c0[j] : 0.0;
+    chain(0, K, acc);
+    for (size_t j = 0; j < n; ++j) d[j] = acc[j];
+    return;
+  }
+  const size_t S = size_t(kn.split_k), part = S > 1 ? (K + S - 1) / S : K;
+  const size_t P = kn.promote_every > 0 ? size_t(kn.promote_every) : std::max<size_t>(part, 1);
+  for (size_t j = 0; j < n; ++j) f[j] = 0.0;
+  for (size_t s0 = 0; s0 < K; s0 += part) {
+    const size_t s1 = std::min(K, s0 + part);
+    for (size_t j = 0; j < n; ++j) g[j] = 0.0;
+    for (size_t r0 = s0; r0 < s1; r0 += P) {  // one run: the unit from 0, then into the register
+      for (size_t j = 0; j < n; ++j) acc[j] = 0.0;
+      chain(r0, std::min(s1, r0 + P), acc);
+      for (size_t j = 0; j < n; ++j) g[j] = promote_step(g[j], acc[j]);
+    }
+    for (size_t j = 0; j < n; ++j) f[j] = promote_step(f[j], g[j]);
+  }
+  for (size_t j = 0; j < n; ++j) d[j] = c0 ? promote_step(f[j], c0[j]) : f[j];
+}
+
+// Rows [i0, i1) of D, each row's outputs j < N together: unit_pass over chunks of kChunk
+// outputs, then single ones.
+constexpr size_t kChunk = 256;
 template <bool kRne, bool kNarrow>
 [[gnu::always_inline]] inline void unit_rows_impl(const UnitConsts& uc, const float* A, const int32_t* EA,
                                                   const float* B, const int32_t* EB, double* D, const double* C0,
                                                   size_t i0, size_t i1, size_t N, size_t K) {
-  const MuKernel& kn = uc.kernel;
   std::vector<double> acc(N), f(N), g(N), d1(N), d2(N), zero(N, 0.0);
   for (size_t i = i0; i < i1; ++i) {
     const float* a = A + i * K;
     const int32_t* ea = EA + i * K;
-    double* d = D + i * N;
-    if (!kn.composed()) {
-      for (size_t j = 0; j < N; ++j) acc[j] = C0 ? C0[i * N + j] : 0.0;
-      chain_row<kRne, kNarrow>(uc, a, ea, B, EB, N, 0, K, acc.data(), d1.data(), d2.data(), zero.data());
-      for (size_t j = 0; j < N; ++j) d[j] = acc[j];
-      continue;
-    }
-    const size_t S = size_t(kn.split_k), part = S > 1 ? (K + S - 1) / S : K;
-    const size_t P = kn.promote_every > 0 ? size_t(kn.promote_every) : std::max<size_t>(part, 1);
-    for (size_t j = 0; j < N; ++j) f[j] = 0.0;
-    for (size_t s0 = 0; s0 < K; s0 += part) {
-      const size_t s1 = std::min(K, s0 + part);
-      for (size_t j = 0; j < N; ++j) g[j] = 0.0;
-      for (size_t r0 = s0; r0 < s1; r0 += P) {  // one run: the unit from 0, then into the register
-        for (size_t j = 0; j < N; ++j) acc[j] = 0.0;
-        chain_row<kRne, kNarrow>(uc, a, ea, B, EB, N, r0, std::min(s1, r0 + P), acc.data(), d1.data(), d2.data(), zero.data());
-        for (size_t j = 0; j < N; ++j) g[j] = promote_step(g[j], acc[j]);
-      }
-      for (size_t j = 0; j < N; ++j) f[j] = promote_step(f[j], g[j]);
-    }
-    for (size_t j = 0; j < N; ++j) d[j] = C0 ? promote_step(f[j], C0[i * N + j]) : f[j];
+    // always_inline: a lambda does not take the enclosing function's target (the AVX-512 instance)
+    auto pass = [&](size_t k0, size_t k1, MuHalf half, const double* c, double* out) __attribute__((always_inline)) {
+      size_t j = 0;
+      for (; j + kChunk <= N; j += kChunk)
+        unit_pass<kRne, kNarrow, kChunk>(uc, a, ea, B + j, EB + j, N, k0, k1, half, c + j, out + j);
+      for (; j < N; ++j) unit_pass<kRne, kNarrow, 1>(uc, a, ea, B + j, EB + j, N, k0, k1, half, c + j, out + j);
+    };
+    unit_drive(uc.kernel, K, N, C0 ? C0 + i * N : nullptr, D + i * N, acc.data(), f.data(), g.data(),
+               [&](size_t kbeg, size_t kend, double* x) __attribute__((always_inline)) {
+                 unit_chain(uc, kbeg, kend, N, x, d1.data(), d2.data(), zero.data(), pass);
+               });
   }
 }
+
+// The register tile of the AVX-512 narrow kernel below (rows × outputs); rows are also the
+// portable kernel's work item.
+constexpr size_t kTileRows = 4, kTileCols = 32;
 
 void unit_rows_portable(const UnitConsts& uc, const float* A, const int32_t* EA, const float* B, const int32_t* EB,
                         double* D, const double* C0, size_t i0, size_t i1, size_t N, size_t K) {
@@ -206,13 +240,104 @@ void unit_rows_portable(const UnitConsts& uc, const float* A, const int32_t* EA,
 }
 
 #if defined(MANTIS_X86)
+// The narrow units on AVX-512, register-blocked: a tile of kTileRows rows × kTileCols outputs
+// keeps each pass's alignment exponents, scales and int32 sums in registers, and each row of B
+// (and of its exponents) loaded once serves every row of the tile. The same arithmetic as
+// unit_pass<kRne, true>: max of int32 exponents, (a·b)·scf in binary32 truncated to int32, summed.
+// GCC 12 warns that _mm512_max_epi32's and _mm512_cvttps_epi32's internal "undefined" source
+// vector may be used uninitialised (a false positive: the unmasked forms ignore it).
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+template <bool kRne>
+[[MANTIS_AVX512_TARGET]] void unit_tile_pass(const UnitConsts& uc, const float* const* ap, const int32_t* const* eap,
+                                             const float* B, const int32_t* EB, size_t ldb, const __mmask16* mp,
+                                             size_t k0, size_t k1, MuHalf half, const double* c, double* out) {
+  constexpr size_t R = kTileRows, W = kTileCols;
+  alignas(64) int32_t X[R][W], Si[R][W];
+  alignas(64) double S[R][W];
+  alignas(64) float scf[R][W];
+  // locals, so that the loops below keep everything in registers (no aliasing with the stores)
+  const __mmask16 m0 = mp[0], m1 = mp[1];
+  const float* a[R];
+  const int32_t* ea[R];
+#pragma GCC unroll 4
+  for (size_t r = 0; r < R; ++r) a[r] = ap[r], ea[r] = eap[r];
+  for (size_t r = 0; r < R; ++r) unit_x_from_c<W>(c + r * W, X[r]);
+  __m512i x[R][2];
+#pragma GCC unroll 4
+  for (size_t r = 0; r < R; ++r) x[r][0] = _mm512_load_si512(X[r]), x[r][1] = _mm512_load_si512(X[r] + 16);
+  for (size_t k = k0; k < k1; ++k) {
+    if (!mu_takes(half, k - k0)) continue;
+    const __m512i eb0 = _mm512_maskz_loadu_epi32(m0, EB + k * ldb), eb1 = _mm512_maskz_loadu_epi32(m1, EB + k * ldb + 16);
+#pragma GCC unroll 4
+    for (size_t r = 0; r < R; ++r) {
+      const __m512i e = _mm512_set1_epi32(ea[r][k]);
+      x[r][0] = _mm512_max_epi32(x[r][0], _mm512_add_epi32(e, eb0));
+      x[r][1] = _mm512_max_epi32(x[r][1], _mm512_add_epi32(e, eb1));
+    }
+  }
+#pragma GCC unroll 4
+  for (size_t r = 0; r < R; ++r) _mm512_store_si512(X[r], x[r][0]), _mm512_store_si512(X[r] + 16, x[r][1]);
+  for (size_t r = 0; r < R; ++r) unit_scale<W>(uc.u->dp, c + r * W, X[r], S[r], scf[r]);
+  __m512 sc[R][2];
+  __m512i si[R][2];
+#pragma GCC unroll 4
+  for (size_t r = 0; r < R; ++r) {
+    sc[r][0] = _mm512_load_ps(scf[r]), sc[r][1] = _mm512_load_ps(scf[r] + 16);
+    si[r][0] = si[r][1] = _mm512_setzero_si512();
+  }
+  for (size_t k = k0; k < k1; ++k) {
+    if (!mu_takes(half, k - k0)) continue;
+    const __m512 b0 = _mm512_maskz_loadu_ps(m0, B + k * ldb), b1 = _mm512_maskz_loadu_ps(m1, B + k * ldb + 16);
+#pragma GCC unroll 4
+    for (size_t r = 0; r < R; ++r) {
+      const __m512 ak = _mm512_set1_ps(a[r][k]);
+      si[r][0] = _mm512_add_epi32(si[r][0], _mm512_cvttps_epi32(_mm512_mul_ps(_mm512_mul_ps(ak, b0), sc[r][0])));
+      si[r][1] = _mm512_add_epi32(si[r][1], _mm512_cvttps_epi32(_mm512_mul_ps(_mm512_mul_ps(ak, b1), sc[r][1])));
+    }
+  }
+#pragma GCC unroll 4
+  for (size_t r = 0; r < R; ++r) _mm512_store_si512(Si[r], si[r][0]), _mm512_store_si512(Si[r] + 16, si[r][1]);
+  for (size_t r = 0; r < R; ++r) {
+    for (size_t j = 0; j < W; ++j) S[r][j] += double(Si[r][j]);
+    unit_finish<kRne, W>(uc, X[r], S[r], c + r * W, out + r * W);
+  }
+}
+#pragma GCC diagnostic pop
+
+// The tile of rows [i0, i1) (at most kTileRows) and outputs j0 .. j0 + kTileCols (those < N);
+// rows past i1 compute zeros (zero_a, zero_e: a row of zeros, K long) and are dropped.
+template <bool kRne>
+[[MANTIS_AVX512_TARGET]] void unit_tile_avx512(const UnitConsts& uc, const float* A, const int32_t* EA,
+                                               const float* B, const int32_t* EB, double* D, const double* C0,
+                                               size_t i0, size_t i1, size_t j0, size_t N, size_t K,
+                                               const float* zero_a, const int32_t* zero_e) {
+  constexpr size_t R = kTileRows, W = kTileCols, n = R * W;
+  const float* a[R];
+  const int32_t* ea[R];
+  for (size_t r = 0; r < R; ++r) {
+    a[r] = i0 + r < i1 ? A + (i0 + r) * K : zero_a;
+    ea[r] = i0 + r < i1 ? EA + (i0 + r) * K : zero_e;
+  }
+  alignas(64) double c0[n], d[n], acc[n], f[n], g[n], d1[n], d2[n], zero[n] = {};
+  const size_t w = std::min(W, N - j0);
+  const __mmask16 m[2] = {__mmask16(w >= 16 ? 0xFFFF : (1u << w) - 1),
+                          __mmask16(w >= 32 ? 0xFFFF : w > 16 ? (1u << (w - 16)) - 1 : 0)};
+  for (size_t r = 0; r < R; ++r)
+    for (size_t j = 0; j < W; ++j) c0[r * W + j] = C0 && i0 + r < i1 && j < w ? C0[(i0 + r) * N + j0 + j] : 0.0;
+  auto pass = [&](size_t k0, size_t k1, MuHalf half, const double* c, double* out) {
+    unit_tile_pass<kRne>(uc, a, ea, B + j0, EB + j0, N, m, k0, k1, half, c, out);
+  };
+  unit_drive(uc.kernel, K, n, C0 ? c0 : nullptr, d, acc, f, g,
+             [&](size_t kbeg, size_t kend, double* x) { unit_chain(uc, kbeg, kend, n, x, d1, d2, zero, pass); });
+  for (size_t r = 0; r < R && i0 + r < i1; ++r)
+    for (size_t j = 0; j < w; ++j) D[(i0 + r) * N + j0 + j] = d[r * W + j];
+}
+
 [[MANTIS_AVX512_TARGET]] void unit_rows_avx512(const UnitConsts& uc, const float* A, const int32_t* EA,
                                                const float* B, const int32_t* EB, double* D, const double* C0,
                                                size_t i0, size_t i1, size_t N, size_t K) {
-  const bool rne = uc.u->dp.out_rne, narrow = narrow_ok(*uc.u);
-  if (rne && narrow) unit_rows_impl<true, true>(uc, A, EA, B, EB, D, C0, i0, i1, N, K);
-  else if (rne) unit_rows_impl<true, false>(uc, A, EA, B, EB, D, C0, i0, i1, N, K);
-  else if (narrow) unit_rows_impl<false, true>(uc, A, EA, B, EB, D, C0, i0, i1, N, K);
+  if (uc.u->dp.out_rne) unit_rows_impl<true, false>(uc, A, EA, B, EB, D, C0, i0, i1, N, K);
   else unit_rows_impl<false, false>(uc, A, EA, B, EB, D, C0, i0, i1, N, K);
 }
 #endif
@@ -229,10 +354,22 @@ Format unit_format(int prec, int emin, int emax) {
 void gemm_unit(const GemmPlan& p, const float* A, const float* B, double* D, size_t M, size_t N, size_t K,
                const double* C0) {
   const MatrixUnit& u = *p.unit;
-  bool finite = !u.dp.normalise;
-  for (size_t i = 0; finite && i < M * K; ++i) finite = A[i] - A[i] == 0;
-  for (size_t i = 0; finite && i < K * N; ++i) finite = B[i] - B[i] == 0;
   const bool parallel = M > 1 && double(M) * double(N) * double(K) >= 1 << 16;
+  // The operands' nominal exponents (zero: kNoTerm), and whether every operand is finite.
+  auto nominal = [&](const float* x, size_t n, std::vector<int32_t>& e) {
+    e.resize(n);
+    int finite = 1;
+#pragma omp parallel for schedule(static) reduction(& : finite) if (parallel && n >= 1 << 16)
+    for (size_t i = 0; i < n; ++i) {
+      const uint32_t bits = to_bits(x[i]) & 0x7FFFFFFFu;
+      finite &= bits < 0x7F800000u;
+      const int32_t v = bits >= 0x00800000u ? int32_t(bits >> 23) - 127 : exp_of(double(x[i]));  // subnormal: via binary64
+      e[i] = bits == 0 ? kNoTerm : (v > u.in_emin ? v : u.in_emin);
+    }
+    return finite != 0;
+  };
+  std::vector<int32_t> EA, EB;
+  const bool finite = nominal(A, M * K, EA) && nominal(B, K * N, EB) && !u.dp.normalise;
   if (!finite) {  // mu_dot per output: the special-value rules block by block
 #pragma omp parallel for schedule(static) if (parallel)
     for (size_t i = 0; i < M; ++i)
@@ -240,31 +377,33 @@ void gemm_unit(const GemmPlan& p, const float* A, const float* B, double* D, siz
         D[i * N + j] = mu_gemm_dot(u, p.unit_kernel, A + i * K, B + j, N, K, C0 ? C0[i * N + j] : 0.0, C0 != nullptr);
     return;
   }
-  auto nominal = [&](const float* x, size_t n, std::vector<int32_t>& e) {
-    e.resize(n);
-    for (size_t i = 0; i < n; ++i) {
-      const int32_t v = x[i] == 0 ? kNoTerm : exp_of(double(x[i]));
-      e[i] = x[i] == 0 ? kNoTerm : (v > u.in_emin ? v : u.in_emin);
-    }
-  };
-  std::vector<int32_t> EA, EB;
-  nominal(A, M * K, EA);
-  nominal(B, K * N, EB);
   UnitConsts uc{&u, p.unit_kernel, make_target<double>(unit_format(u.dp.out_prec, u.dp.out_emin, u.dp.out_emax + 1)),
                 std::ldexp(1.0, u.dp.out_emax + 1), make_target<double>(unit_format(u.out_prec, u.out_emin, u.out_emax))};
   const bool avx = p.kernel != GemmKernel::portable;
-  constexpr size_t kRows = 4;
-  const size_t chunks = (M + kRows - 1) / kRows;
+  // Work items of kTileRows rows × `cols` outputs (the AVX-512 narrow units: one register tile;
+  // else whole rows), panel-major: a thread's run of items reuses each panel of B across row
+  // groups while it is in cache.
+  const bool tiled = avx && narrow_ok(u);
+  const size_t cols = tiled ? kTileCols : std::max<size_t>(N, 1);
+  const size_t groups = (M + kTileRows - 1) / kTileRows, items = groups * ((N + cols - 1) / cols);
+  const std::vector<float> zero_a(tiled ? K : 0, 0.0f);
+  const std::vector<int32_t> zero_e(tiled ? K : 0, kNoTerm);
 #pragma omp parallel for schedule(static) if (parallel)
-  for (size_t c = 0; c < chunks; ++c) {
-    const size_t i0 = c * kRows, i1 = std::min(M, i0 + kRows);
+  for (size_t t = 0; t < items; ++t) {
+    const size_t i0 = (t % groups) * kTileRows, i1 = std::min(M, i0 + kTileRows), j0 = (t / groups) * cols;
 #if defined(MANTIS_X86)
+    if (tiled) {
+      if (u.dp.out_rne)
+        unit_tile_avx512<true>(uc, A, EA.data(), B, EB.data(), D, C0, i0, i1, j0, N, K, zero_a.data(), zero_e.data());
+      else
+        unit_tile_avx512<false>(uc, A, EA.data(), B, EB.data(), D, C0, i0, i1, j0, N, K, zero_a.data(), zero_e.data());
+      continue;
+    }
     if (avx) {
       unit_rows_avx512(uc, A, EA.data(), B, EB.data(), D, C0, i0, i1, N, K);
       continue;
     }
 #endif
-    (void)avx;
     unit_rows_portable(uc, A, EA.data(), B, EB.data(), D, C0, i0, i1, N, K);
   }
 }

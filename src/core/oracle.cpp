@@ -493,15 +493,30 @@ double oracle_matrix_unit_dot(const MatrixUnit& u, const double* a, const double
   return c;
 }
 
+uint32_t oracle_sr_word(uint64_t seed, uint64_t stream, uint64_t index, int per_word) {
+  if (per_word == 1) return random_word(seed, stream, index);
+  // Slot s of P = per_word is the word's s-th field of 32/P bits counted from the top; rounding
+  // reads the top sr_bits of its 32-bit word, so the field is moved there.
+  const uint32_t lane = 32 / uint32_t(per_word), s = uint32_t(index % uint64_t(per_word));
+  const uint32_t field = (random_word(seed, stream, index / uint64_t(per_word)) >> (32 - (s + 1) * lane)) &
+                         ((uint32_t(1) << lane) - 1);
+  return field << (32 - lane);
+}
+
 void oracle_gemm(const float* A, const float* B, double* C, size_t M, size_t N, size_t K, const GemmSpec& spec,
                  const double* C0) {
   validate(spec);
+  // Roundings per random word: 4 for sr_bits ≤ 8, 2 for ≤ 16 when packed (gemm.h sr_packed).
+  const int per_word = !spec.sr_packed ? 1 : spec.sr_bits <= 8 ? 4 : 2;
+  const int per_word_in = spec.input && is_stochastic(spec.input_mode) ? per_word : 1;
   std::vector<double> a(A, A + M * K), b(B, B + K * N);
   if (spec.input) {
     for (size_t i = 0; i < M * K; ++i)
-      a[i] = oracle_round(a[i], *spec.input, spec.input_mode, random_word(spec.seed, spec.stream + kStreamA, i), spec.sr_bits);
+      a[i] = oracle_round(a[i], *spec.input, spec.input_mode,
+                          oracle_sr_word(spec.seed, spec.stream + kStreamA, i, per_word_in), spec.sr_bits);
     for (size_t i = 0; i < K * N; ++i)
-      b[i] = oracle_round(b[i], *spec.input, spec.input_mode, random_word(spec.seed, spec.stream + kStreamB, i), spec.sr_bits);
+      b[i] = oracle_round(b[i], *spec.input, spec.input_mode,
+                          oracle_sr_word(spec.seed, spec.stream + kStreamB, i, per_word_in), spec.sr_bits);
   }
   Format fp32 = format_lookup("fp32");
   std::optional<MatrixUnit> unit;
@@ -513,7 +528,7 @@ void oracle_gemm(const float* A, const float* B, double* C, size_t M, size_t N, 
   };
   mpfr_t acc, prod, v;
   mpfr_inits2(kExact, acc, prod, v, (mpfr_ptr)0);
-  auto rw = [&](uint64_t idx) { return random_word(spec.seed, spec.stream, idx); };
+  auto rw = [&](uint64_t idx) { return oracle_sr_word(spec.seed, spec.stream, idx, per_word); };
   for (size_t i = 0; i < M; ++i)
     for (size_t j = 0; j < N; ++j) {
       const uint64_t o = i * N + j;

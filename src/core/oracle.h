@@ -20,6 +20,11 @@ namespace mantis {
 
 double oracle_round(double x, const Format& f, Rounding m, uint32_t rnd = 0, int sr_bits = 32);
 
+// The random word of rounding `index` of (seed, stream) when per_word (1, 2 or 4) roundings share
+// one (philox.h sr_word, restated): slot s = index mod per_word is the s-th field of 32/per_word
+// bits of word ⌊index / per_word⌋, counted from the top, moved to the top.
+uint32_t oracle_sr_word(uint64_t seed, uint64_t stream, uint64_t index, int per_word);
+
 // Reference GEMM (small shapes): same semantics and random-word indexing as gemm.h; C0 the addend.
 void oracle_gemm(const float* A, const float* B, double* C, size_t M, size_t N, size_t K,
                  const GemmSpec& s, const double* C0 = nullptr);

@@ -44,6 +44,21 @@ MANTIS_HD uint32_t random_word(uint64_t seed, uint64_t stream, uint64_t index) {
   return random_block(seed, stream, index >> 2).v[index & 3];
 }
 
+// Packed random bits (as Blackwell's cvt.rs, which takes one 32-bit word for four 8-bit
+// roundings): 2^pack roundings share a word. Rounding `index` takes word ⌊index / 2^pack⌋ shifted
+// left by (index mod 2^pack)·32/2^pack, so its slot lies in the top bits, where sr reads its
+// sr_bits (≤ 32/2^pack: sr_pack). Slot 0 is the word's top byte (pack = 2) or half (pack = 1);
+// pack = 0 is random_word. Indices are taken mod 2^64 (round_array.h), so word indices run mod
+// 2^(64 − pack).
+MANTIS_HD uint32_t sr_word(uint64_t seed, uint64_t stream, uint64_t index, int pack) {
+  const uint32_t w = random_word(seed, stream, index >> pack);
+  return w << ((uint32_t(index) & ((1u << pack) - 1)) << (5 - pack));
+}
+
+// log2 of the roundings per word: 0 unpacked; packed, 2 for sr_bits ≤ 8, 1 for ≤ 16 (the caller
+// has refused packed with sr_bits > 16: validate_sr_packed).
+MANTIS_HD int sr_pack(int sr_bits, bool packed) { return !packed ? 0 : sr_bits <= 8 ? 2 : 1; }
+
 // The k-th 64-bit random word of (seed, stream): words 2k (high half) and 2k + 1 (low half)
 // (train.cpp's manifest calls it philox64).
 MANTIS_HD uint64_t random_word64(uint64_t seed, uint64_t stream, uint64_t k) {

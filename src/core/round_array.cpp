@@ -39,6 +39,25 @@ void fill_random(uint32_t* buf, uint64_t seed, uint64_t stream, uint64_t g0, siz
     for (int k = 0; k < 4; ++k) buf[j * 4 + k] = w[k][j];
 }
 
+// The words of rounding indices g0 .. g0+len−1 packed 2^pack per random word (philox.h sr_word):
+// the chunk's random words drawn as fill_random does, then each shifted to its slot. A chunk whose
+// indices pass 2^64 − 1 (word indices then wrap mod 2^(64 − pack)) takes sr_word per element.
+void fill_packed(uint32_t* buf, uint32_t* words, uint64_t seed, uint64_t stream, uint64_t g0, size_t len, int pack) {
+  if (g0 + len < g0) {
+    for (size_t i = 0; i < len; ++i) buf[i] = sr_word(seed, stream, g0 + i, pack);
+    return;
+  }
+  const uint64_t w0 = g0 >> pack;
+  const size_t nw = size_t((g0 + len - 1) >> pack) - size_t(w0) + 1;
+  fill_random(words, seed, stream, w0, nw);
+  const uint32_t* w = words + (w0 & 3);
+  const uint32_t lane = 5 - pack, slot = (1u << pack) - 1;
+  for (size_t i = 0; i < len; ++i) {
+    const uint64_t g = g0 + i;
+    buf[i] = w[size_t(g >> pack) - size_t(w0)] << ((uint32_t(g) & slot) << lane);
+  }
+}
+
 // Integer grids under rne (RoundPlan::int_grid): a chunk whose values all lie in [lo, hi], the
 // grid's ends, rounds each by (x + 1.5·2^P) − 1.5·2^P, P the container's mantissa width: for
 // |x| ≤ 2^(P−1) the sum lies in [2^P, 2^(P+1)), where the spacing is 1, so it is x rounded to an
@@ -58,10 +77,11 @@ bool int_chunk(const T* x, T* y, size_t len, T lo, T hi) {
 
 template <Rounding M, bool Int, class T, class Tout>
 void kernel(const T* in, Tout* out, size_t begin, size_t end, const Target<T>& target, uint64_t seed,
-            uint64_t stream, uint64_t index0) {
+            uint64_t stream, uint64_t index0, int pack) {
   const Target<T> t = target;  // a local copy: its fields stay in registers across stores to out
   constexpr bool kRandom = is_stochastic(M);
   alignas(64) uint32_t rnd[kChunk + 8];
+  [[maybe_unused]] alignas(64) uint32_t words[kRandom ? kChunk + 8 : 1];
   [[maybe_unused]] alignas(64) T ibuf[Int ? kChunk : 1];
   [[maybe_unused]] const T lo = t.unsigned_fmt ? T(0) : -from_bits<T>(t.neg_max_bits), hi = from_bits<T>(t.max_bits);
   for (size_t c = begin; c < end; c += kChunk) {
@@ -80,8 +100,13 @@ void kernel(const T* in, Tout* out, size_t begin, size_t end, const Target<T>& t
     const bool normal = outside == 0;
     if constexpr (kRandom) {
       const uint64_t g0 = index0 + c;
-      fill_random(rnd, seed, stream, g0, len);
-      const uint32_t* r = rnd + (g0 & 3);
+      const uint32_t* r = rnd;
+      if (pack == 0) {
+        fill_random(rnd, seed, stream, g0, len);
+        r = rnd + (g0 & 3);
+      } else {
+        fill_packed(rnd, words, seed, stream, g0, len, pack);
+      }
       if (normal)
         for (size_t i = 0; i < len; ++i) y[i] = Tout(round_normal<M>(x[i], t, r[i]));
       else
@@ -96,7 +121,8 @@ void kernel(const T* in, Tout* out, size_t begin, size_t end, const Target<T>& t
 }
 
 template <Rounding M, bool Int, class T, class Tout>
-void run(const T* in, Tout* out, size_t n, const Target<T>& t, uint64_t seed, uint64_t stream, uint64_t index0) {
+void run(const T* in, Tout* out, size_t n, const Target<T>& t, uint64_t seed, uint64_t stream, uint64_t index0,
+         int pack) {
 #if MANTIS_HAVE_OPENMP
   if (n >= kParallelThreshold && omp_get_max_threads() > 1) {
 #pragma omp parallel
@@ -105,12 +131,12 @@ void run(const T* in, Tout* out, size_t n, const Target<T>& t, uint64_t seed, ui
       const size_t nt = size_t(omp_get_num_threads()), id = size_t(omp_get_thread_num());
       const size_t per = ((n + nt - 1) / nt + 3) & ~size_t(3);
       const size_t b = std::min(n, id * per), e = std::min(n, b + per);
-      kernel<M, Int>(in, out, b, e, t, seed, stream, index0);
+      kernel<M, Int>(in, out, b, e, t, seed, stream, index0, pack);
     }
     return;
   }
 #endif
-  kernel<M, Int>(in, out, 0, n, t, seed, stream, index0);
+  kernel<M, Int>(in, out, 0, n, t, seed, stream, index0, pack);
 }
 
 template <class T, class Tout>
@@ -118,8 +144,9 @@ void dispatch(const T* in, Tout* out, size_t n, const Target<T>& t, const RoundP
               uint64_t index0) {
   constexpr int kP = sizeof(T) == 4 ? 23 : 52;  // int_chunk's magic sum needs |x| ≤ 2^(P−1)
   if (p.int_grid && p.mode == Rounding::rne && p.int_max <= std::ldexp(1.0, kP - 1))
-    return run<Rounding::rne, true>(in, out, n, t, p.seed, stream, index0);
-  with_rounding(p.mode, [&](auto mode) { run<decltype(mode)::value, false>(in, out, n, t, p.seed, stream, index0); });
+    return run<Rounding::rne, true>(in, out, n, t, p.seed, stream, index0, 0);
+  with_rounding(p.mode,
+                [&](auto mode) { run<decltype(mode)::value, false>(in, out, n, t, p.seed, stream, index0, p.sr_pack); });
 }
 
 }  // namespace
@@ -129,6 +156,14 @@ void validate_sr_bits(int sr_bits) {
     throw InputError(fmt::format("sr_bits = {} out of range {}..{}", sr_bits, kSrBitsMin, kSrBitsMax));
 }
 
+void validate_sr_packed(bool sr_packed, int sr_bits, bool stochastic) {
+  if (!sr_packed) return;
+  if (sr_bits > 16)
+    throw InputError(fmt::format("sr_packed shares a random word among 2 (sr_bits ≤ 16) or 4 (≤ 8) roundings; "
+                                 "sr_bits = {} does not fit", sr_bits));
+  if (!stochastic) throw InputError("sr_packed is for stochastic rounding (sr, sre); no rounding here is");
+}
+
 void require_fits_float(const Format& f) {
   if (!fits_float(f))
     throw InputError(fmt::format("format {} does not fit a binary32 container (μ ≤ 23, exponents within "
@@ -136,13 +171,15 @@ void require_fits_float(const Format& f) {
                                  f.name));
 }
 
-RoundPlan plan_round(const Format& f, Rounding mode, int sr_bits, uint64_t seed) {
+RoundPlan plan_round(const Format& f, Rounding mode, int sr_bits, uint64_t seed, bool sr_packed) {
   validate(f);
   validate_sr_bits(sr_bits);
+  validate_sr_packed(sr_packed, sr_bits, is_stochastic(mode));
   RoundPlan p;
   p.mode = mode;
   p.sr_bits = sr_bits;
   p.seed = seed;
+  p.sr_pack = sr_pack(sr_bits, sr_packed);
   p.fits_float = fits_float(f);
   if (p.fits_float) p.tf = make_target<float>(f, sr_bits);
   p.td = make_target<double>(f, sr_bits);  // every validated format fits binary64
@@ -177,22 +214,22 @@ void round_array(const RoundPlan& p, const float* in, double* out, size_t n, uin
 
 void round_array(const float* in, float* out, size_t n, const Format& f, const RoundOptions& o) {
   require_fits_float(f);
-  round_array(plan_round(f, o.mode, o.sr_bits, o.seed), in, out, n, o.stream, o.index0);
+  round_array(plan_round(f, o.mode, o.sr_bits, o.seed, o.sr_packed), in, out, n, o.stream, o.index0);
 }
 void round_array(const double* in, double* out, size_t n, const Format& f, const RoundOptions& o) {
-  round_array(plan_round(f, o.mode, o.sr_bits, o.seed), in, out, n, o.stream, o.index0);
+  round_array(plan_round(f, o.mode, o.sr_bits, o.seed, o.sr_packed), in, out, n, o.stream, o.index0);
 }
 void round_array(const double* in, float* out, size_t n, const Format& f, const RoundOptions& o) {
   require_fits_float(f);
-  round_array(plan_round(f, o.mode, o.sr_bits, o.seed), in, out, n, o.stream, o.index0);
+  round_array(plan_round(f, o.mode, o.sr_bits, o.seed, o.sr_packed), in, out, n, o.stream, o.index0);
 }
 void round_array(const float* in, double* out, size_t n, const Format& f, const RoundOptions& o) {
-  round_array(plan_round(f, o.mode, o.sr_bits, o.seed), in, out, n, o.stream, o.index0);
+  round_array(plan_round(f, o.mode, o.sr_bits, o.seed, o.sr_packed), in, out, n, o.stream, o.index0);
 }
 
 double round_scalar(double x, const Format& f, const RoundOptions& o, uint64_t index) {
-  const RoundPlan p = plan_round(f, o.mode, o.sr_bits, o.seed);
-  return round_value(x, p.td, p.mode, random_word(p.seed, o.stream, o.index0 + index));
+  const RoundPlan p = plan_round(f, o.mode, o.sr_bits, o.seed, o.sr_packed);
+  return round_value(x, p.td, p.mode, sr_word(p.seed, o.stream, o.index0 + index, p.sr_pack));
 }
 
 }  // namespace mantis

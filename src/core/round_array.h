@@ -24,6 +24,7 @@ struct RoundOptions {
   uint64_t seed = 0;
   uint64_t stream = 0;
   uint64_t index0 = 0;     // global index of element 0 (for rounding a slice of a larger tensor)
+  bool sr_packed = false;  // several roundings per random word (philox.h sr_word): sr_bits ≤ 16
 };
 
 // A (format, mode, sr_bits, seed) validated once, with its targets precomputed: what a caller
@@ -33,6 +34,7 @@ struct RoundPlan {
   Rounding mode = Rounding::rne;
   int sr_bits = 32;
   uint64_t seed = 0;
+  int sr_pack = 0;           // log2 of the roundings per random word (philox.h sr_word)
   bool fits_float = false;   // the format fits binary32: float output allowed, `tf` set
   Target<float> tf{};        // the float-container target (when fits_float)
   Target<double> td{};       // the double-container target (every validated format)
@@ -43,10 +45,12 @@ struct RoundPlan {
   double int_max = 0;
 };
 
-// Throws InputError (the messages of validate(f) and validate_sr_bits) unless f and sr_bits are valid.
-RoundPlan plan_round(const Format& f, Rounding mode, int sr_bits = 32, uint64_t seed = 0);
+// Throws InputError (the messages of validate(f), validate_sr_bits and validate_sr_packed) unless
+// f, sr_bits and sr_packed are valid.
+RoundPlan plan_round(const Format& f, Rounding mode, int sr_bits = 32, uint64_t seed = 0, bool sr_packed = false);
 
-// Element i uses the random word (p.seed, stream, index0 + i). Float output requires
+// Element i uses the random word sr_word(p.seed, stream, index0 + i, p.sr_pack) (philox.h; unpacked:
+// random_word). Float output requires
 // p.fits_float (the caller checks it when it makes the plan; require_fits_float says why not).
 void round_array(const RoundPlan& p, const float* in, float* out, size_t n, uint64_t stream,
                  uint64_t index0 = 0) noexcept;
@@ -74,6 +78,9 @@ constexpr size_t kParallelThreshold = 1 << 16;
 
 inline constexpr int kSrBitsMin = 1, kSrBitsMax = 32;  // random bits sr may use: a 32-bit word's
 void validate_sr_bits(int sr_bits);
+// Packed random bits (philox.h sr_word): InputError unless sr_bits ≤ 16 and some rounding that uses
+// them (`stochastic`: an sr or sre mode) is asked for.
+void validate_sr_packed(bool sr_packed, int sr_bits, bool stochastic);
 // InputError unless f fits a binary32 container (fits_float), naming the format.
 void require_fits_float(const Format& f);
 

@@ -48,11 +48,11 @@ inline unsigned blocks_for(size_t work) {
 }
 
 // Rounds the device array d[0..n) in place to target t; element i uses
-// random_word(seed, stream, index0 + i). Defined in round_array.cu.
+// sr_word(seed, stream, index0 + i, pack) (philox.h). Defined in round_array.cu.
 void round_device(float* d, size_t n, const Target<float>& t, Rounding m, uint64_t seed,
-                  uint64_t stream, uint64_t index0, cudaStream_t cs = 0);
+                  uint64_t stream, uint64_t index0, int pack, cudaStream_t cs = 0);
 void round_device(double* d, size_t n, const Target<double>& t, Rounding m, uint64_t seed,
-                  uint64_t stream, uint64_t index0, cudaStream_t cs = 0);
+                  uint64_t stream, uint64_t index0, int pack, cudaStream_t cs = 0);
 
 }  // namespace mantis::cuda_detail
 
@@ -71,7 +71,7 @@ struct SchemeWork {
 
 // quantize_scheme on device arrays x, y [p.rows × p.cols] (may alias) with the plan of
 // plan_scheme_blocks; scales / zero_points (device, p.nbr·p.nbc, or null) receive each block's.
-// Element (i, j) uses random_word(p.elem.seed, stream, index0 + i·cols + j). Queued on cs.
+// Element (i, j) uses sr_word(p.elem.seed, stream, index0 + i·cols + j, p.elem.sr_pack). Queued on cs.
 void quantize_scheme_device(const SchemeBlockPlan& p, const float* x, float* y, uint64_t stream, uint64_t index0,
                             double* scales, double* zero_points, SchemeWork* w, cudaStream_t cs);
 void quantize_scheme_device(const SchemeBlockPlan& p, const double* x, double* y, uint64_t stream, uint64_t index0,

@@ -40,13 +40,14 @@ std::vector<T> round_inputs(const Format& f, size_t n, uint64_t seed) {
 
 template <class T>
 void round_case(ContractTally& tl, const Format& f, const std::vector<T>& xs, Rounding m, int sr_bits, uint64_t index0,
-                uint64_t seed) {
-  const RoundOptions o{.mode = m, .sr_bits = sr_bits, .seed = seed, .stream = 5, .index0 = index0};
+                uint64_t seed, bool packed = false) {
+  const RoundOptions o{.mode = m, .sr_bits = sr_bits, .seed = seed, .stream = 5, .index0 = index0, .sr_packed = packed};
   std::vector<T> cpu(xs.size()), gpu(xs.size());
   round_array(xs.data(), cpu.data(), xs.size(), f, o);
   cuda_round_array(xs.data(), gpu.data(), xs.size(), f, o);
-  tl.compare(fmt::format("{} {} sr_bits={} index0={} seed={}", f.name, to_string(m), sr_bits, index0, seed), cpu.data(),
-             gpu.data(), xs.size(), Agreement::bit_exact, 0);
+  tl.compare(fmt::format("{} {} sr_bits={}{} index0={} seed={}", f.name, to_string(m), sr_bits, packed ? " packed" : "",
+                         index0, seed),
+             cpu.data(), gpu.data(), xs.size(), Agreement::bit_exact, 0);
 }
 
 // Every mode on stratified values and every boundary of each format; the stochastic modes also
@@ -67,19 +68,23 @@ void round_contract(ContractTally& tl, double scale) {
     round_case(tl, f, xs, Rounding::sr, 5, 0, 12);
     round_case(tl, f, xs, Rounding::sr, 13, (uint64_t(1) << 40) + 1, 13);
     round_case(tl, f, xs, Rounding::sre, 32, 2, 14);
+    round_case(tl, f, xs, Rounding::sr, 8, 5, 15, true);  // packed: 4 roundings per word, 2
+    round_case(tl, f, xs, Rounding::sr, 16, ~uint64_t(0) - 9, 16, true);
   }
 }
 
-// Sizes 0..5 and 1027, each index0 mod 4: the partial Philox blocks at both ends.
+// Sizes 0..5, 17 and 1027, each index0 mod 16: the partial Philox blocks at both ends, unpacked
+// and packed (4·2^pack elements per block).
 void round_edges_contract(ContractTally& tl, double) {
   const Format f = format_lookup("bf16");
-  for (size_t n : {size_t(0), size_t(1), size_t(2), size_t(3), size_t(5), size_t(1027)})
-    for (uint64_t index0 : {0, 1, 2, 3})
-      for (Rounding m : {Rounding::rne, Rounding::sr}) {
-        auto xs = stratified_floats(f, std::max<size_t>(n, 1), 77 + n);
-        xs.resize(n);
-        round_case(tl, f, xs, m, 32, index0, 9);
-      }
+  for (size_t n : {size_t(0), size_t(1), size_t(2), size_t(3), size_t(5), size_t(17), size_t(1027)})
+    for (uint64_t index0 = 0; index0 < 16; ++index0) {
+      auto xs = stratified_floats(f, std::max<size_t>(n, 1), 77 + n);
+      xs.resize(n);
+      if (index0 < 4)
+        for (Rounding m : {Rounding::rne, Rounding::sr}) round_case(tl, f, xs, m, 32, index0, 9);
+      for (int bits : {8, 16}) round_case(tl, f, xs, Rounding::sr, bits, index0, 9, true);
+    }
 }
 
 struct GemmShape {
@@ -106,11 +111,12 @@ void gemm_contract(ContractTally& tl, double scale, Accumulation acc) {
                        .align_bits = 24, .sr_bits = 16, .seed = seed, .stream = 3};
             if (acc == Accumulation::blocked || acc == Accumulation::promoted) s.block = 8 + int(seed) * 11;  // not a tile multiple
             if (input) s.input = format_lookup("e4m3"), s.input_mode = m;
+            if (m == Rounding::sr && seed == 2) s.sr_packed = true, s.sr_bits = input ? 8 : 16;  // philox.h sr_word
             std::vector<double> cpu(sh.M * sh.N), gpu(sh.M * sh.N);
             gemm(A.data(), B.data(), cpu.data(), sh.M, sh.N, sh.K, s);
             cuda_gemm(A.data(), B.data(), gpu.data(), sh.M, sh.N, sh.K, s);
-            tl.compare(fmt::format("{}x{}x{} {} {}{} seed={}", sh.M, sh.N, sh.K, fn, to_string(m),
-                                   input ? " input=e4m3" : "", seed),
+            tl.compare(fmt::format("{}x{}x{} {} {}{}{} seed={}", sh.M, sh.N, sh.K, fn, to_string(m),
+                                   s.sr_packed ? " packed" : "", input ? " input=e4m3" : "", seed),
                        cpu.data(), gpu.data(), cpu.size(), Agreement::bit_exact, 0);
           }
     }

@@ -42,10 +42,10 @@ Stream::~Stream() {
 void Stream::synchronize() const { MANTIS_CUDA_CHECK(cudaStreamSynchronize(native(*this))); }
 
 void round(float* x, size_t n, const RoundPlan& p, uint64_t stream, uint64_t index0, const Stream& s) {
-  cuda_detail::round_device(x, n, p.tf, p.mode, p.seed, stream, index0, native(s));
+  cuda_detail::round_device(x, n, p.tf, p.mode, p.seed, stream, index0, p.sr_pack, native(s));
 }
 void round(double* x, size_t n, const RoundPlan& p, uint64_t stream, uint64_t index0, const Stream& s) {
-  cuda_detail::round_device(x, n, p.td, p.mode, p.seed, stream, index0, native(s));
+  cuda_detail::round_device(x, n, p.td, p.mode, p.seed, stream, index0, p.sr_pack, native(s));
 }
 
 namespace {

@@ -27,7 +27,7 @@ constexpr int kTX = 16, kTY = 16, kBK = 16;
 template <Rounding M, Accumulation kAcc, int TM, int TN>
 __global__ void __launch_bounds__(kTX * kTY)
 gemm_tiled_kernel(const float* __restrict__ A, const float* __restrict__ B, double* __restrict__ C, size_t Mr,
-                  size_t N, size_t K, size_t kb, Target<double> t, uint64_t seed, uint64_t stream) {
+                  size_t N, size_t K, size_t kb, Target<double> t, uint64_t seed, uint64_t stream, int pack) {
   constexpr int BM = kTY * TM, BN = kTX * TN;
   __shared__ float As[BM][kBK + 1];  // [rows, k] (+1: no bank conflicts on the column writes)
   __shared__ float Bs[kBK][BN];      // [k, cols]
@@ -39,7 +39,7 @@ gemm_tiled_kernel(const float* __restrict__ A, const float* __restrict__ B, doub
 #pragma unroll
   for (int r = 0; r < TM; ++r)
 #pragma unroll
-    for (int c = 0; c < TN; ++c) acc[r][c] = OutputAccumulator<M, kAcc>(seed, stream);
+    for (int c = 0; c < TN; ++c) acc[r][c] = OutputAccumulator<M, kAcc>(seed, stream, pack);
 
   for (size_t k0 = 0; k0 < K; k0 += kBK) {
     for (int e = tid; e < BM * kBK; e += kTX * kTY) {  // A slice: 16 consecutive k per row
@@ -80,14 +80,14 @@ gemm_tiled_kernel(const float* __restrict__ A, const float* __restrict__ B, doub
 template <Rounding M>
 __global__ void gemm_tc_kernel(const float* __restrict__ A, const float* __restrict__ B, double* __restrict__ C,
                                size_t Mr, size_t N, size_t K, size_t kb, int align_bits, Target<double> t,
-                               uint64_t seed, uint64_t stream) {
+                               uint64_t seed, uint64_t stream, int pack) {
   const size_t total = Mr * N;
   const size_t stride = size_t(gridDim.x) * blockDim.x;
   for (size_t o = size_t(blockIdx.x) * blockDim.x + threadIdx.x; o < total; o += stride) {
     const size_t i = o / N, j = o - i * N;
     const float* a = A + i * K;
     const float* b = B + j;
-    WordCache<is_stochastic(M)> rs(seed, stream);
+    WordCache<is_stochastic(M)> rs(seed, stream, pack);
     double acc = 0.0;
     const size_t nchunks = chunk_count(K, kb);
     for (size_t c = 0; c < nchunks; ++c) {
@@ -119,7 +119,8 @@ void launch_tiled(const GemmPlan& p, const float* A, const float* B, double* C, 
   if (gy > 65535) throw std::runtime_error("cuda gemm: M = " + std::to_string(M) + " rows exceed the grid (at most " +
                                            std::to_string(65535 * kTY * TM) + ")");
   const dim3 block(kTX, kTY), grid(unsigned((N + kTX * TN - 1) / (kTX * TN)), unsigned(gy));
-  gemm_tiled_kernel<R, kAcc, TM, TN><<<grid, block, 0, cs>>>(A, B, C, M, N, K, p.block, p.acc, p.seed, stream);
+  gemm_tiled_kernel<R, kAcc, TM, TN><<<grid, block, 0, cs>>>(A, B, C, M, N, K, p.block, p.acc, p.seed, stream,
+                                                                    p.sr_pack);
 }
 
 }  // namespace
@@ -131,8 +132,8 @@ void gpu::gemm(const GemmPlan& p, float* A, float* B, double* C, size_t M, size_
   if (M == 0 || N == 0) return;
   const cudaStream_t cs = native(s);
   if (p.input) {  // A[i,k]: index i·K + k of stream + kStreamA; B[k,j]: index k·N + j of + kStreamB
-    round_device(A, M * K, p.input->tf, p.input->mode, p.seed, stream + kStreamA, 0, cs);
-    round_device(B, K * N, p.input->tf, p.input->mode, p.seed, stream + kStreamB, 0, cs);
+    round_device(A, M * K, p.input->tf, p.input->mode, p.seed, stream + kStreamA, 0, p.input->sr_pack, cs);
+    round_device(B, K * N, p.input->tf, p.input->mode, p.seed, stream + kStreamB, 0, p.input->sr_pack, cs);
   }
   with_rounding(p.acc_mode, [&](auto mode) {
     constexpr Rounding R = decltype(mode)::value;
@@ -147,7 +148,7 @@ void gpu::gemm(const GemmPlan& p, float* A, float* B, double* C, size_t M, size_
           break;
         }
         gemm_tc_kernel<R><<<blocks_for(M * N), kThreads, 0, cs>>>(A, B, C, M, N, K, p.block, p.align_bits, p.acc,
-                                                                  p.seed, stream);
+                                                                  p.seed, stream, p.sr_pack);
         break;
     }
     MANTIS_CUDA_CHECK_LAUNCH();

@@ -20,25 +20,27 @@ __global__ void round_kernel(T* d, size_t n, Target<T> t) {
     d[i] = round_value<M>(d[i], t, 0u);
 }
 
-// sr / sre: one Philox block (4 words, global indices 4b..4b+3) per thread, so every word is
-// generated once. Group g covers local elements [4g − lead, 4g − lead + 4) ∩ [0, n), with
-// lead = index0 mod 4; its block is (index0 + i) >> 2 for each of them (mod 2^62, as the CPU's
-// wrapping index0 + i would give).
+// sr / sre: one Philox block (4 words) per thread, so every word is generated once; a word serves
+// 2^pack consecutive elements (philox.h sr_word), so a block serves Q = 4·2^pack. Group g covers
+// local elements [Q·g − lead, Q·g − lead + Q) ∩ [0, n), with lead = index0 mod Q; its block is
+// (index0 + i) >> (2 + pack) for each of them (mod 2^(62 − pack), as the CPU's wrapping index0 + i
+// would give).
 template <Rounding M, class T>
 __global__ void round_stochastic_kernel(T* d, size_t n, Target<T> t, uint64_t seed,
-                                        uint64_t stream, uint64_t index0) {
-  const uint64_t lead = index0 & 3;
-  const uint64_t groups = (lead + n + 3) >> 2;
+                                        uint64_t stream, uint64_t index0, int pack) {
+  const int qlog = 2 + pack;
+  const uint64_t q = uint64_t(1) << qlog, lead = index0 & (q - 1);
+  const uint64_t groups = (lead + n + q - 1) >> qlog;
   const uint64_t stride = uint64_t(gridDim.x) * blockDim.x;
   for (uint64_t g = uint64_t(blockIdx.x) * blockDim.x + threadIdx.x; g < groups; g += stride) {
-    const uint64_t block = ((index0 >> 2) + g) & ((uint64_t(1) << 62) - 1);
+    const uint64_t block = ((index0 >> qlog) + g) & ((uint64_t(1) << (62 - pack)) - 1);
     const Philox4 r = random_block(seed, stream, block);
-#pragma unroll
-    for (int w = 0; w < 4; ++w) {
-      const uint64_t v = 4 * g + w;  // = i + lead
+    for (uint64_t e = 0; e < q; ++e) {
+      const uint64_t v = q * g + e;  // = i + lead
       if (v >= lead && v - lead < n) {
         const size_t i = size_t(v - lead);
-        d[i] = round_value<M>(d[i], t, r.v[w]);
+        const uint32_t slot = uint32_t(e) & ((1u << pack) - 1);
+        d[i] = round_value<M>(d[i], t, r.v[e >> pack] << (slot << (5 - pack)));
       }
     }
   }
@@ -46,13 +48,14 @@ __global__ void round_stochastic_kernel(T* d, size_t n, Target<T> t, uint64_t se
 
 template <class T>
 void round_device_impl(T* d, size_t n, const Target<T>& t, Rounding m, uint64_t seed,
-                       uint64_t stream, uint64_t index0, cudaStream_t cs) {
+                       uint64_t stream, uint64_t index0, int pack, cudaStream_t cs) {
   if (n == 0) return;
   with_rounding(m, [&](auto mode) {
     constexpr Rounding M = decltype(mode)::value;
     if constexpr (is_stochastic(M)) {
-      const size_t groups = ((index0 & 3) + n + 3) >> 2;
-      round_stochastic_kernel<M, T><<<blocks_for(groups), kThreads, 0, cs>>>(d, n, t, seed, stream, index0);
+      const uint64_t q = uint64_t(4) << pack;
+      const size_t groups = size_t(((index0 & (q - 1)) + n + q - 1) >> (2 + pack));
+      round_stochastic_kernel<M, T><<<blocks_for(groups), kThreads, 0, cs>>>(d, n, t, seed, stream, index0, pack);
     } else {
       round_kernel<M, T><<<blocks_for(n), kThreads, 0, cs>>>(d, n, t);
     }
@@ -64,14 +67,14 @@ void round_device_impl(T* d, size_t n, const Target<T>& t, Rounding m, uint64_t 
 constexpr size_t kChunkBytes = size_t(1) << 29;
 
 template <class T>
-void round_host(const T* in, T* out, size_t n, const Target<T>& t, const RoundOptions& o) {
+void round_host(const T* in, T* out, size_t n, const Target<T>& t, const RoundOptions& o, int pack) {
   if (n == 0) return;
   const size_t chunk = std::min(n, kChunkBytes / sizeof(T));
   DeviceBuffer<T> buf(chunk);
   for (size_t off = 0; off < n; off += chunk) {
     const size_t len = std::min(chunk, n - off);
     buf.upload(in + off, len);
-    round_device_impl(buf.get(), len, t, o.mode, o.seed, o.stream, o.index0 + off, cudaStream_t(0));
+    round_device_impl(buf.get(), len, t, o.mode, o.seed, o.stream, o.index0 + off, pack, cudaStream_t(0));
     buf.download(out + off, len);  // synchronous: also reports kernel execution errors
   }
 }
@@ -79,12 +82,12 @@ void round_host(const T* in, T* out, size_t n, const Target<T>& t, const RoundOp
 }  // namespace
 
 void round_device(float* d, size_t n, const Target<float>& t, Rounding m, uint64_t seed,
-                  uint64_t stream, uint64_t index0, cudaStream_t cs) {
-  round_device_impl(d, n, t, m, seed, stream, index0, cs);
+                  uint64_t stream, uint64_t index0, int pack, cudaStream_t cs) {
+  round_device_impl(d, n, t, m, seed, stream, index0, pack, cs);
 }
 void round_device(double* d, size_t n, const Target<double>& t, Rounding m, uint64_t seed,
-                  uint64_t stream, uint64_t index0, cudaStream_t cs) {
-  round_device_impl(d, n, t, m, seed, stream, index0, cs);
+                  uint64_t stream, uint64_t index0, int pack, cudaStream_t cs) {
+  round_device_impl(d, n, t, m, seed, stream, index0, pack, cs);
 }
 
 }  // namespace cuda_detail
@@ -111,14 +114,14 @@ std::string cuda_device_name() {
 void cuda_round_array(const float* in, float* out, size_t n, const Format& f,
                       const RoundOptions& o) {
   require_fits_float(f);  // before validate(f), as round_array
-  const RoundPlan p = plan_round(f, o.mode, o.sr_bits, o.seed);
-  cuda_detail::round_host(in, out, n, p.tf, o);
+  const RoundPlan p = plan_round(f, o.mode, o.sr_bits, o.seed, o.sr_packed);
+  cuda_detail::round_host(in, out, n, p.tf, o, p.sr_pack);
 }
 
 void cuda_round_array(const double* in, double* out, size_t n, const Format& f,
                       const RoundOptions& o) {
-  const RoundPlan p = plan_round(f, o.mode, o.sr_bits, o.seed);
-  cuda_detail::round_host(in, out, n, p.td, o);
+  const RoundPlan p = plan_round(f, o.mode, o.sr_bits, o.seed, o.sr_packed);
+  cuda_detail::round_host(in, out, n, p.td, o, p.sr_pack);
 }
 
 }  // namespace mantis

@@ -117,7 +117,7 @@ __global__ void __launch_bounds__(kThreads) scheme_kernel(SchemeBlockPlan p, con
       const int64_t at = (r0 + i) * p.cols + c0 + (e - i * nc);
       const T v = x[at];
       if (kind == BlockKind::values) clipped += element_clipped(p, b, double(v));
-      const uint32_t word = is_stochastic(M) ? random_word(p.elem.seed, stream, index0 + uint64_t(at)) : 0u;
+      const uint32_t word = is_stochastic(M) ? sr_word(p.elem.seed, stream, index0 + uint64_t(at), p.elem.sr_pack) : 0u;
       y[at] = scheme_element<M>(p, b, kind, plain, v, word);
     }
   }

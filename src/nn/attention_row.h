@@ -285,6 +285,7 @@ struct ElementRound {
   bool on = false;
   Rounding mode = Rounding::rne;
   uint64_t seed = 0;
+  int sr_pack = 0;  // roundings per random word, log2 (philox.h sr_word)
   Target<float> t{};
   double max_finite = 0;
 };
@@ -295,6 +296,7 @@ struct ElementSite {
   Accumulation acc = Accumulation::strict;
   Rounding mode = Rounding::rne;
   uint64_t block = 32, seed = 0;
+  int sr_pack = 0;
   int align_bits = 24;
   bool has_unit = false;  // tensor_core with a GPU: its matrix unit
   MatrixUnit unit{};
@@ -323,7 +325,7 @@ struct AttentionArgs {
 MANTIS_HD float round_element(const ElementRound& r, float x, uint64_t stream, uint64_t index,
                               SiteHealth* h = nullptr) {
   if (h) health_count_overflow(*h, x, r.max_finite);
-  const uint32_t w = is_stochastic(r.mode) ? random_word(r.seed, stream, index) : 0u;
+  const uint32_t w = is_stochastic(r.mode) ? sr_word(r.seed, stream, index, r.sr_pack) : 0u;
   return round_value(x, r.t, r.mode, w);
 }
 
@@ -333,7 +335,7 @@ MANTIS_HD double emulated_element(const ElementSite& s, const float* a, const fl
                                   uint64_t stream, uint64_t o) {
   if constexpr (kAcc == Accumulation::tensor_core) {
     if (s.has_unit) return mu_dot(s.unit, a, b, size_t(ldb), size_t(K), 0.0);
-    WordCache<is_stochastic(M)> words(s.seed, stream);
+    WordCache<is_stochastic(M)> words(s.seed, stream, s.sr_pack);
     const uint64_t nchunks = chunk_count(size_t(K), size_t(s.block));
     double acc = 0.0;
     for (uint64_t c = 0; c < nchunks; ++c) {
@@ -343,7 +345,7 @@ MANTIS_HD double emulated_element(const ElementSite& s, const float* a, const fl
     }
     return acc;
   } else {
-    OutputAccumulator<M, kAcc> acc(s.seed, stream);
+    OutputAccumulator<M, kAcc> acc(s.seed, stream, s.sr_pack);
     const uint64_t nchunks = chunk_count(size_t(K), size_t(s.block));
     for (int64_t k = 0; k < K; ++k) acc.step(a[k], b[k * ldb], s.t, o, uint64_t(K), uint64_t(k), s.block, nchunks);
     return acc.value();
@@ -448,14 +450,14 @@ MANTIS_HD float attention_pv(const AttentionArgs& A, const float* P, int64_t h, 
 // host only (plain inline: nvcc's device pass parses, never generates them).
 inline ElementRound element_round(const std::optional<RoundStep>& r) {
   ElementRound d;
-  if (r) d.on = true, d.mode = r->plan.mode, d.seed = r->plan.seed, d.t = r->plan.tf, d.max_finite = r->max_finite;
+  if (r) d.on = true, d.mode = r->plan.mode, d.seed = r->plan.seed, d.sr_pack = r->plan.sr_pack, d.t = r->plan.tf, d.max_finite = r->max_finite;
   return d;
 }
 inline ElementSite element_site(const SitePlan& p) {
   ElementSite d;
   if (p.gemm) {
     d.emulated = true, d.acc = p.gemm->accumulation, d.mode = p.gemm->acc_mode, d.block = p.gemm->block;
-    d.seed = p.gemm->seed, d.align_bits = p.gemm->align_bits, d.t = p.gemm->acc;
+    d.seed = p.gemm->seed, d.sr_pack = p.gemm->sr_pack, d.align_bits = p.gemm->align_bits, d.t = p.gemm->acc;
     if (p.gemm->unit) d.has_unit = true, d.unit = *p.gemm->unit;
   }
   d.out = element_round(p.output);

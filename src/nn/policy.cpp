@@ -26,8 +26,8 @@ constexpr const char* kSiteNames[kSiteCount] = {"attn.qkv", "attn.qk", "attn.pv"
 
 const char* kGemmKeys =
     "accumulation, accumulator, align_bits, block, input, input_a, input_b, output, promote_every, rounding, seed, "
-    "split_k, sr_bits, tensor_core; sub-tables dx, dw";
-const char* kNonlinearKeys = "input, output, rounding, seed, sr_bits";
+    "split_k, sr_bits, sr_packed, tensor_core; sub-tables dx, dw";
+const char* kNonlinearKeys = "input, output, rounding, seed, sr_bits, sr_packed";
 
 // "layer.<n>.<site>" → (n, site); "<site>" → (−1, site); nullopt otherwise.
 std::optional<std::pair<int, Site>> parse_site_name(std::string_view name) {
@@ -63,8 +63,8 @@ SitePolicy parse_site(Site site, const toml::table& t, const std::string& source
   for (auto&& [k, v] : t) {
     static const char* gemm_keys[] = {"accumulation", "accumulator", "align_bits", "block",   "input",      "input_a",
                                       "input_b",      "output",      "rounding",   "seed",    "sr_bits",    "tensor_core",
-                                      "promote_every", "split_k"};
-    static const char* nl_keys[] = {"input", "output", "rounding", "seed", "sr_bits"};
+                                      "promote_every", "split_k",  "sr_packed"};
+    static const char* nl_keys[] = {"input", "output", "rounding", "seed", "sr_bits", "sr_packed"};
     bool known = gemm_site && !where.ends_with(".dx") && !where.ends_with(".dw") && (k.str() == "dx" || k.str() == "dw");
     if (gemm_site) { for (auto* g : gemm_keys) known |= k.str() == g; }
     else { for (auto* g : nl_keys) known |= k.str() == g; }
@@ -110,6 +110,11 @@ SitePolicy parse_site(Site site, const toml::table& t, const std::string& source
   if (auto r = get_str("rounding")) p.rounding = at_line("rounding", [&] { return rounding_from_string(*r); });
   if (auto v = get_int("seed", 0, INT64_MAX)) p.seed = uint64_t(*v);
   if (auto v = get_int("sr_bits", kSrBitsMin, kSrBitsMax)) p.sr_bits = int(*v);
+  if (const toml::node* n = t.get("sr_packed")) {
+    if (!n->is_boolean()) throw InputError(fmt::format("{}: 'sr_packed' in site {} must be true or false", line(*n), where));
+    p.sr_packed = n->as_boolean()->get();
+    at_line("sr_packed", [&] { validate_sr_packed(p.sr_packed, p.sr_bits, is_stochastic(p.rounding)); return 0; });
+  }
   p.input = get_format("input", true);
   p.output = get_format("output", true);
   if (!gemm_site) return p;
@@ -123,6 +128,9 @@ SitePolicy parse_site(Site site, const toml::table& t, const std::string& source
       if (q->format && !fits_float(*q->format))
         throw InputError(fmt::format("{}: {} format '{}' of site {} does not fit binary32 (the forward pass rounds "
                                      "binary32 values)", line(*t.get(key)), key, q->format->name, where));
+      if (q->scheme && p.sr_packed)
+        throw InputError(fmt::format("{}: site {}: sr_packed is not implemented for scaled operands (scheme {}); "
+                                     "use one word per rounding there", line(*t.get(key)), where, q->scheme->name));
     }
 
   // tensor_core = "<GPU>": that GPU's matrix unit; "<preset>": the superseded model's parameters
@@ -282,6 +290,7 @@ GemmSpec SitePolicy::gemm_spec(uint64_t stream) const {
   s.input = input;
   s.input_mode = rounding;
   s.sr_bits = sr_bits;
+  s.sr_packed = sr_packed;
   s.seed = seed;
   s.stream = stream;
   return s;
@@ -345,9 +354,17 @@ void validate(const SitePolicy& p, Site site) {
         if (p.rounding == Rounding::sr && p.sr_bits > 52 - e.precision())
           throw InputError(fmt::format("policy: site {}: sr_bits {} > 52 − p = {} for scheme {}'s element {}", n,
                                        p.sr_bits, 52 - e.precision(), (*q)->scheme->name, e.name));
+        if (p.sr_packed)
+          throw InputError(fmt::format("policy: site {}: sr_packed is not implemented for scaled operands (scheme {}); "
+                                       "use one word per rounding there", n, (*q)->scheme->name));
       }
     }
   validate_sr_bits(p.sr_bits);
+  try {
+    validate_sr_packed(p.sr_packed, p.sr_bits, is_stochastic(p.rounding));
+  } catch (const InputError& e) {
+    throw InputError(fmt::format("policy: site {}: {}", n, e.what()));
+  }
   try {
     if (p.accumulation) validate(p.gemm_spec(0));
   } catch (const InputError& e) {
@@ -494,7 +511,8 @@ std::string describe(const Policy& pol) {
     if (p.output) parts.push_back("output " + p.output->name);
     if (p.is_native()) parts.push_back("binary32");
     else if (p.rounding == Rounding::sr || p.rounding == Rounding::sre)
-      parts.push_back(fmt::format("{} (seed {}, sr_bits {})", to_string(p.rounding), p.seed, p.sr_bits));
+      parts.push_back(fmt::format("{} (seed {}, sr_bits {}{})", to_string(p.rounding), p.seed, p.sr_bits,
+                                  p.sr_packed ? ", packed" : ""));
     else
       parts.push_back(to_string(p.rounding));
     return fmt::format("{}: {}\n", name, fmt::join(parts, ", "));
@@ -533,7 +551,7 @@ SitePlan plan_site(const SitePolicy& p) {
   auto step = [&](const std::optional<Format>& f) -> std::optional<RoundStep> {
     if (!f) return std::nullopt;
     require_fits_float(*f);  // the passes round binary32 values in place
-    return RoundStep{plan_round(*f, p.rounding, p.sr_bits, p.seed), max_finite(*f)};
+    return RoundStep{plan_round(*f, p.rounding, p.sr_bits, p.seed, p.sr_packed), max_finite(*f)};
   };
   s.input = step(p.input);
   s.output = step(p.output);

@@ -56,7 +56,9 @@
 //   output       = format       round the site's result: (A·B) / divisor + bias, in binary32
 //   rounding     = mode         for every rounding at the site (input, accumulator, output); rne
 //   seed, sr_bits               randomness of sr / sre (round_array.h); defaults 0 and 32
-// Nonlinearity site keys: input, output, rounding, seed, sr_bits.
+//   sr_packed = true            2 (sr_bits ≤ 16) or 4 (≤ 8) roundings per random word, as
+//                               Blackwell's cvt.rs (philox.h sr_word); not with scheme operands
+// Nonlinearity site keys: input, output, rounding, seed, sr_bits, sr_packed.
 // Training (backward.h): a GEMM site entry may hold sub-tables `dx` and `dw` with the GEMM keys,
 // the two backward GEMMs of that site — dX = dY·W (gradient of the first operand) and
 // dW = dYᵀ·X (of the second: the weight; at attn.qk the keys, at attn.pv the values):
@@ -140,6 +142,7 @@ struct SitePolicy {
   std::optional<OperandQuant> input_a, input_b;  // GEMM sites: each operand's own (not with input)
   Rounding rounding = Rounding::rne;
   int sr_bits = 32;
+  bool sr_packed = false;                    // 2 or 4 roundings per random word (philox.h sr_word)
   uint64_t seed = 0;
 
   // Plain binary32: native accumulation and no rounding at all.
