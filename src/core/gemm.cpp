@@ -273,21 +273,22 @@ GemmPlan plan_gemm(const GemmSpec& s) {
 
 void gemm(const GemmPlan& p, const float* A, const float* B, double* C, size_t M, size_t N, size_t K,
           uint64_t stream, const double* C0) {
-  std::vector<float> Ar, Br;
-  std::vector<double> Cr;
+  // The rounded operands and addend live in per-thread scratch kept across calls (gemm_kernel.h).
+  thread_local std::vector<float> Ar, Br;
+  thread_local std::vector<double> Cr;
   if (C0) {  // the addend in the accumulator format (promoted: its binary32 output accumulator)
-    Cr.resize(M * N);
+    double* c = gemm_scratch(Cr, M * N);
     for (size_t i = 0; i < M * N; ++i)
-      Cr[i] = p.accumulation == Accumulation::promoted ? double(float(C0[i])) : round_value<Rounding::rne>(C0[i], p.acc, 0u);
-    C0 = Cr.data();
+      c[i] = p.accumulation == Accumulation::promoted ? double(float(C0[i])) : round_value<Rounding::rne>(C0[i], p.acc, 0u);
+    C0 = c;
   }
   if (p.input) {  // operands rounded once to the input format, each on its own stream
-    Ar.resize(M * K);
-    Br.resize(K * N);
-    round_array(*p.input, A, Ar.data(), M * K, stream + kStreamA);
-    round_array(*p.input, B, Br.data(), K * N, stream + kStreamB);
-    A = Ar.data();
-    B = Br.data();
+    float* a = gemm_scratch(Ar, M * K);
+    float* b = gemm_scratch(Br, K * N);
+    round_array(*p.input, A, a, M * K, stream + kStreamA);
+    round_array(*p.input, B, b, K * N, stream + kStreamB);
+    A = a;
+    B = b;
   }
   if (p.unit)
     gemm_unit(p, A, B, C, M, N, K, C0);

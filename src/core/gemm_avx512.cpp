@@ -358,13 +358,14 @@ template <class C> struct Ctx {
 
 // The rounding word of step t of a tile vector. Aligned: every lane's index is ≡ 0 (mod Q =
 // 4·2^pack) at t ≡ 0, so one Philox block serves Q steps; the tile's blocks for those steps are
-// drawn together (independent chains overlap) when its first vector asks, and step t takes word
-// (t >> pack) mod 4 of them shifted to its slot. Else one block per word.
+// drawn together (independent chains overlap) by prepare(t), and step t takes word (t >> pack)
+// mod 4 of them shifted to its slot. Else one block per word.
 template <class C, Rounding Mode, bool Aligned, int MR, int NV> struct Words {
   static constexpr bool kBuffered = is_stochastic(Mode) && Aligned;
   static constexpr int H = LaneIndex<C>::kHalves, kChains = MR * NV * H;
   __m512i buf[kBuffered ? MR : 1][kBuffered ? NV : 1][4];
-  AVX void refill(const Ctx<C>& c, const uint64_t (*base)[NV], uint64_t t) {
+  // Not inlined: its 160 vectors of chains would crowd the tile's accumulators out of registers.
+  [[MANTIS_AVX512_TARGET, gnu::noinline]] void refill(const Ctx<C>& c, const uint64_t (*base)[NV], uint64_t t) {
     static_assert(kChains % 4 == 0);
     __m512i q[kChains], w[kChains][4];
     for (int r = 0; r < MR; ++r)
@@ -379,23 +380,33 @@ template <class C, Rounding Mode, bool Aligned, int MR, int NV> struct Words {
           buf[r][v][d] = LaneIndex<C>::words(half);
         }
   }
+  // Before the vectors of step t ask: the blocks of steps t .. t + Q − 1 when t starts them (kept
+  // out of the vectors' loop, so that it stays unrolled with the accumulators in registers).
+  // The steps one refill serves (K: all, when none is needed); the tile's step loops are split
+  // into runs of that many, refilled at each run's start, so that no call sits in the inner loop.
+  AVX static uint64_t run(const Ctx<C>& c) {
+    return kBuffered ? uint64_t(4) << c.pack : ~uint64_t(0);
+  }
+  AVX void prepare(const Ctx<C>& c, const uint64_t (*base)[NV], uint64_t t) {
+    if constexpr (kBuffered)
+      if (t % (uint64_t(4) << c.pack) == 0) refill(c, base, t);
+  }
   AVX __m512i get(const Ctx<C>& c, const uint64_t (*base)[NV], int r, int v, uint64_t t) {
     if constexpr (!is_stochastic(Mode)) {
       return _mm512_setzero_si512();
     } else if constexpr (Aligned) {
-      const uint64_t q = uint64_t(4) << c.pack;
-      if (t % q == 0 && r == 0 && v == 0) refill(c, base, t);  // (0, 0) is each step's first vector
-      const __m512i w = buf[r][v][(t >> c.pack) & 3];
-      if (c.pack == 0) return w;
-      // every lane at slot t mod 2^pack (the lanes' indices differ by multiples of Q)
+      // every lane at slot t mod 2^pack (the lanes' indices differ by multiples of Q); shift 0
+      // when unpacked: no branch, and the same for the step's every vector (hoisted)
       const int slot = int(t & ((uint64_t(1) << c.pack) - 1));
-      return _mm512_sll_epi32(w, _mm_cvtsi32_si128(slot << (5 - c.pack)));
+      return _mm512_sll_epi32(buf[r][v][(t >> c.pack) & 3], _mm_cvtsi32_si128(slot << (5 - c.pack)));
     } else {
       return c.lanes.word(c.rng, base[r][v] + t, c.pack);
     }
   }
 };
 
+// The r and v loops are unrolled by pragma: the stochastic modes' larger bodies passed GCC's
+// size limit for complete unrolling, and the accumulators then lived in memory (2.6× slower).
 template <class C, Rounding Mode, Accumulation Acc, int MR, int NV, bool Aligned, int G>
 [[MANTIS_AVX512_TARGET]] bool tile(const Ctx<C>& c, size_t i0, size_t j0) {
   using V = typename C::V;
@@ -424,11 +435,17 @@ template <class C, Rounding Mode, Accumulation Acc, int MR, int NV, bool Aligned
   Words<C, Mode, Aligned, MR, NV> w;
 
   if constexpr (Acc == Accumulation::strict) {
-    for (size_t kk = 0; kk < K; ++kk) {
+    const size_t q = size_t(std::min<uint64_t>(w.run(c), K));
+    for (size_t k0 = 0; k0 < K; k0 += q) {
+    w.prepare(c, base, k0);
+    for (size_t kk = k0; kk < std::min(K, k0 + q); ++kk) {
       V b[NV];
+      #pragma GCC unroll 4
       for (int v = 0; v < NV; ++v) b[v] = C::load(c.B + kk * N + j0 + size_t(v) * L, m[v]);
+      #pragma GCC unroll 4
       for (int r = 0; r < MR; ++r) {
         const V av = C::bcast(a[r] + kk);
+        #pragma GCC unroll 4
         for (int v = 0; v < NV; ++v) {
           const __m512i x = round_odd<C>(k, C::fma_rd(av, b[v], acc[r][v]), C::fma_ru(av, b[v], acc[r][v]));
           track<C, G>(k, g, x);
@@ -436,12 +453,19 @@ template <class C, Rounding Mode, Accumulation Acc, int MR, int NV, bool Aligned
         }
       }
     }
+    }
   } else if constexpr (Acc == Accumulation::unfused) {
-    for (size_t kk = 0; kk < K; ++kk) {
+    const size_t q = size_t(std::min<uint64_t>(w.run(c) / 2, K));  // two words a step
+    for (size_t k0 = 0; k0 < K; k0 += q) {
+    w.prepare(c, base, 2 * k0);
+    for (size_t kk = k0; kk < std::min(K, k0 + q); ++kk) {
       V b[NV];
+      #pragma GCC unroll 4
       for (int v = 0; v < NV; ++v) b[v] = C::load(c.B + kk * N + j0 + size_t(v) * L, m[v]);
+      #pragma GCC unroll 4
       for (int r = 0; r < MR; ++r) {
         const V av = C::bcast(a[r] + kk);
+        #pragma GCC unroll 4
         for (int v = 0; v < NV; ++v) {
           const __m512i x = round_odd<C>(k, C::mul_rd(av, b[v]), C::mul_ru(av, b[v]));
           track<C, G>(k, g, x);
@@ -452,21 +476,30 @@ template <class C, Rounding Mode, Accumulation Acc, int MR, int NV, bool Aligned
         }
       }
     }
+    }
   } else {
     for (size_t ch = 0; ch < c.nchunks; ++ch) {
       CV s[MR][NV];
+      #pragma GCC unroll 4
       for (int r = 0; r < MR; ++r)
+        #pragma GCC unroll 4
         for (int v = 0; v < NV; ++v) s[r][v] = C::czero();
       const size_t k1 = std::min(K, (ch + 1) * c.kb);
       for (size_t kk = ch * c.kb; kk < k1; ++kk) {
         CV b[NV];
+        #pragma GCC unroll 4
         for (int v = 0; v < NV; ++v) b[v] = C::cload(c.B + kk * N + j0 + size_t(v) * L, m[v]);
+        #pragma GCC unroll 4
         for (int r = 0; r < MR; ++r) {
           const CV av = C::cbcast(a[r] + kk);
+          #pragma GCC unroll 4
           for (int v = 0; v < NV; ++v) s[r][v] = C::cfma(av, b[v], s[r][v]);
         }
       }
+      w.prepare(c, base, ch);
+      #pragma GCC unroll 4
       for (int r = 0; r < MR; ++r)
+        #pragma GCC unroll 4
         for (int v = 0; v < NV; ++v) {
           const V cv = C::widen(s[r][v]);
           const __m512i x = round_odd<C>(k, C::add_rd(acc[r][v], cv), C::add_ru(acc[r][v], cv));

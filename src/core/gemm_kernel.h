@@ -12,6 +12,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #include "core/cpu.h"
 #include "core/gemm.h"
@@ -30,6 +31,14 @@ void gemm_avx512(const GemmPlan& p, const float* A, const float* B, double* C, s
 // input format; C0 in the output format, or null). p.kernel: portable, or AVX-512 (either label).
 void gemm_unit(const GemmPlan& p, const float* A, const float* B, double* D, size_t M, size_t N, size_t K,
                const double* C0);
+
+// At least n elements of a per-thread scratch vector (grown, never shrunk; contents unspecified):
+// a GEMM's rounded operands and exponents are M·K and K·N long, and fresh pages for them on every
+// call cost page faults that took a quarter of a 512³ matrix-unit GEMM (perf, this project's VMs).
+template <class T> T* gemm_scratch(std::vector<T>& v, size_t n) {
+  if (v.size() < n) v.resize(n);
+  return v.data();
+}
 
 // Rows [i0, i1) × columns [j0, j1) of C by the portable kernel (any value, any range).
 void gemm_tile_portable(const GemmPlan& p, const float* A, const float* B, double* C, size_t N, size_t K,

@@ -356,8 +356,7 @@ void gemm_unit(const GemmPlan& p, const float* A, const float* B, double* D, siz
   const MatrixUnit& u = *p.unit;
   const bool parallel = M > 1 && double(M) * double(N) * double(K) >= 1 << 16;
   // The operands' nominal exponents (zero: kNoTerm), and whether every operand is finite.
-  auto nominal = [&](const float* x, size_t n, std::vector<int32_t>& e) {
-    e.resize(n);
+  auto nominal = [&](const float* x, size_t n, int32_t* e) {
     int finite = 1;
 #pragma omp parallel for schedule(static) reduction(& : finite) if (parallel && n >= 1 << 16)
     for (size_t i = 0; i < n; ++i) {
@@ -368,7 +367,9 @@ void gemm_unit(const GemmPlan& p, const float* A, const float* B, double* D, siz
     }
     return finite != 0;
   };
-  std::vector<int32_t> EA, EB;
+  thread_local std::vector<int32_t> ea_scratch, eb_scratch;
+  int32_t* EA = gemm_scratch(ea_scratch, M * K);
+  int32_t* EB = gemm_scratch(eb_scratch, K * N);
   const bool finite = nominal(A, M * K, EA) && nominal(B, K * N, EB) && !u.dp.normalise;
   if (!finite) {  // mu_dot per output: the special-value rules block by block
 #pragma omp parallel for schedule(static) if (parallel)
@@ -394,17 +395,17 @@ void gemm_unit(const GemmPlan& p, const float* A, const float* B, double* D, siz
 #if defined(MANTIS_X86)
     if (tiled) {
       if (u.dp.out_rne)
-        unit_tile_avx512<true>(uc, A, EA.data(), B, EB.data(), D, C0, i0, i1, j0, N, K, zero_a.data(), zero_e.data());
+        unit_tile_avx512<true>(uc, A, EA, B, EB, D, C0, i0, i1, j0, N, K, zero_a.data(), zero_e.data());
       else
-        unit_tile_avx512<false>(uc, A, EA.data(), B, EB.data(), D, C0, i0, i1, j0, N, K, zero_a.data(), zero_e.data());
+        unit_tile_avx512<false>(uc, A, EA, B, EB, D, C0, i0, i1, j0, N, K, zero_a.data(), zero_e.data());
       continue;
     }
     if (avx) {
-      unit_rows_avx512(uc, A, EA.data(), B, EB.data(), D, C0, i0, i1, N, K);
+      unit_rows_avx512(uc, A, EA, B, EB, D, C0, i0, i1, N, K);
       continue;
     }
 #endif
-    unit_rows_portable(uc, A, EA.data(), B, EB.data(), D, C0, i0, i1, N, K);
+    unit_rows_portable(uc, A, EA, B, EB, D, C0, i0, i1, N, K);
   }
 }
 
