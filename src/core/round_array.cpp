@@ -40,22 +40,26 @@ void fill_random(uint32_t* buf, uint64_t seed, uint64_t stream, uint64_t g0, siz
 }
 
 // The words of rounding indices g0 .. g0+len−1 packed 2^pack per random word (philox.h sr_word):
-// the chunk's random words drawn as fill_random does, then each shifted to its slot. A chunk whose
-// indices pass 2^64 − 1 (word indices then wrap mod 2^(64 − pack)) takes sr_word per element.
-void fill_packed(uint32_t* buf, uint32_t* words, uint64_t seed, uint64_t stream, uint64_t g0, size_t len, int pack) {
+// the chunk's random words drawn as fill_random does, each expanded into its 2^pack slots (slot s
+// shifted left by s·32/2^pack) from an aligned start; returns where index g0's word lies in buf
+// (buf holds kChunk + 8). A chunk whose indices pass 2^64 − 1 (word indices then wrap mod
+// 2^(64 − pack)) takes sr_word per element.
+const uint32_t* fill_packed(uint32_t* buf, uint32_t* words, uint64_t seed, uint64_t stream, uint64_t g0, size_t len,
+                            int pack) {
   if (g0 + len < g0) {
     for (size_t i = 0; i < len; ++i) buf[i] = sr_word(seed, stream, g0 + i, pack);
-    return;
+    return buf;
   }
   const uint64_t w0 = g0 >> pack;
-  const size_t nw = size_t((g0 + len - 1) >> pack) - size_t(w0) + 1;
+  const size_t nw = size_t((g0 + len - 1) >> pack) - size_t(w0) + 1;  // nw·2^pack ≤ len + 2·4 − 1
   fill_random(words, seed, stream, w0, nw);
   const uint32_t* w = words + (w0 & 3);
-  const uint32_t lane = 5 - pack, slot = (1u << pack) - 1;
-  for (size_t i = 0; i < len; ++i) {
-    const uint64_t g = g0 + i;
-    buf[i] = w[size_t(g >> pack) - size_t(w0)] << ((uint32_t(g) & slot) << lane);
-  }
+  if (pack == 1)
+    for (size_t j = 0; j < nw; ++j) buf[2 * j] = w[j], buf[2 * j + 1] = w[j] << 16;
+  else
+    for (size_t j = 0; j < nw; ++j)
+      buf[4 * j] = w[j], buf[4 * j + 1] = w[j] << 8, buf[4 * j + 2] = w[j] << 16, buf[4 * j + 3] = w[j] << 24;
+  return buf + (g0 & ((uint64_t(1) << pack) - 1));
 }
 
 // Integer grids under rne (RoundPlan::int_grid): a chunk whose values all lie in [lo, hi], the
@@ -105,7 +109,7 @@ void kernel(const T* in, Tout* out, size_t begin, size_t end, const Target<T>& t
         fill_random(rnd, seed, stream, g0, len);
         r = rnd + (g0 & 3);
       } else {
-        fill_packed(rnd, words, seed, stream, g0, len, pack);
+        r = fill_packed(rnd, words, seed, stream, g0, len, pack);
       }
       if (normal)
         for (size_t i = 0; i < len; ++i) y[i] = Tout(round_normal<M>(x[i], t, r[i]));
