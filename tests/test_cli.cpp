@@ -89,7 +89,8 @@ TEST_CASE("input errors: status 2 and one line naming the problem", "[cli][error
     check_error(run({"round", "--format", "bf16", "--rounding", "sr", "--sr-bits", "33"}, "1\n"), {"33"});
     check_error(run({"round", "--format", "bf16", "--rounding", "sr", "--sr-bits", "17", "--sr-packed"}, "1\n"),
                 {"sr_bits = 17 does not fit"});
-    check_error(run({"round", "--format", "bf16", "--sr-packed"}, "1\n"), {"sr_packed is for stochastic rounding"});
+    check_error(run({"round", "--format", "bf16", "--sr-bits", "8", "--sr-packed"}, "1\n"),
+                {"sr_packed is for stochastic rounding"});
   }
   SECTION("unparsable number names its line") {
     check_error(run({"round", "--format", "bf16"}, "1\n2.5\n1.5x\n4\n"), {"line 3", "1.5x"});

@@ -362,6 +362,45 @@ TEST_CASE("kernel-level accumulation: promotion and split-K on the unit against 
              Catch::Contains("split_k = 0 is outside 1.."));
 }
 
+TEST_CASE("the GPU probe's scoring: each set's measured outputs are its GPU's preset's, not another's", "[matrix_unit]") {
+  // What `mantis probe-tensor-cores` does with a GPU's outputs (probe_groups, probe_matches), fed
+  // each set's measured D as if this machine's GPU had produced it.
+  size_t sets = 0, discriminated = 0;
+  for (const DataSet& s : data_sets()) {
+    const std::vector<ProbeGroup> groups = probe_groups({s});
+    REQUIRE(groups.size() == 1);  // one K per set
+    const ProbeGroup& g = groups[0];
+    std::vector<float> d;
+    for (const MeasuredTest& t : s.tests) d.push_back(t.d);
+    REQUIRE(g.c.size() == d.size());
+    const MatrixUnitPreset& own = matrix_unit(s.gpu, format_lookup(s.input), format_lookup(s.output));
+    INFO(s.gpu << " " << s.input << " -> " << s.output);
+    CHECK(probe_matches(own, g, d) == d.size());
+    // the score tells presets apart: some other GPU's unit for the same formats misses tests
+    size_t fewest = d.size();
+    for (const MatrixUnitPreset& p : matrix_unit_presets())
+      if (p.input == s.input && p.output == s.output) fewest = std::min(fewest, probe_matches(p, g, d));
+    discriminated += fewest < d.size();
+    // a corrupted output is not reproduced
+    std::vector<float> bad = d;
+    bad[0] = std::nextafter(bad[0], INFINITY);
+    CHECK(probe_matches(own, g, bad) == d.size() - 1);
+    ++sets;
+  }
+  CHECK(sets == 48);
+  CHECK(discriminated > 30);
+  // tests of several sets with the same formats and K share a group, in set order
+  const auto all = data_sets();
+  size_t tests = 0;
+  for (const DataSet& s : all) tests += s.tests.size();
+  size_t grouped = 0;
+  for (const ProbeGroup& g : probe_groups(all)) {
+    grouped += g.c.size();
+    CHECK(g.a.size() == g.c.size() * size_t(g.K));
+  }
+  CHECK(grouped == tests);
+}
+
 TEST_CASE("read_measured_sets refuses malformed files by name and line", "[matrix_unit]") {
   const fs::path d = test::scratch("measured");
   fs::create_directories(d);

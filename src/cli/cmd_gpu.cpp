@@ -56,43 +56,6 @@ struct ProbeArgs {
   bool json = false;
 };
 
-// The test vectors of every measured set, grouped by (input, output) and K: what the probe runs
-// through this GPU, and each preset's predictions for them (matrix_unit.h mu_dot).
-struct ProbeGroup {
-  std::string input, output;
-  int K = 0;
-  std::vector<float> a, b, c;
-};
-std::vector<ProbeGroup> probe_groups(const std::string& dir) {
-  std::vector<ProbeGroup> g;
-  for (const MeasuredSet& s : read_measured_sets(dir))
-    for (const MeasuredTest& t : s.tests) {
-      const int K = int(t.a.size());
-      auto it = std::find_if(g.begin(), g.end(), [&](const ProbeGroup& x) {
-        return x.input == s.input && x.output == s.output && x.K == K;
-      });
-      if (it == g.end()) it = g.insert(g.end(), ProbeGroup{s.input, s.output, K, {}, {}, {}});
-      it->a.insert(it->a.end(), t.a.begin(), t.a.end());
-      it->b.insert(it->b.end(), t.b.begin(), t.b.end());
-      it->c.push_back(t.c);
-    }
-  if (g.empty()) throw InputError(fmt::format("{}: no measured sets (*.txt) to probe with", dir));
-  return g;
-}
-
-// How many of a group's tests a preset reproduces, given this GPU's outputs d.
-size_t preset_matches(const MatrixUnitPreset& p, const ProbeGroup& g, const std::vector<float>& d) {
-  size_t ok = 0;
-  const Target<double> out = make_target<double>(format_lookup(p.output));
-  for (size_t t = 0; t < d.size(); ++t) {
-    const double c = round_value<Rounding::rne>(double(g.c[t]), out);  // the harness's __float2half
-    const double want = mu_dot(p.unit, &g.a[t * g.K], &g.b[t * g.K], 1, size_t(g.K), c);
-    const double got = d[t];
-    ok += (want == got && std::signbit(want) == std::signbit(got)) || (want != want && got != got);
-  }
-  return ok;
-}
-
 #if MANTIS_HAVE_CUDA
 void require_device() {
   if (!cuda_device_available())
@@ -288,7 +251,9 @@ int run_gpu_bench(const GpuBenchArgs& a) {
   return 0;
 }
 int run_probe(const ProbeArgs& a) {
-  const std::vector<ProbeGroup> groups = probe_groups(a.data);  // validated before the device is touched
+  // validated before the device is touched
+  const std::vector<ProbeGroup> groups = probe_groups(read_measured_sets(a.data));
+  if (groups.empty()) throw InputError(fmt::format("{}: no measured sets (*.txt) to probe with", a.data));
   require_device();
   const std::string device = cuda_device_name();
   ojson results = ojson::array();
@@ -306,7 +271,7 @@ int run_probe(const ProbeArgs& a) {
     }
     for (const MatrixUnitPreset& p : matrix_unit_presets()) {
       if (p.input != g.input || p.output != g.output) continue;
-      const size_t ok = preset_matches(p, g, d);
+      const size_t ok = probe_matches(p, g, d);
       const std::string name = p.gpu + ":" + p.path;
       results.push_back(ojson{{"input", g.input}, {"output", g.output}, {"K", g.K}, {"tests", d.size()},
                               {"available", true}, {"preset", name}, {"reproduced", ok},

@@ -405,8 +405,8 @@ template <class C, Rounding Mode, bool Aligned, int MR, int NV> struct Words {
   }
 };
 
-// The r and v loops are unrolled by pragma: the stochastic modes' larger bodies passed GCC's
-// size limit for complete unrolling, and the accumulators then lived in memory (2.6× slower).
+// The r and v loops are unrolled by pragma, so that the accumulators stay in registers whatever
+// the size of a mode's step (GCC's own limit for complete unrolling is below the stochastic ones).
 template <class C, Rounding Mode, Accumulation Acc, int MR, int NV, bool Aligned, int G>
 [[MANTIS_AVX512_TARGET]] bool tile(const Ctx<C>& c, size_t i0, size_t j0) {
   using V = typename C::V;
@@ -437,45 +437,45 @@ template <class C, Rounding Mode, Accumulation Acc, int MR, int NV, bool Aligned
   if constexpr (Acc == Accumulation::strict) {
     const size_t q = size_t(std::min<uint64_t>(w.run(c), K));
     for (size_t k0 = 0; k0 < K; k0 += q) {
-    w.prepare(c, base, k0);
-    for (size_t kk = k0; kk < std::min(K, k0 + q); ++kk) {
-      V b[NV];
-      #pragma GCC unroll 4
-      for (int v = 0; v < NV; ++v) b[v] = C::load(c.B + kk * N + j0 + size_t(v) * L, m[v]);
-      #pragma GCC unroll 4
-      for (int r = 0; r < MR; ++r) {
-        const V av = C::bcast(a[r] + kk);
+      w.prepare(c, base, k0);
+      for (size_t kk = k0; kk < std::min(K, k0 + q); ++kk) {
+        V b[NV];
         #pragma GCC unroll 4
-        for (int v = 0; v < NV; ++v) {
-          const __m512i x = round_odd<C>(k, C::fma_rd(av, b[v], acc[r][v]), C::fma_ru(av, b[v], acc[r][v]));
-          track<C, G>(k, g, x);
-          acc[r][v] = C::from_bits(round_fast<C, Mode>(k, x, w.get(c, base, r, v, kk)));
+        for (int v = 0; v < NV; ++v) b[v] = C::load(c.B + kk * N + j0 + size_t(v) * L, m[v]);
+        #pragma GCC unroll 4
+        for (int r = 0; r < MR; ++r) {
+          const V av = C::bcast(a[r] + kk);
+          #pragma GCC unroll 4
+          for (int v = 0; v < NV; ++v) {
+            const __m512i x = round_odd<C>(k, C::fma_rd(av, b[v], acc[r][v]), C::fma_ru(av, b[v], acc[r][v]));
+            track<C, G>(k, g, x);
+            acc[r][v] = C::from_bits(round_fast<C, Mode>(k, x, w.get(c, base, r, v, kk)));
+          }
         }
       }
-    }
     }
   } else if constexpr (Acc == Accumulation::unfused) {
     const size_t q = size_t(std::min<uint64_t>(w.run(c) / 2, K));  // two words a step
     for (size_t k0 = 0; k0 < K; k0 += q) {
-    w.prepare(c, base, 2 * k0);
-    for (size_t kk = k0; kk < std::min(K, k0 + q); ++kk) {
-      V b[NV];
-      #pragma GCC unroll 4
-      for (int v = 0; v < NV; ++v) b[v] = C::load(c.B + kk * N + j0 + size_t(v) * L, m[v]);
-      #pragma GCC unroll 4
-      for (int r = 0; r < MR; ++r) {
-        const V av = C::bcast(a[r] + kk);
+      w.prepare(c, base, 2 * k0);
+      for (size_t kk = k0; kk < std::min(K, k0 + q); ++kk) {
+        V b[NV];
         #pragma GCC unroll 4
-        for (int v = 0; v < NV; ++v) {
-          const __m512i x = round_odd<C>(k, C::mul_rd(av, b[v]), C::mul_ru(av, b[v]));
-          track<C, G>(k, g, x);
-          const V pr = C::from_bits(round_fast<C, Mode>(k, x, w.get(c, base, r, v, 2 * kk)));
-          const __m512i y = round_odd<C>(k, C::add_rd(acc[r][v], pr), C::add_ru(acc[r][v], pr));
-          track<C, G>(k, g, y);
-          acc[r][v] = C::from_bits(round_fast<C, Mode>(k, y, w.get(c, base, r, v, 2 * kk + 1)));
+        for (int v = 0; v < NV; ++v) b[v] = C::load(c.B + kk * N + j0 + size_t(v) * L, m[v]);
+        #pragma GCC unroll 4
+        for (int r = 0; r < MR; ++r) {
+          const V av = C::bcast(a[r] + kk);
+          #pragma GCC unroll 4
+          for (int v = 0; v < NV; ++v) {
+            const __m512i x = round_odd<C>(k, C::mul_rd(av, b[v]), C::mul_ru(av, b[v]));
+            track<C, G>(k, g, x);
+            const V pr = C::from_bits(round_fast<C, Mode>(k, x, w.get(c, base, r, v, 2 * kk)));
+            const __m512i y = round_odd<C>(k, C::add_rd(acc[r][v], pr), C::add_ru(acc[r][v], pr));
+            track<C, G>(k, g, y);
+            acc[r][v] = C::from_bits(round_fast<C, Mode>(k, y, w.get(c, base, r, v, 2 * kk + 1)));
+          }
         }
       }
-    }
     }
   } else {
     for (size_t ch = 0; ch < c.nchunks; ++ch) {

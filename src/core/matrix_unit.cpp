@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <sstream>
@@ -11,6 +12,7 @@
 #include "core/error.h"
 #include "core/file.h"
 #include "core/format.h"
+#include "core/round.h"
 
 namespace mantis {
 
@@ -245,6 +247,34 @@ std::vector<MeasuredSet> read_measured_sets(const std::string& dir) {
     v.push_back(std::move(s));
   }
   return v;
+}
+
+std::vector<ProbeGroup> probe_groups(const std::vector<MeasuredSet>& sets) {
+  std::vector<ProbeGroup> g;
+  for (const MeasuredSet& s : sets)
+    for (const MeasuredTest& t : s.tests) {
+      const int K = int(t.a.size());
+      auto it = std::find_if(g.begin(), g.end(), [&](const ProbeGroup& x) {
+        return x.input == s.input && x.output == s.output && x.K == K;
+      });
+      if (it == g.end()) it = g.insert(g.end(), ProbeGroup{s.input, s.output, K, {}, {}, {}});
+      it->a.insert(it->a.end(), t.a.begin(), t.a.end());
+      it->b.insert(it->b.end(), t.b.begin(), t.b.end());
+      it->c.push_back(t.c);
+    }
+  return g;
+}
+
+size_t probe_matches(const MatrixUnitPreset& p, const ProbeGroup& g, const std::vector<float>& d) {
+  size_t ok = 0;
+  const Target<double> out = make_target<double>(format_lookup(p.output));
+  for (size_t t = 0; t < d.size() && t < g.c.size(); ++t) {
+    const double c = round_value<Rounding::rne>(double(g.c[t]), out);  // the harness's __float2half
+    const double want = mu_dot(p.unit, &g.a[t * size_t(g.K)], &g.b[t * size_t(g.K)], 1, size_t(g.K), c);
+    const double got = d[t];
+    ok += (want == got && std::signbit(want) == std::signbit(got)) || (want != want && got != got);
+  }
+  return ok;
 }
 
 }  // namespace mantis

@@ -265,4 +265,17 @@ struct MeasuredSet {
 // Every set in `dir`, in name order; InputError naming the file and line for a malformed one.
 std::vector<MeasuredSet> read_measured_sets(const std::string& dir);
 
+// The sets' test vectors grouped by (input, output) and K: what `mantis probe-tensor-cores` runs
+// through a GPU, one launch per group (tests of several GPUs' sets side by side).
+struct ProbeGroup {
+  std::string input, output;
+  int K = 0;
+  std::vector<float> a, b, c;  // test t: a[t·K ..], b[t·K ..], c[t]
+};
+std::vector<ProbeGroup> probe_groups(const std::vector<MeasuredSet>& sets);
+// How many of a group's tests preset p reproduces bit for bit (NaN matches NaN), d[t] being the
+// GPU's output for test t; the addend enters as the harnesses pass it (rounded to nearest-even
+// into an fp16 output).
+size_t probe_matches(const MatrixUnitPreset& p, const ProbeGroup& g, const std::vector<float>& d);
+
 }  // namespace mantis

@@ -104,6 +104,8 @@ void gemm_contract(ContractTally& tl, double scale, Accumulation acc) {
       std::vector<float> A(sh.M * sh.K), B(sh.K * sh.N);
       fill_random(A.data(), A.size(), Distribution::normal, seed, 100);
       fill_random(B.data(), B.size(), Distribution::normal, seed, 101);
+      std::vector<double> C0(sh.M * sh.N);
+      fill_random(C0.data(), C0.size(), Distribution::normal, seed, 102);
       for (const char* fn : formats)
         for (Rounding m : modes)
           for (bool input : {false, true}) {
@@ -112,11 +114,13 @@ void gemm_contract(ContractTally& tl, double scale, Accumulation acc) {
             if (acc == Accumulation::blocked || acc == Accumulation::promoted) s.block = 8 + int(seed) * 11;  // not a tile multiple
             if (input) s.input = format_lookup("e4m3"), s.input_mode = m;
             if (m == Rounding::sr && seed == 2) s.sr_packed = true, s.sr_bits = input ? 8 : 16;  // philox.h sr_word
+            const bool with_c = seed == 2 && !input;  // the addend C (gemm.h)
             std::vector<double> cpu(sh.M * sh.N), gpu(sh.M * sh.N);
-            gemm(A.data(), B.data(), cpu.data(), sh.M, sh.N, sh.K, s);
-            cuda_gemm(A.data(), B.data(), gpu.data(), sh.M, sh.N, sh.K, s);
-            tl.compare(fmt::format("{}x{}x{} {} {}{}{} seed={}", sh.M, sh.N, sh.K, fn, to_string(m),
-                                   s.sr_packed ? " packed" : "", input ? " input=e4m3" : "", seed),
+            const GemmPlan p = plan_gemm(s);
+            gemm(p, A.data(), B.data(), cpu.data(), sh.M, sh.N, sh.K, s.stream, with_c ? C0.data() : nullptr);
+            cuda_gemm(A.data(), B.data(), gpu.data(), sh.M, sh.N, sh.K, s, with_c ? C0.data() : nullptr);
+            tl.compare(fmt::format("{}x{}x{} {} {}{}{}{} seed={}", sh.M, sh.N, sh.K, fn, to_string(m),
+                                   s.sr_packed ? " packed" : "", input ? " input=e4m3" : "", with_c ? " C" : "", seed),
                        cpu.data(), gpu.data(), cpu.size(), Agreement::bit_exact, 0);
           }
     }
@@ -250,7 +254,8 @@ void add_round_contracts(std::vector<Contract>& t) {
                "values + every boundary",
                round_contract<double>});
   t.push_back({"round/edges", Agreement::bit_exact, 0, "",
-               "bf16 rne and sr, n ∈ {0,1,2,3,5,1027} × index0 mod 4 (partial Philox blocks)", round_edges_contract});
+               "bf16 rne and sr, n ∈ {0,1,2,3,5,17,1027} × index0 mod 16 (partial Philox blocks), unpacked and "
+               "packed (8, 16 bits)", round_edges_contract});
 }
 
 // tensor_core with a GPU: every matrix-unit preset, CPU (gemm.cpp) against the GPU kernel.
@@ -268,11 +273,15 @@ void gemm_unit_contract(ContractTally& tl, double scale) {
       s.tensor_core = pr.gpu + ":" + pr.path;
       s.input = format_lookup(pr.input);
       if (k == K) s.promote_every = pr.unit.interleaved ? 64 : 2 * pr.unit.dp.block, s.split_k = 2;  // a composition
-      std::vector<double> cpu(M * N), gpu(M * N);
-      gemm(A.data(), B.data(), cpu.data(), M, N, k, s);
-      cuda_gemm(A.data(), B.data(), gpu.data(), M, N, k, s);
-      tl.compare(fmt::format("{} {} -> {} K={}", s.tensor_core, pr.input, pr.output, k), cpu.data(), gpu.data(),
-                 cpu.size(), Agreement::bit_exact, 0);
+      std::vector<double> C0(M * N);  // the addend: every K with and without it
+      fill_random(C0.data(), C0.size(), Distribution::normal, 5, 102);
+      for (bool with_c : {false, true}) {
+        std::vector<double> cpu(M * N), gpu(M * N);
+        gemm(plan_gemm(s), A.data(), B.data(), cpu.data(), M, N, k, 0, with_c ? C0.data() : nullptr);
+        cuda_gemm(A.data(), B.data(), gpu.data(), M, N, k, s, with_c ? C0.data() : nullptr);
+        tl.compare(fmt::format("{} {} -> {} K={}{}", s.tensor_core, pr.input, pr.output, k, with_c ? " C" : ""),
+                   cpu.data(), gpu.data(), cpu.size(), Agreement::bit_exact, 0);
+      }
     }
 }
 
@@ -281,11 +290,13 @@ void add_gemm_contracts(std::vector<Contract>& t) {
                          Accumulation::tensor_core})
     t.push_back({std::string("gemm/") + to_string(a), Agreement::bit_exact, 0, "",
                  "M×N×K from 1×1×1 to 256×256×4096 (tile edges, partial chunks) × {ps4, ps7, bf16, ps10, fp16, ps23} × "
-                 "{rne, rz, ru, sr} × {no input rounding, e4m3 inputs} × 2 seeds",
+                 "{rne, rz, ru, sr (seed 2: packed random bits)} × {no input rounding, e4m3 inputs} × 2 seeds (seed 2 "
+                 "without input rounding: with the addend C)",
                  [a](ContractTally& tl, double scale) { gemm_contract(tl, scale, a); }});
   t.push_back({"gemm/matrix_unit", Agreement::bit_exact, 0, "",
                "every GPU matrix-unit preset (core/matrix_unit.h) × K ∈ {1, 31, 300 (promotion every two blocks, split-K "
-               "2)} on 9×13 outputs, e4m3 / fp16 / bf16 / tf32 / e5m2 inputs rounded from normal values",
+               "2)} on 9×13 outputs, with and without the addend C, e4m3 / fp16 / bf16 / tf32 / e5m2 inputs rounded "
+               "from normal values",
                gemm_unit_contract});
   t.push_back({"gemm/extremes", Agreement::bit_exact, 0, "",
                "accumulator overflow (products 2^10..2^14), subnormal and underflowing products (2^-75..2^-60), K = 0, "

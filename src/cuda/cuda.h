@@ -43,10 +43,11 @@ std::vector<float> cuda_tensor_core_probe(const std::string& input, const std::s
                                           const std::vector<float>& a, const std::vector<float>& b,
                                           const std::vector<float>& c, int K);
 
-// C (M×N, row-major, host) = A (M×K) · B (K×N) with the accumulation of gemm.h (every
-// Accumulation), optional input-format rounding of A and B. Tiled (gpu::gemm, device.h).
+// C (M×N, row-major, host) = C0 + A (M×K) · B (K×N) with the accumulation of gemm.h (every
+// Accumulation), optional input-format rounding of A and B; C0 (host, or null) the addend.
+// Tiled (gpu::gemm, device.h).
 void cuda_gemm(const float* A, const float* B, double* C, size_t M, size_t N, size_t K,
-               const GemmSpec& s);
+               const GemmSpec& s, const double* C0 = nullptr);
 
 // ---------------------------------------------------------------- scaled formats, block absmax
 // quantize_scheme (scheme.h) on the GPU: the same arguments, validation (InputError from the same

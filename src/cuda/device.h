@@ -81,10 +81,11 @@ class Array {
 void round(float* x, size_t n, const RoundPlan& p, uint64_t stream, uint64_t index0, const Stream& s);
 void round(double* x, size_t n, const RoundPlan& p, uint64_t stream, uint64_t index0, const Stream& s);
 
-// C [M,N] = A [M,K] · B [K,N] (row-major, device) by plan p, as gemm(p, …, stream) of gemm.h.
-// A and B are read-only unless p.input, which rounds them in place first (their streams as gemm.h).
+// C [M,N] = C0 + A [M,K] · B [K,N] (row-major, device) by plan p, as gemm(p, …, stream, C0) of
+// gemm.h: C0 [M,N] (device, or null: zeros) the addend. A and B are read-only unless p.input,
+// which rounds them in place first (their streams as gemm.h).
 void gemm(const GemmPlan& p, float* A, float* B, double* C, size_t M, size_t N, size_t K, uint64_t stream,
-          const Stream& s);
+          const Stream& s, const double* C0 = nullptr);
 
 // C [M,N] = A [M,K] · B in binary32 by cuBLAS SGEMM, B [K,N] or, when bt, [N,K] (row-major,
 // device; FP32 math, no TF32): the native GEMM. Its summation order is cuBLAS's own, so it agrees

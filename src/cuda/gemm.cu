@@ -26,8 +26,9 @@ constexpr int kTX = 16, kTY = 16, kBK = 16;
 
 template <Rounding M, Accumulation kAcc, int TM, int TN>
 __global__ void __launch_bounds__(kTX * kTY)
-gemm_tiled_kernel(const float* __restrict__ A, const float* __restrict__ B, double* __restrict__ C, size_t Mr,
-                  size_t N, size_t K, size_t kb, Target<double> t, uint64_t seed, uint64_t stream, int pack) {
+gemm_tiled_kernel(const float* __restrict__ A, const float* __restrict__ B, double* __restrict__ C,
+                  const double* __restrict__ C0, size_t Mr, size_t N, size_t K, size_t kb, Target<double> t,
+                  uint64_t seed, uint64_t stream, int pack) {
   constexpr int BM = kTY * TM, BN = kTX * TN;
   __shared__ float As[BM][kBK + 1];  // [rows, k] (+1: no bank conflicts on the column writes)
   __shared__ float Bs[kBK][BN];      // [k, cols]
@@ -39,7 +40,11 @@ gemm_tiled_kernel(const float* __restrict__ A, const float* __restrict__ B, doub
 #pragma unroll
   for (int r = 0; r < TM; ++r)
 #pragma unroll
-    for (int c = 0; c < TN; ++c) acc[r][c] = OutputAccumulator<M, kAcc>(seed, stream, pack);
+    for (int c = 0; c < TN; ++c) {
+      acc[r][c] = OutputAccumulator<M, kAcc>(seed, stream, pack);
+      const size_t i = i0 + ty + kTY * r, j = j0 + tx + kTX * c;
+      if (C0 && i < Mr && j < N) acc[r][c].acc = C0[i * N + j];  // promoted: its binary32 accumulator
+    }
 
   for (size_t k0 = 0; k0 < K; k0 += kBK) {
     for (int e = tid; e < BM * kBK; e += kTX * kTY) {  // A slice: 16 consecutive k per row
@@ -79,8 +84,8 @@ gemm_tiled_kernel(const float* __restrict__ A, const float* __restrict__ B, doub
 // tensor_core: output o = i·N + j per thread, blocks of kb products straight from global memory.
 template <Rounding M>
 __global__ void gemm_tc_kernel(const float* __restrict__ A, const float* __restrict__ B, double* __restrict__ C,
-                               size_t Mr, size_t N, size_t K, size_t kb, int align_bits, Target<double> t,
-                               uint64_t seed, uint64_t stream, int pack) {
+                               const double* __restrict__ C0, size_t Mr, size_t N, size_t K, size_t kb, int align_bits,
+                               Target<double> t, uint64_t seed, uint64_t stream, int pack) {
   const size_t total = Mr * N;
   const size_t stride = size_t(gridDim.x) * blockDim.x;
   for (size_t o = size_t(blockIdx.x) * blockDim.x + threadIdx.x; o < total; o += stride) {
@@ -88,7 +93,7 @@ __global__ void gemm_tc_kernel(const float* __restrict__ A, const float* __restr
     const float* a = A + i * K;
     const float* b = B + j;
     WordCache<is_stochastic(M)> rs(seed, stream, pack);
-    double acc = 0.0;
+    double acc = C0 ? C0[o] : 0.0;
     const size_t nchunks = chunk_count(K, kb);
     for (size_t c = 0; c < nchunks; ++c) {
       const size_t k0 = c * kb, k1 = k0 + kb < K ? k0 + kb : K;
@@ -101,33 +106,43 @@ __global__ void gemm_tc_kernel(const float* __restrict__ A, const float* __restr
 
 // tensor_core with a GPU: that GPU's matrix unit (core/matrix_unit.h), one output per thread.
 __global__ void gemm_unit_kernel(const float* __restrict__ A, const float* __restrict__ B, double* __restrict__ C,
-                                 size_t Mr, size_t N, size_t K, MatrixUnit u, MuKernel kn) {
+                                 const double* __restrict__ C0, size_t Mr, size_t N, size_t K, MatrixUnit u,
+                                 MuKernel kn) {
   const size_t total = Mr * N;
   const size_t stride = size_t(gridDim.x) * blockDim.x;
   for (size_t o = size_t(blockIdx.x) * blockDim.x + threadIdx.x; o < total; o += stride) {
     const size_t i = o / N, j = o - i * N;
-    C[o] = mu_gemm_dot(u, kn, A + i * K, B + j, N, K, 0.0, false);
+    C[o] = mu_gemm_dot(u, kn, A + i * K, B + j, N, K, C0 ? C0[o] : 0.0, C0 != nullptr);
   }
 }
 
+// The addend in the accumulator format, as gemm.cpp: nearest-even into it (promoted: into its
+// binary32 output accumulator).
+__global__ void addend_kernel(const double* __restrict__ C0, double* __restrict__ out, size_t n, Target<double> t,
+                              bool promoted) {
+  const size_t stride = size_t(gridDim.x) * blockDim.x;
+  for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride)
+    out[i] = promoted ? double(float(C0[i])) : round_value<Rounding::rne>(C0[i], t, 0u);
+}
+
 template <Rounding R, Accumulation kAcc>
-void launch_tiled(const GemmPlan& p, const float* A, const float* B, double* C, size_t M, size_t N, size_t K,
-                  uint64_t stream, cudaStream_t cs) {
+void launch_tiled(const GemmPlan& p, const float* A, const float* B, double* C, const double* C0, size_t M, size_t N,
+                  size_t K, uint64_t stream, cudaStream_t cs) {
   // Stochastic modes keep a Philox block per output in registers: fewer outputs per thread.
   constexpr int TM = is_stochastic(R) ? 2 : 4, TN = TM;
   const size_t gy = (M + kTY * TM - 1) / (kTY * TM);
   if (gy > 65535) throw std::runtime_error("cuda gemm: M = " + std::to_string(M) + " rows exceed the grid (at most " +
                                            std::to_string(65535 * kTY * TM) + ")");
   const dim3 block(kTX, kTY), grid(unsigned((N + kTX * TN - 1) / (kTX * TN)), unsigned(gy));
-  gemm_tiled_kernel<R, kAcc, TM, TN><<<grid, block, 0, cs>>>(A, B, C, M, N, K, p.block, p.acc, p.seed, stream,
-                                                                    p.sr_pack);
+  gemm_tiled_kernel<R, kAcc, TM, TN><<<grid, block, 0, cs>>>(A, B, C, C0, M, N, K, p.block, p.acc, p.seed,
+                                                                    stream, p.sr_pack);
 }
 
 }  // namespace
 }  // namespace cuda_detail
 
 void gpu::gemm(const GemmPlan& p, float* A, float* B, double* C, size_t M, size_t N, size_t K, uint64_t stream,
-               const Stream& s) {
+               const Stream& s, const double* C0) {
   using namespace cuda_detail;
   if (M == 0 || N == 0) return;
   const cudaStream_t cs = native(s);
@@ -135,34 +150,45 @@ void gpu::gemm(const GemmPlan& p, float* A, float* B, double* C, size_t M, size_
     round_device(A, M * K, p.input->tf, p.input->mode, p.seed, stream + kStreamA, 0, p.input->sr_pack, cs);
     round_device(B, K * N, p.input->tf, p.input->mode, p.seed, stream + kStreamB, 0, p.input->sr_pack, cs);
   }
+  DeviceBuffer<double> c0;  // the addend in the accumulator format
+  if (C0) {
+    c0 = DeviceBuffer<double>(M * N);
+    addend_kernel<<<blocks_for(M * N), kThreads, 0, cs>>>(C0, c0.get(), M * N, p.acc,
+                                                          p.accumulation == Accumulation::promoted);
+    MANTIS_CUDA_CHECK_LAUNCH();
+  }
+  const double* c = C0 ? c0.get() : nullptr;
   with_rounding(p.acc_mode, [&](auto mode) {
     constexpr Rounding R = decltype(mode)::value;
     switch (p.accumulation) {
-      case Accumulation::strict: launch_tiled<R, Accumulation::strict>(p, A, B, C, M, N, K, stream, cs); break;
-      case Accumulation::unfused: launch_tiled<R, Accumulation::unfused>(p, A, B, C, M, N, K, stream, cs); break;
-      case Accumulation::blocked: launch_tiled<R, Accumulation::blocked>(p, A, B, C, M, N, K, stream, cs); break;
-      case Accumulation::promoted: launch_tiled<R, Accumulation::promoted>(p, A, B, C, M, N, K, stream, cs); break;
+      case Accumulation::strict: launch_tiled<R, Accumulation::strict>(p, A, B, C, c, M, N, K, stream, cs); break;
+      case Accumulation::unfused: launch_tiled<R, Accumulation::unfused>(p, A, B, C, c, M, N, K, stream, cs); break;
+      case Accumulation::blocked: launch_tiled<R, Accumulation::blocked>(p, A, B, C, c, M, N, K, stream, cs); break;
+      case Accumulation::promoted: launch_tiled<R, Accumulation::promoted>(p, A, B, C, c, M, N, K, stream, cs); break;
       case Accumulation::tensor_core:
         if (p.unit) {
-          gemm_unit_kernel<<<blocks_for(M * N), kThreads, 0, cs>>>(A, B, C, M, N, K, *p.unit, p.unit_kernel);
+          gemm_unit_kernel<<<blocks_for(M * N), kThreads, 0, cs>>>(A, B, C, c, M, N, K, *p.unit, p.unit_kernel);
           break;
         }
-        gemm_tc_kernel<R><<<blocks_for(M * N), kThreads, 0, cs>>>(A, B, C, M, N, K, p.block, p.align_bits, p.acc,
+        gemm_tc_kernel<R><<<blocks_for(M * N), kThreads, 0, cs>>>(A, B, C, c, M, N, K, p.block, p.align_bits, p.acc,
                                                                   p.seed, stream, p.sr_pack);
         break;
     }
     MANTIS_CUDA_CHECK_LAUNCH();
   });
+  // c0 is freed here; cudaFree waits for the kernels that read it
 }
 
-void cuda_gemm(const float* A, const float* B, double* C, size_t M, size_t N, size_t K, const GemmSpec& s) {
+void cuda_gemm(const float* A, const float* B, double* C, size_t M, size_t N, size_t K, const GemmSpec& s,
+               const double* C0) {
   const GemmPlan p = plan_gemm(s);  // validate(s): also block ≥ 1 and the input format fits binary32
   if (M == 0 || N == 0) return;
   gpu::Array<float> dA(M * K), dB(K * N);
-  gpu::Array<double> dC(M * N);
+  gpu::Array<double> dC(M * N), dC0(C0 ? M * N : 0);
   dA.upload(A, M * K);
   dB.upload(B, K * N);
-  gpu::gemm(p, dA.get(), dB.get(), dC.get(), M, N, K, s.stream, gpu::Stream());
+  if (C0) dC0.upload(C0, M * N);
+  gpu::gemm(p, dA.get(), dB.get(), dC.get(), M, N, K, s.stream, gpu::Stream(), C0 ? dC0.get() : nullptr);
   dC.download(C, M * N);  // synchronous: also reports kernel execution errors
 }
 
