@@ -574,7 +574,7 @@ ojson bench_math(const BenchArgs& a, Progress& progress) {
 // Measurements each benchmark makes (the progress reporter's total).
 uint64_t measurements(const BenchArgs& a) {
   const uint64_t th = a.threads.size();
-  if (a.what == "round") return 2 * 3 * 2 * th;  // containers × formats × modes × threads
+  if (a.what == "round") return 2 * 3 * 3 * th;  // containers × formats × (rne, sr, sr8p) × threads
   if (a.what == "math") return 9;
   if (a.what == "gemm") return a.sizes.size() * gemm_cases().size() * th;
   if (a.what == "optim")
@@ -646,9 +646,10 @@ Runner setup_bench(CLI::App& sub) {
   auto a = std::make_shared<BenchArgs>();
   sub.description(
       "round: ns per element of out-of-place round_array (double and float arrays; bf16, fp16, ps4; "
-      "rne, sr) beside memcpy of the same array. gemm: GFLOP/s of the emulated GEMM (strict ps4 rne on the "
-      "fastest kernel and on the portable one, sr with 32 and 18 random bits, unfused, blocked, a bf16 accumulator, "
-      "e4m3 inputs; the kernel each ran is named) beside Eigen's float GEMM. forward: tokens/s of a random GPT-2-shaped model (or --model), FP32, "
+      "rne, sr, and sr8p: sr with 8 random bits packed four to a word) beside memcpy of the same array. gemm: "
+      "GFLOP/s of the emulated GEMM (strict ps4 rne on the fastest kernel and on the portable one, sr with 32 and "
+      "18 random bits and with 8 packed four to a word, unfused, blocked, a bf16 accumulator, e4m3 inputs, the h100 "
+      "matrix unit with fp16 and e4m3 inputs; the kernel each ran is named) beside Eigen's float GEMM. forward: tokens/s of a random GPT-2-shaped model (or --model), FP32, "
       "LAMP's uniform ps4 policy and LAMP strict tau = 1. train: training tokens/s of --config, without and with "
       "4-bit saved activations, and with GNMR 4->8 recovering 2 % of the units every step (the controller alone "
       "timed too). optim: step time per parameter of every registered optimizer on GPT-2 small's "

@@ -256,6 +256,10 @@ template <class C> struct Consts {
   __m128i sr_count;  // |drop − R| for sr
   bool sr_down;      // drop ≥ R: the remainder is shifted right
   __m128i sr_shift;  // 32 − sr_bits
+  // sr in the binary32 container (drop ≤ 22): up iff rnd < (u & sr_mask) << (32 − drop), sr_mask
+  // the remainder's bits at and above 2^(drop − R) (see round_fast)
+  __m512i sr_mask;
+  __m128i sr_up;     // 32 − drop
 };
 
 template <class C, class T> Consts<C> make_consts(const Target<T>& t) {
@@ -278,6 +282,8 @@ template <class C, class T> Consts<C> make_consts(const Target<T>& t) {
   const int n = k.sr_down ? t.drop - R : R - t.drop;
   k.sr_count = _mm_cvtsi32_si128(n);  // SSE2: the default target has it
   k.sr_shift = _mm_cvtsi32_si128(t.sr_shift);
+  splat<S>(k.sr_mask, (q - 1) & ~((S(1) << (k.sr_down ? t.drop - R : 0)) - 1));
+  k.sr_up = _mm_cvtsi32_si128(32 - t.drop);
   return k;
 }
 
@@ -301,9 +307,17 @@ AVX __m512i round_fast(const Consts<C>& k, __m512i u, __m512i rnd) {
     return C::mask_add(trunc, C::test(u, k.mask) & C::test(rnd, C::set1(typename C::S(0x80000000u))), trunc,
                        k.quantum);
   if constexpr (M == R::sr) {
-    const __m512i rem = _mm512_and_si512(u, k.mask);
-    const __m512i scaled = k.sr_down ? C::srl(rem, k.sr_count) : C::sll(rem, k.sr_count);
-    return C::mask_add(trunc, C::lt_u(C::srl(rnd, k.sr_shift), scaled), trunc, k.quantum);
+    if constexpr (sizeof(typename C::S) == 4) {
+      // round.h's test ⌊rnd / 2^(32−R)⌋ < ⌊rem · 2^R / 2^drop⌋ as rnd < that bound · 2^(32−R),
+      // which is the remainder with its bits below 2^(drop − R) cleared, times 2^(32 − drop): one
+      // mask and one shift, no branch on drop ≥ R, and the random word's low bits (the next
+      // slots of a packed word among them) fall below the bound's grid
+      return C::mask_add(trunc, C::lt_u(rnd, C::sll(_mm512_and_si512(u, k.sr_mask), k.sr_up)), trunc, k.quantum);
+    } else {
+      const __m512i rem = _mm512_and_si512(u, k.mask);
+      const __m512i scaled = k.sr_down ? C::srl(rem, k.sr_count) : C::sll(rem, k.sr_count);
+      return C::mask_add(trunc, C::lt_u(C::srl(rnd, k.sr_shift), scaled), trunc, k.quantum);
+    }
   }
   return trunc;
 }
