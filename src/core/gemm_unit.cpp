@@ -244,6 +244,55 @@ void unit_rows_portable(const UnitConsts& uc, const float* A, const int32_t* EA,
 // keeps each pass's alignment exponents, scales and int32 sums in registers, and each row of B
 // (and of its exponents) loaded once serves every row of the tile. The same arithmetic as
 // unit_pass<kRne, true>: max of int32 exponents, (a·b)·scf in binary32 truncated to int32, summed.
+// unit_finish for one row of a tile, kTileCols outputs of S + Si (int32), in registers, 8 lanes of
+// binary64 at a time: the same bit operations as round.h's round_normal and unit_finish's
+// overflow and addend rules. False, with nothing written, when a value is outside the datapath's
+// normal range (or the target has no shortcut): the caller takes unit_finish.
+template <bool kRne>
+[[MANTIS_AVX512_TARGET, gnu::always_inline]] inline bool unit_finish_tile(const UnitConsts& uc, const int32_t* X,
+                                                                           const double* S, const int32_t* Si,
+                                                                           const double* c, double* out) {
+  constexpr size_t G = kTileCols / 8;
+  const Target<double>& t = uc.dp;
+  if (t.general_only) return false;
+  const int F = uc.u->dp.frac_bits;
+  const __m512i sign = _mm512_set1_epi64(int64_t(uint64_t(1) << 63)), inf = _mm512_set1_epi64(int64_t(0x7FFull << 52));
+  const __m512i lo = _mm512_set1_epi64(int64_t(t.normal_lo)), span = _mm512_set1_epi64(int64_t(t.normal_hi - t.normal_lo));
+  const __m512i keep = _mm512_set1_epi64(int64_t(~((uint64_t(1) << t.drop) - 1)));
+  const __m512i half_m1 = _mm512_set1_epi64(int64_t((uint64_t(1) << t.drop) / 2 - 1));
+  const __m512i hidden = _mm512_set1_epi64(int64_t(uint64_t(1) << 52)), one = _mm512_set1_epi64(1);
+  const __m512i bias = _mm512_set1_epi64(1023 - F), lim = _mm512_set1_epi64(int64_t(to_bits(uc.dp_lim)));
+  const __m128i drop = _mm_cvtsi32_si128(t.drop);
+  __m512i r[G], cb[G];
+  __mmask8 outside = 0;
+  for (size_t g = 0; g < G; ++g) {
+    const __m512d s = _mm512_add_pd(_mm512_load_pd(S + 8 * g),
+                                    _mm512_cvtepi32_pd(_mm256_load_si256(reinterpret_cast<const __m256i*>(Si + 8 * g))));
+    const __m512i x = _mm512_cvtepi32_epi64(_mm256_load_si256(reinterpret_cast<const __m256i*>(X + 8 * g)));
+    const __m512d v = _mm512_mul_pd(s, _mm512_castsi512_pd(_mm512_slli_epi64(_mm512_add_epi64(x, bias), 52)));
+    const __m512i u = _mm512_castpd_si512(v), sg = _mm512_and_si512(u, sign), a = _mm512_andnot_si512(sign, u);
+    outside |= _mm512_mask_cmpgt_epu64_mask(_mm512_test_epi64_mask(a, a), _mm512_sub_epi64(a, lo), span);
+    __m512i m;
+    if constexpr (kRne) {
+      const __m512i lsb = _mm512_and_si512(_mm512_srl_epi64(_mm512_or_si512(a, hidden), drop), one);
+      m = _mm512_and_si512(_mm512_add_epi64(_mm512_add_epi64(a, half_m1), lsb), keep);
+    } else {
+      m = _mm512_and_si512(a, keep);
+    }
+    // −0 → +0 where the format has no negative zero (round_normal's unsigned_zero)
+    const __m512i sgn = t.unsigned_zero ? _mm512_maskz_mov_epi64(_mm512_test_epi64_mask(m, m), sg) : sg;
+    // 2^(emax+1) and beyond: ±inf (unit_finish)
+    r[g] = _mm512_mask_or_epi64(_mm512_or_si512(sgn, m), _mm512_cmpge_epu64_mask(m, lim), sgn, inf);
+    cb[g] = _mm512_load_si512(c + 8 * g);
+  }
+  if (outside) return false;
+  for (size_t g = 0; g < G; ++g) {
+    const __mmask8 cinf = _mm512_cmpeq_epi64_mask(_mm512_and_si512(cb[g], inf), inf);  // a non-finite addend stays
+    _mm512_store_si512(out + 8 * g, _mm512_mask_mov_epi64(r[g], cinf, cb[g]));
+  }
+  return true;
+}
+
 // GCC 12 warns that _mm512_max_epi32's and _mm512_cvttps_epi32's internal "undefined" source
 // vector may be used uninitialised (a false positive: the unmasked forms ignore it).
 #pragma GCC diagnostic push
@@ -298,10 +347,11 @@ template <bool kRne>
   }
 #pragma GCC unroll 4
   for (size_t r = 0; r < R; ++r) _mm512_store_si512(Si[r], si[r][0]), _mm512_store_si512(Si[r] + 16, si[r][1]);
-  for (size_t r = 0; r < R; ++r) {
-    for (size_t j = 0; j < W; ++j) S[r][j] += double(Si[r][j]);
-    unit_finish<kRne, W>(uc, X[r], S[r], c + r * W, out + r * W);
-  }
+  for (size_t r = 0; r < R; ++r)
+    if (!unit_finish_tile<kRne>(uc, X[r], S[r], Si[r], c + r * W, out + r * W)) {
+      for (size_t j = 0; j < W; ++j) S[r][j] += double(Si[r][j]);
+      unit_finish<kRne, W>(uc, X[r], S[r], c + r * W, out + r * W);
+    }
 }
 #pragma GCC diagnostic pop
 
