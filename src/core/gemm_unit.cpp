@@ -12,6 +12,7 @@
 // Compiled twice: portable and, chosen at run time where the CPU has it, for AVX-512.
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
 #include <vector>
 
 #include "core/cpu.h"
@@ -29,6 +30,7 @@ namespace mantis {
 namespace {
 
 constexpr int32_t kNoTerm = -(1 << 20);  // the nominal exponent of a zero: below every min_align
+constexpr int16_t kNoTerm16 = -(1 << 14);  // .. in the AVX-512 tile's int16 exponents
 
 // ⌊log2|x|⌋ from the bits of a double that is finite, nonzero and normal in binary64.
 inline int32_t exp_of(double x) { return int32_t((to_bits(x) >> 52) & 0x7FF) - 1023; }
@@ -293,46 +295,89 @@ template <bool kRne>
   return true;
 }
 
+// unit_x_from_c for one row of a tile in registers: x[0], x[1] the two halves of its kTileCols
+// alignment exponents (int32), from the addends c.
+[[MANTIS_AVX512_TARGET, gnu::always_inline]] inline void unit_x_tile(const double* c, __m512i* x) {
+  const __m512i abs = _mm512_set1_epi64(int64_t(~(uint64_t(1) << 63))), top = _mm512_set1_epi64(0x7FF);
+  const __m512i bias = _mm512_set1_epi64(1023), lo = _mm512_set1_epi64(-126), none = _mm512_set1_epi64(kNoTerm);
+  for (int h = 0; h < 2; ++h) {
+    __m256i part[2];
+    for (int q = 0; q < 2; ++q) {
+      const __m512i u = _mm512_and_si512(_mm512_load_si512(c + 16 * h + 8 * q), abs), be = _mm512_srli_epi64(u, 52);
+      const __mmask8 some = _mm512_test_epi64_mask(u, u) & _mm512_cmpneq_epi64_mask(be, top);
+      part[q] = _mm512_cvtepi64_epi32(_mm512_mask_mov_epi64(none, some, _mm512_max_epi64(_mm512_sub_epi64(be, bias), lo)));
+    }
+    x[h] = _mm512_inserti64x4(_mm512_castsi256_si512(part[0]), part[1], 1);
+  }
+}
+
+// unit_scale for one row of a tile in registers: x clamped in place, S (kTileCols) the addends
+// aligned, sc the narrow path's scales.
+[[MANTIS_AVX512_TARGET, gnu::always_inline]] inline void unit_scale_tile(const MuDatapath& d, const double* c,
+                                                                          __m512i* x, double* S, __m512* sc) {
+  const int F = d.frac_bits;
+  const __m512i inf = _mm512_set1_epi64(int64_t(0x7FFull << 52)), up = _mm512_set1_epi64(F + 1023);
+  for (int h = 0; h < 2; ++h) {
+    x[h] = _mm512_max_epi32(_mm512_max_epi32(x[h], _mm512_set1_epi32(d.min_align)), _mm512_set1_epi32(-400));
+    const __m512i xs = _mm512_max_epi32(x[h], _mm512_set1_epi32(-60));
+    sc[h] = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_sub_epi32(_mm512_set1_epi32(F + 127), xs), 23));
+    for (int q = 0; q < 2; ++q) {
+      const __m512i xg = _mm512_cvtepi32_epi64(q ? _mm512_extracti64x4_epi64(x[h], 1) : _mm512_castsi512_si256(x[h]));
+      const __m512i cb = _mm512_load_si512(c + 16 * h + 8 * q);
+      const __m512d cf = _mm512_castsi512_pd(
+          _mm512_maskz_mov_epi64(_mm512_cmpneq_epi64_mask(_mm512_and_si512(cb, inf), inf), cb));
+      const __m512d p = _mm512_castsi512_pd(_mm512_slli_epi64(_mm512_sub_epi64(up, xg), 52));  // 2^(F − X)
+      _mm512_store_pd(S + 16 * h + 8 * q, _mm512_cvtepi32_pd(_mm512_cvttpd_epi32(_mm512_mul_pd(cf, p))));
+    }
+  }
+}
+
 // GCC 12 warns that _mm512_max_epi32's and _mm512_cvttps_epi32's internal "undefined" source
 // vector may be used uninitialised (a false positive: the unmasked forms ignore it).
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 template <bool kRne>
 [[MANTIS_AVX512_TARGET]] void unit_tile_pass(const UnitConsts& uc, const float* const* ap, const int32_t* const* eap,
-                                             const float* B, const int32_t* EB, size_t ldb, const __mmask16* mp,
+                                             const float* B, const int16_t* EB, size_t ldb, const __mmask16* mp,
                                              size_t k0, size_t k1, MuHalf half, const double* c, double* out) {
   constexpr size_t R = kTileRows, W = kTileCols;
   alignas(64) int32_t X[R][W], Si[R][W];
   alignas(64) double S[R][W];
-  alignas(64) float scf[R][W];
   // locals, so that the loops below keep everything in registers (no aliasing with the stores)
   const __mmask16 m0 = mp[0], m1 = mp[1];
   const float* a[R];
   const int32_t* ea[R];
 #pragma GCC unroll 4
   for (size_t r = 0; r < R; ++r) a[r] = ap[r], ea[r] = eap[r];
-  for (size_t r = 0; r < R; ++r) unit_x_from_c<W>(c + r * W, X[r]);
-  __m512i x[R][2];
-#pragma GCC unroll 4
-  for (size_t r = 0; r < R; ++r) x[r][0] = _mm512_load_si512(X[r]), x[r][1] = _mm512_load_si512(X[r] + 16);
+  // The exponent maxima in int16, a row of the tile per vector (the nominal exponents of these
+  // units lie within ±40; "no term" saturates at −32768, below every clamp of unit_scale).
+  __m512i x[R][2], x16[R];
+  const __mmask32 m16 = __mmask32(m0) | __mmask32(m1) << 16;
+  for (size_t r = 0; r < R; ++r) {
+    unit_x_tile(c + r * W, x[r]);
+    x16[r] = _mm512_inserti64x4(_mm512_castsi256_si512(_mm512_cvtsepi32_epi16(x[r][0])),
+                                _mm512_cvtsepi32_epi16(x[r][1]), 1);
+  }
   for (size_t k = k0; k < k1; ++k) {
     if (!mu_takes(half, k - k0)) continue;
-    const __m512i eb0 = _mm512_maskz_loadu_epi32(m0, EB + k * ldb), eb1 = _mm512_maskz_loadu_epi32(m1, EB + k * ldb + 16);
+    const __m512i eb = _mm512_maskz_loadu_epi16(m16, EB + k * ldb);
 #pragma GCC unroll 4
     for (size_t r = 0; r < R; ++r) {
-      const __m512i e = _mm512_set1_epi32(ea[r][k]);
-      x[r][0] = _mm512_max_epi32(x[r][0], _mm512_add_epi32(e, eb0));
-      x[r][1] = _mm512_max_epi32(x[r][1], _mm512_add_epi32(e, eb1));
+      const __m512i e = _mm512_set1_epi16(int16_t(std::max(ea[r][k], int32_t(kNoTerm16))));
+      x16[r] = _mm512_max_epi16(x16[r], _mm512_adds_epi16(e, eb));
     }
   }
 #pragma GCC unroll 4
-  for (size_t r = 0; r < R; ++r) _mm512_store_si512(X[r], x[r][0]), _mm512_store_si512(X[r] + 16, x[r][1]);
-  for (size_t r = 0; r < R; ++r) unit_scale<W>(uc.u->dp, c + r * W, X[r], S[r], scf[r]);
+  for (size_t r = 0; r < R; ++r) {
+    x[r][0] = _mm512_cvtepi16_epi32(_mm512_castsi512_si256(x16[r]));
+    x[r][1] = _mm512_cvtepi16_epi32(_mm512_extracti64x4_epi64(x16[r], 1));
+  }
   __m512 sc[R][2];
   __m512i si[R][2];
 #pragma GCC unroll 4
   for (size_t r = 0; r < R; ++r) {
-    sc[r][0] = _mm512_load_ps(scf[r]), sc[r][1] = _mm512_load_ps(scf[r] + 16);
+    unit_scale_tile(uc.u->dp, c + r * W, x[r], S[r], sc[r]);
+    _mm512_store_si512(X[r], x[r][0]), _mm512_store_si512(X[r] + 16, x[r][1]);
     si[r][0] = si[r][1] = _mm512_setzero_si512();
   }
   for (size_t k = k0; k < k1; ++k) {
@@ -359,7 +404,7 @@ template <bool kRne>
 // rows past i1 compute zeros (zero_a, zero_e: a row of zeros, K long) and are dropped.
 template <bool kRne>
 [[MANTIS_AVX512_TARGET]] void unit_tile_avx512(const UnitConsts& uc, const float* A, const int32_t* EA,
-                                               const float* B, const int32_t* EB, double* D, const double* C0,
+                                               const float* B, const int16_t* EB, double* D, const double* C0,
                                                size_t i0, size_t i1, size_t j0, size_t N, size_t K,
                                                const float* zero_a, const int32_t* zero_e) {
   constexpr size_t R = kTileRows, W = kTileCols, n = R * W;
@@ -405,22 +450,30 @@ void gemm_unit(const GemmPlan& p, const float* A, const float* B, double* D, siz
                const double* C0) {
   const MatrixUnit& u = *p.unit;
   const bool parallel = M > 1 && double(M) * double(N) * double(K) >= 1 << 16;
+  const bool avx = p.kernel != GemmKernel::portable;
+  // The AVX-512 register tile for the narrow units (B's exponents in int16 there); else rows.
+  const bool tiled = avx && narrow_ok(u);
   // The operands' nominal exponents (zero: kNoTerm), and whether every operand is finite.
-  auto nominal = [&](const float* x, size_t n, int32_t* e) {
+  auto nominal = [&](const float* x, size_t n, auto* e) {
+    using E = std::remove_pointer_t<decltype(e)>;
+    constexpr E none = sizeof(E) == 2 ? E(kNoTerm16) : E(kNoTerm);
     int finite = 1;
 #pragma omp parallel for schedule(static) reduction(& : finite) if (parallel && n >= 1 << 16)
     for (size_t i = 0; i < n; ++i) {
       const uint32_t bits = to_bits(x[i]) & 0x7FFFFFFFu;
       finite &= bits < 0x7F800000u;
       const int32_t v = bits >= 0x00800000u ? int32_t(bits >> 23) - 127 : exp_of(double(x[i]));  // subnormal: via binary64
-      e[i] = bits == 0 ? kNoTerm : (v > u.in_emin ? v : u.in_emin);
+      e[i] = bits == 0 ? none : E(v > u.in_emin ? v : u.in_emin);
     }
     return finite != 0;
   };
   thread_local std::vector<int32_t> ea_scratch, eb_scratch;
+  thread_local std::vector<int16_t> eb16_scratch;
   int32_t* EA = gemm_scratch(ea_scratch, M * K);
-  int32_t* EB = gemm_scratch(eb_scratch, K * N);
-  const bool finite = nominal(A, M * K, EA) && nominal(B, K * N, EB) && !u.dp.normalise;
+  int32_t* EB = tiled ? nullptr : gemm_scratch(eb_scratch, K * N);
+  int16_t* EB16 = tiled ? gemm_scratch(eb16_scratch, K * N) : nullptr;
+  const bool finite =
+      nominal(A, M * K, EA) && (tiled ? nominal(B, K * N, EB16) : nominal(B, K * N, EB)) && !u.dp.normalise;
   if (!finite) {  // mu_dot per output: the special-value rules block by block
 #pragma omp parallel for schedule(static) if (parallel)
     for (size_t i = 0; i < M; ++i)
@@ -430,11 +483,9 @@ void gemm_unit(const GemmPlan& p, const float* A, const float* B, double* D, siz
   }
   UnitConsts uc{&u, p.unit_kernel, make_target<double>(unit_format(u.dp.out_prec, u.dp.out_emin, u.dp.out_emax + 1)),
                 std::ldexp(1.0, u.dp.out_emax + 1), make_target<double>(unit_format(u.out_prec, u.out_emin, u.out_emax))};
-  const bool avx = p.kernel != GemmKernel::portable;
   // Work items of kTileRows rows × `cols` outputs (the AVX-512 narrow units: one register tile;
   // else whole rows), panel-major: a thread's run of items reuses each panel of B across row
   // groups while it is in cache.
-  const bool tiled = avx && narrow_ok(u);
   const size_t cols = tiled ? kTileCols : std::max<size_t>(N, 1);
   const size_t groups = (M + kTileRows - 1) / kTileRows, items = groups * ((N + cols - 1) / cols);
   const std::vector<float> zero_a(tiled ? K : 0, 0.0f);
@@ -445,9 +496,9 @@ void gemm_unit(const GemmPlan& p, const float* A, const float* B, double* D, siz
 #if defined(MANTIS_X86)
     if (tiled) {
       if (u.dp.out_rne)
-        unit_tile_avx512<true>(uc, A, EA, B, EB, D, C0, i0, i1, j0, N, K, zero_a.data(), zero_e.data());
+        unit_tile_avx512<true>(uc, A, EA, B, EB16, D, C0, i0, i1, j0, N, K, zero_a.data(), zero_e.data());
       else
-        unit_tile_avx512<false>(uc, A, EA, B, EB, D, C0, i0, i1, j0, N, K, zero_a.data(), zero_e.data());
+        unit_tile_avx512<false>(uc, A, EA, B, EB16, D, C0, i0, i1, j0, N, K, zero_a.data(), zero_e.data());
       continue;
     }
     if (avx) {

@@ -98,28 +98,40 @@ void kernel(const T* in, Tout* out, size_t begin, size_t end, const Target<T>& t
         continue;
       }
     }
-    // Chunks made only of zeros and normal-range values take the shortcut (round.h).
+    // Chunks made only of zeros and normal-range values take the shortcut (round.h); so do chunks
+    // with a few values outside that range (at most kChunk / 8: e4m3's subnormals in normal data),
+    // which are then rounded again, from copies (in == out is allowed), by the general rounding.
     typename Target<T>::U outside = 0;
     for (size_t i = 0; i < len; ++i) outside |= outside_normal_range(x[i], t);
-    const bool normal = outside == 0;
+    constexpr size_t kFew = kChunk / 8;
+    uint16_t pos[kFew];
+    T val[kFew];
+    size_t nout = 0;
+    bool shortcut = outside == 0;
+    if (!shortcut) {
+      shortcut = true;
+      for (size_t i = 0; i < len && shortcut; ++i)
+        if (outside_normal_range(x[i], t)) {
+          if (nout == kFew) shortcut = false;
+          else pos[nout] = uint16_t(i), val[nout++] = x[i];
+        }
+    }
+    const uint32_t* r = nullptr;
     if constexpr (kRandom) {
       const uint64_t g0 = index0 + c;
-      const uint32_t* r = rnd;
       if (pack == 0) {
         fill_random(rnd, seed, stream, g0, len);
         r = rnd + (g0 & 3);
       } else {
         r = fill_packed(rnd, words, seed, stream, g0, len, pack);
       }
-      if (normal)
-        for (size_t i = 0; i < len; ++i) y[i] = Tout(round_normal<M>(x[i], t, r[i]));
-      else
-        for (size_t i = 0; i < len; ++i) y[i] = Tout(round_value<M>(x[i], t, r[i]));
+    }
+    auto word = [&](size_t i) { if constexpr (kRandom) return r[i]; else return 0u; };
+    if (shortcut) {
+      for (size_t i = 0; i < len; ++i) y[i] = Tout(round_normal<M>(x[i], t, word(i)));
+      for (size_t k = 0; k < nout; ++k) y[pos[k]] = Tout(round_value<M>(val[k], t, word(pos[k])));
     } else {
-      if (normal)
-        for (size_t i = 0; i < len; ++i) y[i] = Tout(round_normal<M>(x[i], t, 0u));
-      else
-        for (size_t i = 0; i < len; ++i) y[i] = Tout(round_value<M>(x[i], t, 0u));
+      for (size_t i = 0; i < len; ++i) y[i] = Tout(round_value<M>(x[i], t, word(i)));
     }
   }
 }
