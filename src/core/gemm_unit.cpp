@@ -45,8 +45,8 @@ struct UnitConsts {
 };
 
 // One pass of the datapath over the products k0 ≤ k < k1 that `half` takes, for JB outputs j,
-// in four steps: unit_x (the alignment exponents X[j], from the addend c[j] and the products'
-// nominal exponents), unit_scale (X clamped, the scales, c[j] aligned into S[j]), the products'
+// in four steps: unit_x_from_c and a max over the products' nominal exponents (the alignment
+// exponents X[j]), unit_scale (X clamped, the scales, c[j] aligned into S[j]), the products'
 // aligned sum into S, and unit_finish (out[j] ← the block result; out may be c). Every j-loop is
 // branch-free (selects only) and of constant length, so that it vectorises; the rounding takes
 // round.h's normal-range shortcut and is redone by the general rounding where a value left that
@@ -128,12 +128,13 @@ template <bool kRne, bool kNarrow, size_t JB>
     }
     for (size_t j = 0; j < JB; ++j) S[j] += double(Si[j]);
   } else {
-    const int F = uc.u->dp.frac_bits;
+    double sc[JB];
+    for (size_t j = 0; j < JB; ++j) sc[j] = pow2(uc.u->dp.frac_bits - X[j]);
     for (size_t k = k0; k < k1; ++k) {
       if (!mu_takes(half, k - k0)) continue;
       const double ak = a[k];
       const float* b = B + k * ldb;
-      for (size_t j = 0; j < JB; ++j) S[j] += double(int32_t(ak * double(b[j]) * pow2(F - X[j])));
+      for (size_t j = 0; j < JB; ++j) S[j] += double(int32_t(ak * double(b[j]) * sc[j]));
     }
   }
   unit_finish<kRne, JB>(uc, X, S, c, out);
