@@ -180,6 +180,49 @@ TEST_CASE("AVX-512 kernel: values past the largest finite one, inf and NaN, wher
   CHECK(nonfinite < n);       // .. and not only
 }
 
+// Under sr the kernel keeps each step's RZ, not RO (gemm_avx512.cpp exact()): they differ where a
+// sum lies just past the largest finite value (RZ: that value; RO: one container ulp more) or
+// below the container's least subnormal (RZ: ±0). Sums placed there on purpose, every seed.
+TEST_CASE("AVX-512 kernel, sr: sums just past the largest finite and below the least subnormal") {
+  size_t cases = 0;
+  for (const char* fname : {"ps4", "bf16", "fp16", "e5m2", "ps13", "ps22", "fp32"})
+    for (Accumulation acc : {Accumulation::strict, Accumulation::unfused, Accumulation::blocked})
+      for (uint64_t seed = 1; seed <= 6; ++seed) {
+        GemmSpec s{.acc = format_lookup(fname), .acc_mode = Rounding::sr, .accumulation = acc, .block = 2,
+                   .seed = seed};
+        const bool b32 = s.acc.precision() <= 22;  // the container (all these have emin ≥ −126)
+        s.sr_bits = std::min(b32 ? 23 - s.acc.precision() : 52 - s.acc.precision(), seed % 2 ? 8 : 32);
+        s.sr_packed = seed % 3 == 0 && s.sr_bits <= 8;
+        const double top = std::ldexp(2 - std::ldexp(1, -s.acc.mu), s.acc.emax);  // largest finite
+        // Rows 0..3 × columns 0..7: the largest finite (less 0..2 of its ulps) then terms of up to
+        // half a container ulp of it; rows 4..7 × columns 8..15: products of 2^-150 · (1 .. 2),
+        // below binary32's least subnormal (in binary64 they are normal: extra cases there).
+        const size_t M = 8, N = 16, K = 6;
+        std::vector<float> A(M * K), B(K * N);
+        for (size_t k = 0; k < K; ++k)
+          for (size_t j = 0; j < N; ++j) B[k * N + j] = j < 8 ? 1.0f : 0x1p-20f;
+        for (size_t i = 0; i < M; ++i)
+          for (size_t k = 0; k < K; ++k) {
+            const uint32_t r = random_word(seed, 7, i * K + k);
+            const double sign = i % 2 ? -1 : 1;
+            const double x = i >= 4 ? 0x1p-130 * (1 + (r % 8) / 8.0)
+                             : k == 0 ? top - std::ldexp(double(i % 3), s.acc.emax - s.acc.mu)
+                                      : std::ldexp(top, -(b32 ? 25 : 54)) * (r % 4 + 1) / 4;
+            A[i * K + k] = float(sign * x);
+          }
+        const GemmPlan p = plan_gemm(s);
+        std::vector<double> fast(M * N), ref(M * N);
+        gemm(p, A.data(), B.data(), fast.data(), M, N, K, 0);
+        gemm(portable(p), A.data(), B.data(), ref.data(), M, N, K, 0);
+        std::string first;
+        INFO(fmt::format("{} {} {} sr_bits {}{}{}", fname, to_string(acc), to_string(p.kernel), s.sr_bits,
+                         s.sr_packed ? " packed" : "", first));
+        CHECK(mismatches(fast, ref, first) == 0);
+        ++cases;
+      }
+  CHECK(cases == 126);
+}
+
 TEST_CASE("AVX-512 kernel == MPFR on tiles and their edges") {
   uint64_t seed = 500;
   for (const char* fname : {"ps4", "bf16", "fp32", "e5m2"})

@@ -58,6 +58,7 @@ namespace {
 
 constexpr int kRD = _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC;
 constexpr int kRU = _MM_FROUND_TO_POS_INF | _MM_FROUND_NO_EXC;
+constexpr int kRZ = _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC;
 
 // ---------------------------------------------------------------- the two containers
 // Lane ops of the accumulator (V: values, __m512i: their bits) and of the blocked chunk sums
@@ -73,12 +74,9 @@ struct F32 {
   AVX static V zero() { return _mm512_setzero_ps(); }
   AVX static V from_bits(__m512i u) { return _mm512_castsi512_ps(u); }
   AVX static __m512i bits(V x) { return _mm512_castps_si512(x); }
-  AVX static V fma_rd(V a, V b, V c) { return _mm512_fmadd_round_ps(a, b, c, kRD); }
-  AVX static V fma_ru(V a, V b, V c) { return _mm512_fmadd_round_ps(a, b, c, kRU); }
-  AVX static V mul_rd(V a, V b) { return _mm512_mul_round_ps(a, b, kRD); }
-  AVX static V mul_ru(V a, V b) { return _mm512_mul_round_ps(a, b, kRU); }
-  AVX static V add_rd(V a, V b) { return _mm512_add_round_ps(a, b, kRD); }
-  AVX static V add_ru(V a, V b) { return _mm512_add_round_ps(a, b, kRU); }
+  template <int R> AVX static V fma_r(V a, V b, V c) { return _mm512_fmadd_round_ps(a, b, c, R); }
+  template <int R> AVX static V mul_r(V a, V b) { return _mm512_mul_round_ps(a, b, R); }
+  template <int R> AVX static V add_r(V a, V b) { return _mm512_add_round_ps(a, b, R); }
   AVX static __m512i set1(S x) { return _mm512_set1_epi32(int32_t(x)); }
   AVX static __m512i add(__m512i a, __m512i b) { return _mm512_add_epi32(a, b); }
   AVX static __m512i sub(__m512i a, __m512i b) { return _mm512_sub_epi32(a, b); }
@@ -86,6 +84,7 @@ struct F32 {
   AVX static __m512i min_u(__m512i a, __m512i b) { return _mm512_min_epu32(a, b); }
   AVX static __m512i srl(__m512i a, __m128i n) { return _mm512_srl_epi32(a, n); }
   AVX static __m512i sll(__m512i a, __m128i n) { return _mm512_sll_epi32(a, n); }
+  AVX static __m512i rotl(__m512i a, int n) { return _mm512_rolv_epi32(a, _mm512_set1_epi32(n)); }
   AVX static Mk test(__m512i a, __m512i b) { return _mm512_test_epi32_mask(a, b); }
   AVX static Mk testn(__m512i a, __m512i b) { return _mm512_testn_epi32_mask(a, b); }
   AVX static Mk lt_u(__m512i a, __m512i b) { return _mm512_cmplt_epu32_mask(a, b); }
@@ -117,12 +116,9 @@ struct F64 {
   AVX static V zero() { return _mm512_setzero_pd(); }
   AVX static V from_bits(__m512i u) { return _mm512_castsi512_pd(u); }
   AVX static __m512i bits(V x) { return _mm512_castpd_si512(x); }
-  AVX static V fma_rd(V a, V b, V c) { return _mm512_fmadd_round_pd(a, b, c, kRD); }
-  AVX static V fma_ru(V a, V b, V c) { return _mm512_fmadd_round_pd(a, b, c, kRU); }
-  AVX static V mul_rd(V a, V b) { return _mm512_mul_round_pd(a, b, kRD); }
-  AVX static V mul_ru(V a, V b) { return _mm512_mul_round_pd(a, b, kRU); }
-  AVX static V add_rd(V a, V b) { return _mm512_add_round_pd(a, b, kRD); }
-  AVX static V add_ru(V a, V b) { return _mm512_add_round_pd(a, b, kRU); }
+  template <int R> AVX static V fma_r(V a, V b, V c) { return _mm512_fmadd_round_pd(a, b, c, R); }
+  template <int R> AVX static V mul_r(V a, V b) { return _mm512_mul_round_pd(a, b, R); }
+  template <int R> AVX static V add_r(V a, V b) { return _mm512_add_round_pd(a, b, R); }
   AVX static __m512i set1(S x) { return _mm512_set1_epi64(int64_t(x)); }
   AVX static __m512i add(__m512i a, __m512i b) { return _mm512_add_epi64(a, b); }
   AVX static __m512i sub(__m512i a, __m512i b) { return _mm512_sub_epi64(a, b); }
@@ -130,6 +126,7 @@ struct F64 {
   AVX static __m512i min_u(__m512i a, __m512i b) { return _mm512_min_epu64(a, b); }
   AVX static __m512i srl(__m512i a, __m128i n) { return _mm512_srl_epi64(a, n); }
   AVX static __m512i sll(__m512i a, __m128i n) { return _mm512_sll_epi64(a, n); }
+  AVX static __m512i rotl(__m512i a, int n) { return _mm512_rolv_epi64(a, _mm512_set1_epi64(n)); }
   AVX static Mk test(__m512i a, __m512i b) { return _mm512_test_epi64_mask(a, b); }
   AVX static Mk testn(__m512i a, __m512i b) { return _mm512_testn_epi64_mask(a, b); }
   AVX static Mk lt_u(__m512i a, __m512i b) { return _mm512_cmplt_epu64_mask(a, b); }
@@ -253,13 +250,10 @@ template <> struct LaneIndex<F64> {
 // The constants of round_normal for a target in container C (drop ≥ 1: μ ≥ 1 and p ≤ MANT − 1).
 template <class C> struct Consts {
   __m512i mask, notmask, half, half_m1, quantum, one, sign, absmask, lo_m1, hi, inf;
-  __m128i sr_count;  // |drop − R| for sr
-  bool sr_down;      // drop ≥ R: the remainder is shifted right
-  __m128i sr_shift;  // 32 − sr_bits
-  // sr in the binary32 container (drop ≤ 22): up iff rnd < (u & sr_mask) << (32 − drop), sr_mask
-  // the remainder's bits at and above 2^(drop − R) (see round_fast)
+  // sr (drop > R = sr_bits: fastest_kernel): the remainder's bits at and above 2^(drop − R), where
+  // Words::get rotates the rounding's R random bits
   __m512i sr_mask;
-  __m128i sr_up;     // 32 − drop
+  int drop;
 };
 
 template <class C, class T> Consts<C> make_consts(const Target<T>& t) {
@@ -278,12 +272,8 @@ template <class C, class T> Consts<C> make_consts(const Target<T>& t) {
   splat<S>(k.hi, S(t.normal_hi));
   splat<S>(k.inf, S(((S(1) << (sizeof(S) * 8 - 1 - Container<T>::kMant)) - 1) << Container<T>::kMant));
   const int R = 32 - t.sr_shift;
-  k.sr_down = t.drop >= R;
-  const int n = k.sr_down ? t.drop - R : R - t.drop;
-  k.sr_count = _mm_cvtsi32_si128(n);  // SSE2: the default target has it
-  k.sr_shift = _mm_cvtsi32_si128(t.sr_shift);
-  splat<S>(k.sr_mask, (q - 1) & ~((S(1) << (k.sr_down ? t.drop - R : 0)) - 1));
-  k.sr_up = _mm_cvtsi32_si128(32 - t.drop);
+  splat<S>(k.sr_mask, t.drop > R ? (q - 1) & ~((S(1) << (t.drop - R)) - 1) : 0);
+  k.drop = t.drop;
   return k;
 }
 
@@ -307,17 +297,11 @@ AVX __m512i round_fast(const Consts<C>& k, __m512i u, __m512i rnd) {
     return C::mask_add(trunc, C::test(u, k.mask) & C::test(rnd, C::set1(typename C::S(0x80000000u))), trunc,
                        k.quantum);
   if constexpr (M == R::sr) {
-    if constexpr (sizeof(typename C::S) == 4) {
-      // round.h's test ⌊rnd / 2^(32−R)⌋ < ⌊rem · 2^R / 2^drop⌋ as rnd < that bound · 2^(32−R),
-      // which is the remainder with its bits below 2^(drop − R) cleared, times 2^(32 − drop): one
-      // mask and one shift, no branch on drop ≥ R, and the random word's low bits (the next
-      // slots of a packed word among them) fall below the bound's grid
-      return C::mask_add(trunc, C::lt_u(rnd, C::sll(_mm512_and_si512(u, k.sr_mask), k.sr_up)), trunc, k.quantum);
-    } else {
-      const __m512i rem = _mm512_and_si512(u, k.mask);
-      const __m512i scaled = k.sr_down ? C::srl(rem, k.sr_count) : C::sll(rem, k.sr_count);
-      return C::mask_add(trunc, C::lt_u(C::srl(rnd, k.sr_shift), scaled), trunc, k.quantum);
-    }
+    // round.h's test r < ⌊rem / 2^(drop−R)⌋ (r: the rounding's R random bits, which rnd holds at
+    // bits drop − R .. drop − 1, among others that sr_mask drops) as a carry: the remainder plus
+    // (2^R − 1 − r)·2^(drop−R) reaches 2^drop exactly then, the bits below 2^(drop − R) never
+    // tipping it; add and truncate, no compare
+    return _mm512_and_si512(C::add(u, _mm512_andnot_si512(rnd, k.sr_mask)), k.notmask);
   }
   return trunc;
 }
@@ -328,6 +312,26 @@ AVX __m512i round_fast(const Consts<C>& k, __m512i u, __m512i rnd) {
 template <class C> AVX __m512i round_odd(const Consts<C>& k, typename C::V lo, typename C::V hi) {
   const __m512i l = C::bits(lo);
   return C::blend(C::test(l, k.one), C::bits(hi), l);
+}
+
+// One operation's exact result in the container, as round_fast<M> and the guard need it: RO from
+// the two directed roundings; for sr, RZ alone (one instruction instead of three). RZ differs from
+// RO in the last bit only, which sr never reads (only the remainder at and above 2^(drop − R),
+// drop > R: fastest_kernel); and where the guard sees RZ's value but not RO's — an inexact value
+// just past the largest finite, or one below the container's least subnormal, which RZ makes ±0 —
+// the exact value is within one container ulp of RZ's, below sr's grid, and rounds as RZ's does.
+enum class Op { fma, mul, add };
+template <class C, Op O, int R> AVX typename C::V apply(typename C::V a, typename C::V b, typename C::V c) {
+  if constexpr (O == Op::fma) return C::template fma_r<R>(a, b, c);
+  if constexpr (O == Op::mul) return C::template mul_r<R>(a, b);
+  if constexpr (O == Op::add) return C::template add_r<R>(a, b);
+}
+template <class C, Rounding M, Op O>
+AVX __m512i exact(const Consts<C>& k, typename C::V a, typename C::V b, typename C::V c = C::zero()) {
+  if constexpr (M == Rounding::sr)
+    return C::bits(apply<C, O, kRZ>(a, b, c));
+  else
+    return round_odd<C>(k, apply<C, O, kRD>(a, b, c), apply<C, O, kRU>(a, b, c));
 }
 
 // The tile's range guard, per step: the largest |x| and the smallest |x| − 1 (zero wraps to the
@@ -409,13 +413,22 @@ template <class C, Rounding Mode, bool Aligned, int MR, int NV> struct Words {
     if constexpr (!is_stochastic(Mode)) {
       return _mm512_setzero_si512();
     } else if constexpr (Aligned) {
-      // every lane at slot t mod 2^pack (the lanes' indices differ by multiples of Q); shift 0
-      // when unpacked: no branch, and the same for the step's every vector (hoisted)
-      const int slot = int(t & ((uint64_t(1) << c.pack) - 1));
-      return _mm512_sll_epi32(buf[r][v][(t >> c.pack) & 3], _mm_cvtsi32_si128(slot << (5 - c.pack)));
+      // every lane at slot t mod 2^pack (the lanes' indices differ by multiples of Q), whose top
+      // bit is `at` below the word's; at = 0 when unpacked: no branch, and the same for the
+      // step's every vector (hoisted)
+      const int at = int(t & ((uint64_t(1) << c.pack) - 1)) << (5 - c.pack);
+      return place(c, buf[r][v][(t >> c.pack) & 3], at);
     } else {
-      return c.lanes.word(c.rng, base[r][v] + t, c.pack);
+      return place(c, c.lanes.word(c.rng, base[r][v] + t, c.pack), 0);
     }
+  }
+  // The word (in each lane's low 32 bits) as round_fast<Mode> reads it: sre, the slot's top bit as
+  // the word's; sr, the slot rotated to end at bit drop (its first R bits at drop − R .. drop − 1).
+  AVX static __m512i place(const Ctx<C>& c, __m512i w, int at) {
+    if constexpr (Mode == Rounding::sr)
+      return C::rotl(w, (c.k.drop - 32 + at) & (int(sizeof(typename C::S)) * 8 - 1));
+    else
+      return _mm512_sll_epi32(w, _mm_cvtsi32_si128(at));
   }
 };
 
@@ -461,7 +474,7 @@ template <class C, Rounding Mode, Accumulation Acc, int MR, int NV, bool Aligned
           const V av = C::bcast(a[r] + kk);
           #pragma GCC unroll 4
           for (int v = 0; v < NV; ++v) {
-            const __m512i x = round_odd<C>(k, C::fma_rd(av, b[v], acc[r][v]), C::fma_ru(av, b[v], acc[r][v]));
+            const __m512i x = exact<C, Mode, Op::fma>(k, av, b[v], acc[r][v]);
             track<C, G>(k, g, x);
             acc[r][v] = C::from_bits(round_fast<C, Mode>(k, x, w.get(c, base, r, v, kk)));
           }
@@ -481,10 +494,10 @@ template <class C, Rounding Mode, Accumulation Acc, int MR, int NV, bool Aligned
           const V av = C::bcast(a[r] + kk);
           #pragma GCC unroll 4
           for (int v = 0; v < NV; ++v) {
-            const __m512i x = round_odd<C>(k, C::mul_rd(av, b[v]), C::mul_ru(av, b[v]));
+            const __m512i x = exact<C, Mode, Op::mul>(k, av, b[v]);
             track<C, G>(k, g, x);
             const V pr = C::from_bits(round_fast<C, Mode>(k, x, w.get(c, base, r, v, 2 * kk)));
-            const __m512i y = round_odd<C>(k, C::add_rd(acc[r][v], pr), C::add_ru(acc[r][v], pr));
+            const __m512i y = exact<C, Mode, Op::add>(k, acc[r][v], pr);
             track<C, G>(k, g, y);
             acc[r][v] = C::from_bits(round_fast<C, Mode>(k, y, w.get(c, base, r, v, 2 * kk + 1)));
           }
@@ -516,7 +529,7 @@ template <class C, Rounding Mode, Accumulation Acc, int MR, int NV, bool Aligned
         #pragma GCC unroll 4
         for (int v = 0; v < NV; ++v) {
           const V cv = C::widen(s[r][v]);
-          const __m512i x = round_odd<C>(k, C::add_rd(acc[r][v], cv), C::add_ru(acc[r][v], cv));
+          const __m512i x = exact<C, Mode, Op::add>(k, acc[r][v], cv);
           track<C, G>(k, g, x);
           acc[r][v] = C::from_bits(round_fast<C, Mode>(k, x, w.get(c, base, r, v, ch)));
         }
