@@ -85,6 +85,10 @@ struct F32 {
   AVX static __m512i srl(__m512i a, __m128i n) { return _mm512_srl_epi32(a, n); }
   AVX static __m512i sll(__m512i a, __m128i n) { return _mm512_sll_epi32(a, n); }
   AVX static __m512i rotl(__m512i a, int n) { return _mm512_rolv_epi32(a, _mm512_set1_epi32(n)); }
+  // max(|a|, |b|) of the values, sign cleared; a NaN stays NaN (vrangeps): one instruction
+  AVX static __m512i max_abs(__m512i a, __m512i b) {
+    return bits(_mm512_range_ps(from_bits(a), from_bits(b), 0b1011));
+  }
   AVX static Mk test(__m512i a, __m512i b) { return _mm512_test_epi32_mask(a, b); }
   AVX static Mk testn(__m512i a, __m512i b) { return _mm512_testn_epi32_mask(a, b); }
   AVX static Mk lt_u(__m512i a, __m512i b) { return _mm512_cmplt_epu32_mask(a, b); }
@@ -127,6 +131,9 @@ struct F64 {
   AVX static __m512i srl(__m512i a, __m128i n) { return _mm512_srl_epi64(a, n); }
   AVX static __m512i sll(__m512i a, __m128i n) { return _mm512_sll_epi64(a, n); }
   AVX static __m512i rotl(__m512i a, int n) { return _mm512_rolv_epi64(a, _mm512_set1_epi64(n)); }
+  AVX static __m512i max_abs(__m512i a, __m512i b) {
+    return bits(_mm512_range_pd(from_bits(a), from_bits(b), 0b1011));
+  }
   AVX static Mk test(__m512i a, __m512i b) { return _mm512_test_epi64_mask(a, b); }
   AVX static Mk testn(__m512i a, __m512i b) { return _mm512_testn_epi64_mask(a, b); }
   AVX static Mk lt_u(__m512i a, __m512i b) { return _mm512_cmplt_epu64_mask(a, b); }
@@ -354,10 +361,12 @@ struct Guard {
   __m512i mx, mn;
 };
 template <class C, int G> AVX void track(const Consts<C>& k, Guard& g, __m512i x) {
-  if constexpr (G >= kGuardTop) {
+  if constexpr (G == kGuardTop) {
+    g.mx = C::max_abs(g.mx, x);
+  } else if constexpr (G == kGuardBoth) {
     const __m512i a = _mm512_and_si512(x, k.absmask);
     g.mx = C::max_u(g.mx, a);
-    if constexpr (G == kGuardBoth) g.mn = C::min_u(g.mn, C::sub(a, k.one));
+    g.mn = C::min_u(g.mn, C::sub(a, k.one));
   }
 }
 
