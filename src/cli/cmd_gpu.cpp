@@ -33,7 +33,22 @@ namespace mantis::cli {
 
 namespace {
 
+// The GPU backend this build has: "cuda" (nvcc) or "cuda-emu" (the kernels on the CPU emulation).
+constexpr const char* kBackend = MANTIS_CUDA_EMU ? "cuda-emu" : "cuda";
+
+// --device names a GPU backend this build lacks: a one-line error naming the one it has.
+void require_backend(const std::string& device) {
+  if (device == "cuda" && MANTIS_CUDA_EMU)
+    throw InputError("this mantis was built without nvcc: its CUDA kernels run on the CPU emulation, --device cuda-emu "
+                     "(a GPU needs a build with nvcc on PATH)");
+  if (device == "cuda-emu" && !MANTIS_CUDA_EMU)
+    throw InputError(MANTIS_HAVE_CUDA ? "this mantis was built with nvcc: its CUDA kernels run on the GPU, --device cuda "
+                                        "(cuda-emu is the build configured with -Dcuda=disabled)"
+                                      : "this mantis was built without the CUDA backend (-Demulate_cuda=disabled)");
+}
+
 struct ValidateArgs {
+  std::string device = kBackend;
   std::vector<std::string> only;  // contract-name prefixes
   double scale = 1;
   bool list = false;
@@ -82,6 +97,7 @@ int run_validate(const ValidateArgs& a) {
                   c->agreement == Agreement::tolerance ? fmt::format(" [tol {:g}: {}]", c->tol, c->why).c_str() : "");
     return 0;
   }
+  require_backend(a.device);
   require_device();
   const std::string device = cuda_device_name();
   std::printf("validate-gpu on %s, scale %g\n%-22s %-10s %8s %12s %10s %10s %8s\n", device.c_str(), a.scale, "contract",
@@ -298,9 +314,10 @@ int run_gpu_bench(const GpuBenchArgs&) { no_cuda(); }
 void add_device(CLI::App& sub, DeviceArgs& d) {
   sub.add_option("--device", d.device,
                  "where the forward passes run: cpu, or cuda (the GPU backend: emulated sites bit-identical to the "
-                 "CPU, native sites through cuBLAS)")
+                 "CPU, native sites through cuBLAS), or cuda-emu (the same kernels on the CPU emulation of CUDA, in a "
+                 "build without nvcc; results labelled so)")
       ->capture_default_str()
-      ->check(CLI::IsMember({"cpu", "cuda"}));
+      ->check(CLI::IsMember({"cpu", "cuda", "cuda-emu"}));
   sub.add_option("--attention", d.attention,
                  "cuda: the attention kernel, materialised (the CPU's bits) or flash (single pass, relaxed LAMP rule "
                  "only; within a tolerance)")
@@ -313,6 +330,7 @@ ForwardFn device_forward(const DeviceArgs& d) {
     if (d.attention != "materialised") throw InputError("--attention flash needs --device cuda");
     return {};
   }
+  require_backend(d.device);
 #if MANTIS_HAVE_CUDA
   // The device is needed at the first forward pass, not before (a --merge of cells computed on a
   // GPU runs anywhere: the device only names the cells' keys).
@@ -334,6 +352,11 @@ Runner setup_validate_gpu(CLI::App& sub) {
       "(operation × shapes × formats × modes × seeds), each bit-exact or within a stated tolerance. Prints per "
       "contract the cases run, values compared, mismatches, worst relative difference and seconds; exit 1 on any "
       "failure, 2 without a CUDA build or device.");
+  sub.add_option("--device", a->device,
+                 "cuda (a GPU: a build with nvcc) or cuda-emu (the same kernels on the CPU emulation of CUDA: a build "
+                 "without nvcc); the build's own by default")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"cuda", "cuda-emu"}));
   sub.add_option("--only", a->only, "contracts whose names start with these (comma-separated)")->delimiter(',');
   sub.add_option("--scale", a->scale, "sample sizes × this (0 < s ≤ 1)")->capture_default_str()->check(CLI::Range(1e-6, 1.0));
   sub.add_flag("--list", a->list, "print the table (name, agreement, cases) without running it");

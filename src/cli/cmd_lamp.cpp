@@ -41,7 +41,7 @@ Runner setup_lamp(CLI::App& sub) {
     }
     LampSweepOptions o = a->sweep;
     o.progress = shared().progress_mode();
-    o.device = a->device.device == "cuda" ? "cuda/" + a->device.attention : "cpu";
+    o.device = a->device.device == "cpu" ? "cpu" : a->device.device + "/" + a->device.attention;
     if (!a->slurm.emit.empty()) return emit_slurm(a->slurm, o, [&] { validate_lamp_sweep(o); });
     o.forward = device_forward(a->device);
     const LampSweepResult r = run_lamp_sweep(o);

@@ -75,7 +75,7 @@ Runner setup_eval(CLI::App& sub) {
   return [o, dev] {
     EvalOptions e = *o;
     e.progress = shared().progress_mode();
-    e.device = dev->device == "cuda" ? "cuda/" + dev->attention : "cpu";
+    e.device = dev->device == "cpu" ? "cpu" : dev->device + "/" + dev->attention;
     e.forward = device_forward(*dev);
     const EvalResult r = run_eval(e);
     std::string text = r.report;

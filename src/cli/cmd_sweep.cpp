@@ -49,7 +49,7 @@ int run_policy(const SweepArgs& a) {
   PolicySweepOptions o = a.policy;
   o.config = a.mu.config, o.out = a.mu.out;
   o.progress = shared().progress_mode();
-  o.device = a.device.device == "cuda" ? "cuda/" + a.device.attention : "cpu";
+  o.device = a.device.device == "cpu" ? "cpu" : a.device.device + "/" + a.device.attention;
   if (!a.slurm.emit.empty()) return emit_slurm(a.slurm, o, [&] { validate_policy_sweep(o); });
   o.forward = device_forward(a.device);
   const PolicySweepResult r = run_policy_sweep(o);

@@ -185,7 +185,7 @@ __device__ void flash_flush(const AttentionArgs& A, FlashShared& sh, float* acc,
 
 __global__ void attention_flash(Args W) {
   const AttentionArgs& A = W.a;
-  extern __shared__ float acc[];  // [HS] the unnormalised output
+  MANTIS_DYNAMIC_SHARED(float, acc);  // [HS] the unnormalised output
   __shared__ __align__(16) unsigned char sh_raw[sizeof(FlashShared)];  // no constructors in __shared__
   FlashShared& sh = *reinterpret_cast<FlashShared*>(sh_raw);
   const int64_t i = blockIdx.x, h = blockIdx.y, n = i + 1, row = h * A.T + i;
@@ -207,7 +207,7 @@ __global__ void attention_flash(Args W) {
         sh.ys[t] = attention_score(A, h, i, t0 + t, th.pqk);
       }
     }
-    __syncthreads();
+    if (!MANTIS_PLANTED(kPlantFlashBarrier)) __syncthreads();
     if (threadIdx.x == 0) {
       if (mode == 2) {
         for (int64_t t = 0; t < nt; ++t) relaxed_scan_add(sh.scan, cj, cy, uint32_t(t0 + t), sh.ys[t]);
@@ -289,17 +289,17 @@ void attention_device(const PolicyPlan& pol, int l, const float* q, const float*
     if (!W.a.by_row) {  // random sites go row by row anyway
       const size_t flags = NKV * ((T + kAttentionQueryBlock - 1) / kAttentionQueryBlock);
       uint8_t* f = at_least(sc.v_nonfinite, flags);
-      value_blocks_kernel<<<unsigned((flags + 127) / 128), 128, 0, cs>>>(v, int64_t(T), int64_t(NKV), int64_t(HS), f);
+      cuda_detail::launch("value_blocks_kernel", value_blocks_kernel, unsigned((flags + 127) / 128), 128, 0, cs, v, int64_t(T), int64_t(NKV), int64_t(HS), f);
       MANTIS_CUDA_CHECK_LAUNCH();
       W.a.v_nonfinite = f;
     }
     MANTIS_CUDA_CHECK(cudaMemsetAsync(W.rows, 0, rows * sizeof(float), cs));  // the masked entries stay 0
-    attention_materialised<<<grid, kAttnThreads, 0, cs>>>(W);
+    cuda_detail::launch("attention_materialised", attention_materialised, grid, kAttnThreads, 0, cs, W);
   } else {
     W.ld = W.a.lamp ? int64_t(T) : kTile;
     if (W.a.lamp) W.cj = at_least(sc.cj, rows), W.cy = at_least(sc.cy, rows);
     W.pj = at_least(sc.pj, NH * T * size_t(W.ld)), W.px = at_least(sc.px, NH * T * size_t(W.ld));
-    attention_flash<<<grid, kAttnThreads, HS * sizeof(float), cs>>>(W);
+    cuda_detail::launch("attention_flash", attention_flash, grid, kAttnThreads, HS * sizeof(float), cs, W);
   }
   MANTIS_CUDA_CHECK_LAUNCH();
   MANTIS_CUDA_CHECK(cudaStreamSynchronize(cs));  // the scratch is this thread's next call's

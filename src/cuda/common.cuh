@@ -10,6 +10,7 @@
 
 #include "core/round.h"
 #include "cuda/device.h"
+#include "cuda/launch.cuh"
 
 namespace mantis::cuda_detail {
 

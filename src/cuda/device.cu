@@ -62,7 +62,7 @@ __global__ void adamw_kernel(float* __restrict__ p, float* __restrict__ m, float
 void adamw_step(float* p, float* m, float* v, const float* g, size_t n, const AdamWScalars& c, bool decay,
                 const Stream& s) {
   if (n == 0) return;
-  adamw_kernel<<<blocks_for(n), kThreads, 0, native(s)>>>(p, m, v, g, n, c, decay);
+  cuda_detail::launch("adamw_kernel", adamw_kernel, blocks_for(n), kThreads, 0, native(s), p, m, v, g, n, c, decay);
   MANTIS_CUDA_CHECK_LAUNCH();
 }
 
@@ -90,7 +90,7 @@ void gefen_step(float* p, const float* g, uint8_t* idx, float* mag, float* v, si
   if (n == 0) return;
   if (P == 0 || Q == 0 || n % Q != 0 || Q % P != 0 || (P != 1 && P != Q))
     throw std::invalid_argument("gefen_step: P must be 1 or Q, and Q must divide n");
-  gefen_kernel<<<blocks_for(n / Q), kThreads, 0, native(s)>>>(p, g, idx, mag, v, n / Q, P, Q, C, k, m, c, st);
+  cuda_detail::launch("gefen_kernel", gefen_kernel, blocks_for(n / Q), kThreads, 0, native(s), p, g, idx, mag, v, n / Q, P, Q, C, k, m, c, st);
   MANTIS_CUDA_CHECK_LAUNCH();
 }
 

@@ -57,7 +57,7 @@ gemm_tiled_kernel(const float* __restrict__ A, const float* __restrict__ B, doub
       const size_t k = k0 + kk, j = j0 + c;
       Bs[kk][c] = (k < K && j < N) ? B[k * N + j] : 0.0f;
     }
-    __syncthreads();
+    if (!MANTIS_PLANTED(kPlantBranchBarrier) || tid < kTX * kTY / 2) __syncthreads();
     const int kend = K - k0 < size_t(kBK) ? int(K - k0) : kBK;
     for (int kk = 0; kk < kend; ++kk) {
 #pragma unroll
@@ -77,7 +77,7 @@ gemm_tiled_kernel(const float* __restrict__ A, const float* __restrict__ B, doub
 #pragma unroll
     for (int c = 0; c < TN; ++c) {
       const size_t i = i0 + ty + kTY * r, j = j0 + tx + kTX * c;
-      if (i < Mr && j < N) C[i * N + j] = acc[r][c].value();
+      if (i < Mr && (j < N || (MANTIS_PLANTED(kPlantTileBound) && j == N))) C[i * N + j] = acc[r][c].value();
     }
 }
 
@@ -134,7 +134,7 @@ void launch_tiled(const GemmPlan& p, const float* A, const float* B, double* C, 
   if (gy > 65535) throw std::runtime_error("cuda gemm: M = " + std::to_string(M) + " rows exceed the grid (at most " +
                                            std::to_string(65535 * kTY * TM) + ")");
   const dim3 block(kTX, kTY), grid(unsigned((N + kTX * TN - 1) / (kTX * TN)), unsigned(gy));
-  gemm_tiled_kernel<R, kAcc, TM, TN><<<grid, block, 0, cs>>>(A, B, C, C0, M, N, K, p.block, p.acc, p.seed,
+  cuda_detail::launch("gemm_tiled_kernel", gemm_tiled_kernel<R, kAcc, TM, TN>, grid, block, 0, cs, A, B, C, C0, M, N, K, p.block, p.acc, p.seed,
                                                                     stream, p.sr_pack);
 }
 
@@ -153,7 +153,7 @@ void gpu::gemm(const GemmPlan& p, float* A, float* B, double* C, size_t M, size_
   DeviceBuffer<double> c0;  // the addend in the accumulator format
   if (C0) {
     c0 = DeviceBuffer<double>(M * N);
-    addend_kernel<<<blocks_for(M * N), kThreads, 0, cs>>>(C0, c0.get(), M * N, p.acc,
+    cuda_detail::launch("addend_kernel", addend_kernel, blocks_for(M * N), kThreads, 0, cs, C0, c0.get(), M * N, p.acc,
                                                           p.accumulation == Accumulation::promoted);
     MANTIS_CUDA_CHECK_LAUNCH();
   }
@@ -167,10 +167,10 @@ void gpu::gemm(const GemmPlan& p, float* A, float* B, double* C, size_t M, size_
       case Accumulation::promoted: launch_tiled<R, Accumulation::promoted>(p, A, B, C, c, M, N, K, stream, cs); break;
       case Accumulation::tensor_core:
         if (p.unit) {
-          gemm_unit_kernel<<<blocks_for(M * N), kThreads, 0, cs>>>(A, B, C, c, M, N, K, *p.unit, p.unit_kernel);
+          cuda_detail::launch("gemm_unit_kernel", gemm_unit_kernel, blocks_for(M * N), kThreads, 0, cs, A, B, C, c, M, N, K, *p.unit, p.unit_kernel);
           break;
         }
-        gemm_tc_kernel<R><<<blocks_for(M * N), kThreads, 0, cs>>>(A, B, C, c, M, N, K, p.block, p.align_bits, p.acc,
+        cuda_detail::launch("gemm_tc_kernel", gemm_tc_kernel<R>, blocks_for(M * N), kThreads, 0, cs, A, B, C, c, M, N, K, p.block, p.align_bits, p.acc,
                                                                   p.seed, stream, p.sr_pack);
         break;
     }

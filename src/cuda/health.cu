@@ -40,13 +40,13 @@ unsigned count_blocks(size_t n) { return std::min(blocks_for(n), 4096u); }
 
 void count_overflow(const float* x, size_t n, double max_finite, SiteHealth* h, const Stream& s) {
   if (!h || n == 0) return;
-  count_overflow_kernel<<<count_blocks(n), kThreads, 0, native(s)>>>(x, n, max_finite, h);
+  cuda_detail::launch("count_overflow_kernel", count_overflow_kernel, count_blocks(n), kThreads, 0, native(s), x, n, max_finite, h);
   MANTIS_CUDA_CHECK_LAUNCH();
 }
 
 void count_nonfinite(const float* x, size_t n, SiteHealth* h, const Stream& s) {
   if (!h || n == 0) return;
-  count_nonfinite_kernel<<<count_blocks(n), kThreads, 0, native(s)>>>(x, n, h);
+  cuda_detail::launch("count_nonfinite_kernel", count_nonfinite_kernel, count_blocks(n), kThreads, 0, native(s), x, n, h);
   MANTIS_CUDA_CHECK_LAUNCH();
 }
 
@@ -57,7 +57,7 @@ void round_step(float* x, size_t n, const RoundStep& r, uint64_t stream, SiteHea
 
 void add_overflow(SiteHealth* h, const unsigned long long* count, const Stream& s) {
   if (!h) return;
-  add_overflow_kernel<<<1, 1, 0, native(s)>>>(h, count);
+  cuda_detail::launch("add_overflow_kernel", add_overflow_kernel, 1, 1, 0, native(s), h, count);
   MANTIS_CUDA_CHECK_LAUNCH();
 }
 

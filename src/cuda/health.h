@@ -24,7 +24,7 @@ void add_overflow(SiteHealth* h, const unsigned long long* count, const Stream& 
 
 }  // namespace mantis::gpu
 
-#if defined(__CUDACC__)
+#if defined(__CUDACC__) || defined(__CUDA_EMU__)
 namespace mantis::cuda_detail {
 
 // A thread's counts added into the device's *dst (each nonzero field, atomically).

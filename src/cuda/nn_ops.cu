@@ -66,7 +66,7 @@ __global__ void columns_kernel(const float* src, size_t ld, size_t c0, float* ds
 }  // namespace
 
 void embed(const int32_t* tokens, const float* wte, const float* wpe, float* x, size_t T, size_t C, const Stream& s) {
-  embed_kernel<<<blocks_for(T * C), kThreads, 0, native(s)>>>(tokens, wte, wpe, x, T, C);
+  cuda_detail::launch("embed_kernel", embed_kernel, blocks_for(T * C), kThreads, 0, native(s), tokens, wte, wpe, x, T, C);
   MANTIS_CUDA_CHECK_LAUNCH();
 }
 
@@ -79,7 +79,7 @@ void norm(const SitePlan& p, uint64_t stream, const float* x, const float* w, co
     in = scratch;
   }
   // One thread per row: the row's sums are sequential (norm_row), as on the CPU.
-  norm_kernel<<<unsigned((T + 127) / 128), 128, 0, native(s)>>>(in, w, b, eps, out, T, C);
+  cuda_detail::launch("norm_kernel", norm_kernel, unsigned((T + 127) / 128), 128, 0, native(s), in, w, b, eps, out, T, C);
   MANTIS_CUDA_CHECK_LAUNCH();
   if (p.output) round_step(out, T * C, *p.output, stream + kStreamOutput, h, s);
   count_nonfinite(out, T * C, h, s);
@@ -87,7 +87,7 @@ void norm(const SitePlan& p, uint64_t stream, const float* x, const float* w, co
 
 void gelu(const SitePlan& p, uint64_t stream, bool tanh_approx, float* x, size_t n, const Stream& s, SiteHealth* h) {
   if (p.input) round_step(x, n, *p.input, stream + kStreamA, h, s);
-  gelu_kernel<<<blocks_for(n), kThreads, 0, native(s)>>>(x, n, tanh_approx);
+  cuda_detail::launch("gelu_kernel", gelu_kernel, blocks_for(n), kThreads, 0, native(s), x, n, tanh_approx);
   MANTIS_CUDA_CHECK_LAUNCH();
   if (p.output) round_step(x, n, *p.output, stream + kStreamOutput, h, s);
   count_nonfinite(x, n, h, s);
@@ -98,24 +98,24 @@ void silu(const SitePlan& p, uint64_t stream, float* g, float* u, size_t n, cons
     round_step(g, n, *p.input, stream + kStreamA, h, s);
     round_step(u, n, *p.input, stream + kStreamB, h, s);
   }
-  silu_kernel<<<blocks_for(n), kThreads, 0, native(s)>>>(g, u, n);
+  cuda_detail::launch("silu_kernel", silu_kernel, blocks_for(n), kThreads, 0, native(s), g, u, n);
   MANTIS_CUDA_CHECK_LAUNCH();
   if (p.output) round_step(g, n, *p.output, stream + kStreamOutput, h, s);
   count_nonfinite(g, n, h, s);
 }
 
 void add(float* x, const float* y, size_t n, const Stream& s) {
-  add_kernel<<<blocks_for(n), kThreads, 0, native(s)>>>(x, y, n);
+  cuda_detail::launch("add_kernel", add_kernel, blocks_for(n), kThreads, 0, native(s), x, y, n);
   MANTIS_CUDA_CHECK_LAUNCH();
 }
 
 void rope(float* x, size_t T, size_t nh, size_t HS, const float* cos_, const float* sin_, const Stream& s) {
-  rope_kernel<<<blocks_for(T * nh * (HS / 2)), kThreads, 0, native(s)>>>(x, T, nh, HS, cos_, sin_);
+  cuda_detail::launch("rope_kernel", rope_kernel, blocks_for(T * nh * (HS / 2)), kThreads, 0, native(s), x, T, nh, HS, cos_, sin_);
   MANTIS_CUDA_CHECK_LAUNCH();
 }
 
 void columns(const float* src, size_t ld, size_t c0, float* dst, size_t T, size_t w, const Stream& s) {
-  columns_kernel<<<blocks_for(T * w), kThreads, 0, native(s)>>>(src, ld, c0, dst, T, w);
+  cuda_detail::launch("columns_kernel", columns_kernel, blocks_for(T * w), kThreads, 0, native(s), src, ld, c0, dst, T, w);
   MANTIS_CUDA_CHECK_LAUNCH();
 }
 

@@ -55,9 +55,9 @@ void round_device_impl(T* d, size_t n, const Target<T>& t, Rounding m, uint64_t 
     if constexpr (is_stochastic(M)) {
       const uint64_t q = uint64_t(4) << pack;
       const size_t groups = size_t(((index0 & (q - 1)) + n + q - 1) >> (2 + pack));
-      round_stochastic_kernel<M, T><<<blocks_for(groups), kThreads, 0, cs>>>(d, n, t, seed, stream, index0, pack);
+      cuda_detail::launch("round_stochastic_kernel", round_stochastic_kernel<M, T>, blocks_for(groups), kThreads, 0, cs, d, n, t, seed, stream, index0, pack);
     } else {
-      round_kernel<M, T><<<blocks_for(n), kThreads, 0, cs>>>(d, n, t);
+      cuda_detail::launch("round_kernel", round_kernel<M, T>, blocks_for(n), kThreads, 0, cs, d, n, t);
     }
     MANTIS_CUDA_CHECK_LAUNCH();
   });
@@ -108,6 +108,7 @@ std::string cuda_device_name() {
   cudaDeviceProp prop{};
   MANTIS_CUDA_CHECK(cudaGetDevice(&dev));
   MANTIS_CUDA_CHECK(cudaGetDeviceProperties(&prop, dev));
+  if (MANTIS_CUDA_EMU) return prop.name;  // "cuda-emu (…)": no compute capability
   return std::string(prop.name) + ", sm_" + std::to_string(prop.major) + std::to_string(prop.minor);
 }
 

@@ -31,7 +31,7 @@ template <int kGroup>
 __device__ void group_merge(BlockAmax& a) {
   for (int o = 16; o > 0; o >>= 1) {
     BlockAmax b;
-    b.amax = __shfl_xor_sync(kFull, a.amax, o);
+    b.amax = __shfl_xor_sync(MANTIS_PLANTED(kPlantShuffleMask) ? 0x0000ffffu : kFull, a.amax, o);
     b.lo = __shfl_xor_sync(kFull, a.lo, o);
     b.hi = __shfl_xor_sync(kFull, a.hi, o);
     b.bad = __shfl_xor_sync(kFull, int(a.bad), o) != 0;
@@ -156,7 +156,7 @@ void scheme_device_impl(const SchemeBlockPlan& p, const T* x, T* y, uint64_t str
   MANTIS_CUDA_CHECK(cudaMemsetAsync(w, 0, sizeof(SchemeWork), cs));
   if (p.two_level) {
     const size_t n = size_t(p.rows * p.cols);
-    tensor_amax_kernel<T><<<blocks_for(n), kThreads, 0, cs>>>(x, n, w);
+    cuda_detail::launch("tensor_amax_kernel", tensor_amax_kernel<T>, blocks_for(n), kThreads, 0, cs, x, n, w);
     MANTIS_CUDA_CHECK_LAUNCH();
   }
   const int64_t nblocks = p.nbr * p.nbc;
@@ -164,10 +164,10 @@ void scheme_device_impl(const SchemeBlockPlan& p, const T* x, T* y, uint64_t str
   with_rounding(p.elem.mode, [&](auto mode) {
     constexpr Rounding R = decltype(mode)::value;
     if (warp)
-      scheme_kernel<R, 32, T><<<grid_for(nblocks, int(kThreads) / 32), kThreads, 0, cs>>>(p, x, y, stream, index0,
+      cuda_detail::launch("scheme_kernel", scheme_kernel<R, 32, T>, grid_for(nblocks, int(kThreads) / 32), kThreads, 0, cs, p, x, y, stream, index0,
                                                                                           scales, zero_points, w);
     else
-      scheme_kernel<R, int(kThreads), T><<<grid_for(nblocks, 1), kThreads, 0, cs>>>(p, x, y, stream, index0, scales,
+      cuda_detail::launch("scheme_kernel", scheme_kernel<R, int(kThreads), T>, grid_for(nblocks, 1), kThreads, 0, cs, p, x, y, stream, index0, scales,
                                                                                    zero_points, w);
     MANTIS_CUDA_CHECK_LAUNCH();
   });
@@ -182,10 +182,10 @@ void absmax_device_impl(const T* x, T* out, size_t rows, size_t cols, const Absm
   const double Q = absmax_levels(q.bits);
   const bool sr = q.rounding == Rounding::sr;
   if (std::min(group, cols) <= size_t(kWarpBlockMax))
-    absmax_kernel<32, T><<<grid_for(groups, int(kThreads) / 32), kThreads, 0, cs>>>(x, out, rows, cols, group, per_row,
+    cuda_detail::launch("absmax_kernel", absmax_kernel<32, T>, grid_for(groups, int(kThreads) / 32), kThreads, 0, cs, x, out, rows, cols, group, per_row,
                                                                                   Q, sr, q.seed, stream);
   else
-    absmax_kernel<int(kThreads), T><<<grid_for(groups, 1), kThreads, 0, cs>>>(x, out, rows, cols, group, per_row, Q,
+    cuda_detail::launch("absmax_kernel", absmax_kernel<int(kThreads), T>, grid_for(groups, 1), kThreads, 0, cs, x, out, rows, cols, group, per_row, Q,
                                                                              sr, q.seed, stream);
   MANTIS_CUDA_CHECK_LAUNCH();
 }

@@ -80,7 +80,7 @@ void site_gemm(const SitePlan& p, const float* A, const float* B, bool bt, float
     MANTIS_CUDA_CHECK(cudaMemcpyAsync(Ar, A, M * K * sizeof(float), cudaMemcpyDeviceToDevice, cs));
     Br = at_least(sc.B, K * N);
     if (bt) {
-      transpose_kernel<<<blocks_for(K * N), kThreads, 0, cs>>>(B, Br, N, K);
+      cuda_detail::launch("transpose_kernel", transpose_kernel, blocks_for(K * N), kThreads, 0, cs, B, Br, N, K);
       MANTIS_CUDA_CHECK_LAUNCH();
     } else {
       MANTIS_CUDA_CHECK(cudaMemcpyAsync(Br, B, K * N * sizeof(float), cudaMemcpyDeviceToDevice, cs));
@@ -94,16 +94,16 @@ void site_gemm(const SitePlan& p, const float* A, const float* B, bool bt, float
     if (p.input_b) round_operand(*p.input_b, Br, K, N, stream + kStreamB, sc.work, health, s);
   }
   if (p.gemm) {  // emulated: gemm rounds the inputs itself (streams + kStreamA, + kStreamB)
-    double* C = at_least(sc.C, M * N);  // [M,N] the accumulator values
+    double* C = at_least(sc.C, MANTIS_PLANTED(cuda_detail::kPlantWorkspace) && M * N > 1 ? M * N - 1 : M * N);  // [M,N] the accumulator values
     gemm(*p.gemm, Ar, Br, C, M, N, K, stream, s);
-    finish_kernel<double><<<blocks_for(M * N), kThreads, 0, cs>>>(C, out, M, N, divisor, bias);
+    cuda_detail::launch("finish_kernel", finish_kernel<double>, blocks_for(M * N), kThreads, 0, cs, C, out, M, N, divisor, bias);
   } else {
     if (p.input) {
       round(Ar, M * K, p.input->plan, stream + kStreamA, 0, s);
       round(Br, K * N, p.input->plan, stream + kStreamB, 0, s);
     }
     sgemm(a, b, out, M, N, K, s, b_transposed);
-    if (divisor != 1.0f || bias) finish_kernel<float><<<blocks_for(M * N), kThreads, 0, cs>>>(out, out, M, N, divisor, bias);
+    if (divisor != 1.0f || bias) cuda_detail::launch("finish_kernel", finish_kernel<float>, blocks_for(M * N), kThreads, 0, cs, out, out, M, N, divisor, bias);
   }
   MANTIS_CUDA_CHECK_LAUNCH();
   if (p.output) round_step(out, M * N, *p.output, stream + kStreamOutput, health, s);
