@@ -23,7 +23,7 @@ fi
 meson test -C build --print-errorlogs --num-processes 2
 rc1=$?
 if [ "${MANTIS_SKIP_SANITIZE:-0}" != 1 ]; then
-  scripts/setup.sh build-asan -Db_sanitize=address,undefined -Db_lundef=false -Dcuda=disabled -Dpython_module=disabled \
+  scripts/setup.sh build-asan -Db_sanitize=address,undefined -Db_lundef=false -Dcuda=disabled -Demulate_cuda=disabled -Dpython_module=disabled \
     -Doptimization=1 -Ddebug=false -Dcpp_args=-g1 -Dcpp_link_args=-no-pie || exit 2
   MANTIS_TEST_SCALE=0.02 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
     ASAN_OPTIONS=detect_leaks=1 meson test -C build-asan --print-errorlogs --num-processes 2

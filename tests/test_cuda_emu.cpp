@@ -142,10 +142,14 @@ TEST_CASE("cuda-emu: __syncthreads orders shared memory; without it the orders d
     const auto y = host(dy, x.size());
     for (unsigned b = 0; b < blocks; ++b)
       for (unsigned t = 0; t < n; ++t) CHECK(y[b * n + t] == x[b * n + n - 1 - t]);
+#if !defined(__SANITIZE_THREAD__)  // there the race is reported (the flash-barrier plant shows it)
     launch("reverse_kernel", reverse_kernel<false>, blocks, n, 0, nullptr, dx, dy);
     without.insert(host(dy, x.size()));
+#endif
   }
+#if !defined(__SANITIZE_THREAD__)
   CHECK(without.size() > 1);  // the missing barrier shows as results that depend on the order
+#endif
   cudaFree(dx), cudaFree(dy);
 }
 
@@ -243,17 +247,21 @@ struct Plant {
 const std::vector<Plant>& plants() {
   static const std::vector<Plant> p = {
 #if defined(__SANITIZE_THREAD__)
+      // ThreadSanitizer's own find; the other four are the emulator's (and AddressSanitizer's), shown
+      // by the other builds
       {"flash-barrier", mantis::cuda_detail::kPlantFlashBarrier, "attention/flash", {"ThreadSanitizer: data race"}},
+  };
 #else
       {"flash-barrier", mantis::cuda_detail::kPlantFlashBarrier, "attention/flash", {"mismatch"}},
-#endif
       {"tile-bound", mantis::cuda_detail::kPlantTileBound, "gemm/strict",
        {"past the end of the device allocation", "AddressSanitizer: heap-buffer-overflow"}},
       {"shuffle-mask", mantis::cuda_detail::kPlantShuffleMask, "scheme/float", {"leaves out the calling lane"}},
-      {"branch-barrier", mantis::cuda_detail::kPlantBranchBarrier, "gemm/strict", {"waits at another __syncthreads"}},
+      {"branch-barrier", mantis::cuda_detail::kPlantBranchBarrier, "gemm/strict",
+       {"a barrier in code that not every thread runs alike", "not reached by every thread"}},
       {"workspace", mantis::cuda_detail::kPlantWorkspace, "site/emulated",
        {"past the end of the device allocation", "AddressSanitizer: heap-buffer-overflow"}},
   };
+#endif
   return p;
 }
 
@@ -273,7 +281,7 @@ int run_plant(const std::string& name) {
     if (c.name.rfind(plant->contracts, 0) != 0) continue;
     mantis::ContractTally t;
     try {
-      c.run(t, 0.05);
+      c.run(t, 0.01);
     } catch (const std::exception& e) {
       std::printf("%s: error: %s\n", c.name.c_str(), e.what());
       return 3;

@@ -206,6 +206,9 @@ void bench_forward_gpu(const GpuBenchArgs& a, Row&& row) {
 }
 
 int run_gpu_bench(const GpuBenchArgs& a) {
+  if (MANTIS_CUDA_EMU)
+    throw InputError("bench-gpu measures a GPU's speed: this build runs the kernels on cuda-emu, which has none to "
+                     "measure (mantis bench measures the CPU)");
   require_device();
   const std::string device = cuda_device_name();
   const gpu::Stream s = gpu::Stream::create();

@@ -188,7 +188,7 @@ struct Fiber {
   uint3 tid{};
   unsigned linear = 0;
   Shared<int> state{int(State::ready)};
-  Shared<uintptr_t> site{0};  // the barrier's call site
+  Shared<uint64_t> barriers{0};  // the __syncthreads this thread has reached
   Shared<int> op{0};
   Shared<unsigned> mask{0};
   Shared<int> lane_mask{0}, width{32};
@@ -210,9 +210,10 @@ struct Block {
   std::vector<Fiber*> fibers;  // [threads of the block], the worker's
   Shared<Fiber*> current{nullptr};
   void* sched_sp = nullptr;  // the scheduler's, while a fiber runs
-  std::string error;
+  Shared<bool> failed{false};
+  std::string error;  // written once, by the failing thread (fail) or the scheduler
   std::vector<unsigned char> shared;
-  char start_sync = 0, done_sync = 0, barrier_sync = 0;  // ThreadSanitizer sync addresses
+  char done_sync = 0, barrier_sync = 0;  // ThreadSanitizer sync addresses
 #if EMU_TSAN
   void* sched_tsan = nullptr;
 #endif
@@ -290,14 +291,18 @@ std::string where(const Block& b, const Fiber& f) {
 
 // Fiber → scheduler. `final`: the fiber will not run again.
 void to_scheduler(Block& b, Fiber& f, bool final) {
+  void* const to = b.sched_sp;
 #if EMU_TSAN
-  __tsan_switch_to_fiber(b.sched_tsan, __tsan_switch_to_fiber_no_sync);
+  void* const sched = b.sched_tsan;  // read before the release below: its last access as this thread
+  // A thread that will not run again hands its whole history to the block's end (run_block).
+  if (final) __tsan_release(&b.done_sync);
+  __tsan_switch_to_fiber(sched, __tsan_switch_to_fiber_no_sync);
 #endif
 #if EMU_ASAN
   __sanitizer_start_switch_fiber(final ? nullptr : &f.fake, b.sched_bottom, b.sched_size);
 #endif
   (void)final;
-  cuda_emu_switch(&f.sp, b.sched_sp);
+  cuda_emu_switch(&f.sp, to);
 #if EMU_ASAN
   __sanitizer_finish_switch_fiber(f.fake, nullptr, nullptr);
 #endif
@@ -306,13 +311,14 @@ void to_scheduler(Block& b, Fiber& f, bool final) {
 // Scheduler → fiber f, until it blocks or ends.
 [[gnu::noinline]] void to_fiber(Block& b, Fiber& f) {
   b.current = &f;
+  void* const to = f.sp;  // read as the scheduler, before ThreadSanitizer is told of the switch
 #if EMU_TSAN
   __tsan_switch_to_fiber(f.tsan, __tsan_switch_to_fiber_no_sync);
 #endif
 #if EMU_ASAN
   __sanitizer_start_switch_fiber(&b.sched_fake, f.region + sysconf(_SC_PAGESIZE), kStack);
 #endif
-  cuda_emu_switch(&b.sched_sp, f.sp);
+  cuda_emu_switch(&b.sched_sp, to);
 #if EMU_ASAN
   __sanitizer_finish_switch_fiber(b.sched_fake, nullptr, nullptr);
 #endif
@@ -322,28 +328,26 @@ void to_scheduler(Block& b, Fiber& f, bool final) {
 [[noreturn]] void fail(const std::string& what) {
   Block& b = *t_block;
   Fiber& f = *static_cast<Fiber*>(b.current);
-  if (b.error.empty()) b.error = where(b, f) + ": " + what;
+  b.error = where(b, f) + ": " + what;  // the first error: the scheduler runs no thread after it
 #if EMU_TSAN
-  __tsan_release(&b.error);  // the scheduler reads it next (and runs no thread after it)
+  __tsan_release(&b.error);
 #endif
+  b.failed = true;
   f.state = int(State::failed);
   to_scheduler(b, f, true);
   std::abort();  // not reached: a failed fiber is never resumed
 }
 
 void fiber_main() {
+#if EMU_TSAN
+  __tsan_acquire(&t_block);  // the block as run_block set it up
+#endif
   Block& b = *t_block;
   Fiber& f = *static_cast<Fiber*>(b.current);
 #if EMU_ASAN
   __sanitizer_finish_switch_fiber(nullptr, &b.sched_bottom, &b.sched_size);
 #endif
-#if EMU_TSAN
-  __tsan_acquire(&b.start_sync);
-#endif
   (*b.body)();
-#if EMU_TSAN
-  __tsan_release(&b.done_sync);
-#endif
   f.state = int(State::done);
   to_scheduler(b, f, true);
   std::abort();
@@ -370,6 +374,7 @@ bool settle_warps(Block& b) {
       if (!(mask >> l & 1)) continue;
       const size_t i = lo + l;
       if (i >= hi) {
+        b.failed = true;
         b.error = where(b, *first) + ": a warp operation's mask 0x" + fmt_hex(mask) + " names lane " +
                   std::to_string(l) + ", which this block does not have";
         return false;
@@ -377,6 +382,7 @@ bool settle_warps(Block& b) {
       Fiber& g = *b.fibers[i];
       const int st = g.state;
       if (st == int(State::warp) && (g.mask != mask || g.op != op)) {
+        b.failed = true;
         b.error = where(b, g) + ": " + (g.op == int(WarpOp::shfl) ? "__shfl_xor_sync" : "__syncwarp") +
                   " with mask 0x" + fmt_hex(g.mask) + " while lane " + std::to_string(first->linear % 32) +
                   " waits in " + (op == int(WarpOp::shfl) ? "__shfl_xor_sync" : "__syncwarp") + " with mask 0x" +
@@ -394,6 +400,7 @@ bool settle_warps(Block& b) {
         unsigned src = l ^ unsigned(g.lane_mask);
         if (src / unsigned(width) != l / unsigned(width) || src >= 32) src = l;
         if (!(mask >> src & 1)) {
+          b.failed = true;
           b.error = where(b, g) + ": __shfl_xor_sync reads lane " + std::to_string(src) + ", outside its mask 0x" +
                     fmt_hex(mask);
           return false;
@@ -437,13 +444,14 @@ std::string run_block(Worker& w, const char* kernel, dim3 grid, dim3 dim, uint3 
     f.linear = unsigned(i);
     f.tid = uint3{unsigned(i % dim.x), unsigned(i / dim.x % dim.y), unsigned(i / (size_t(dim.x) * dim.y))};
     f.state = int(State::ready);
+    f.barriers = 0;
     prime(f);
     b.fibers.push_back(&f);
   }
   t_block = &b;
 #if EMU_TSAN
   b.sched_tsan = __tsan_get_current_fiber();
-  __tsan_release(&b.start_sync);
+  __tsan_release(&t_block);  // everything above, for the fibers (fiber_main)
 #endif
   // The order in which ready threads run between barriers.
   std::vector<size_t> order(n);
@@ -459,14 +467,11 @@ std::string run_block(Worker& w, const char* kernel, dim3 grid, dim3 dim, uint3 
     for (size_t i : order) {
       Fiber& f = *b.fibers[i];
       if (f.state == int(State::ready)) to_fiber(b, f);
-#if EMU_TSAN
-      __tsan_acquire(&b.error);
-#endif
-      if (!b.error.empty()) break;
+      if (b.failed) break;
     }
-    if (!b.error.empty()) break;
+    if (b.failed) break;
     if (settle_warps(b)) continue;
-    if (!b.error.empty()) break;
+    if (b.failed) break;
     size_t done = 0, at_barrier = 0, in_warp = 0;
     const Fiber* waiting = nullptr;
     const Fiber* ended = nullptr;
@@ -477,7 +482,7 @@ std::string run_block(Worker& w, const char* kernel, dim3 grid, dim3 dim, uint3 
       if (st == int(State::barrier)) {
         ++at_barrier;
         if (!waiting) waiting = f;
-        else if (f->site != waiting->site && !other_site) other_site = f;
+        else if (f->barriers != waiting->barriers && !other_site) other_site = f;
       }
       if (st == int(State::warp)) ++in_warp;
     }
@@ -488,7 +493,9 @@ std::string run_block(Worker& w, const char* kernel, dim3 grid, dim3 dim, uint3 
     }
     // Nothing can run: a deadlock, described.
     if (other_site)
-      b.error = where(b, *other_site) + ": waits at another __syncthreads than " + where(b, *waiting) +
+      b.error = where(b, *other_site) + ": waits at its __syncthreads number " +
+                std::to_string(uint64_t(other_site->barriers)) + " while thread " + str(waiting->tid) +
+                " waits at its number " + std::to_string(uint64_t(waiting->barriers)) +
                 " (a barrier in code that not every thread runs alike)";
     else if (at_barrier && done)
       b.error = where(b, *waiting) + ": __syncthreads is not reached by every thread of the block (" +
@@ -507,7 +514,18 @@ std::string run_block(Worker& w, const char* kernel, dim3 grid, dim3 dim, uint3 
     break;
   }
 #if EMU_TSAN
+  // Threads left waiting (the block failed) hand their history over too, as if they had ended.
+  void* const sched = b.sched_tsan;
+  char* const done = &b.done_sync;
+  for (Fiber* f : b.fibers)
+    if (f->state != int(State::done) && f->state != int(State::failed)) {
+      void* const t = f->tsan;
+      __tsan_switch_to_fiber(t, __tsan_switch_to_fiber_no_sync);
+      __tsan_release(done);  // nothing else read in between: that would be that thread's read
+      __tsan_switch_to_fiber(sched, __tsan_switch_to_fiber_no_sync);
+    }
   __tsan_acquire(&b.done_sync);
+  __tsan_acquire(&b.error);
 #endif
   t_block = nullptr;
   return b.error;
@@ -592,7 +610,7 @@ void run_grid(const char* kernel, dim3 grid, dim3 block, size_t shared, const st
 void syncthreads() {
   Block* b = t_block;
   Fiber& f = *static_cast<Fiber*>(b->current);
-  f.site = reinterpret_cast<uintptr_t>(__builtin_return_address(0));
+  f.barriers = f.barriers + 1;
 #if EMU_TSAN
   __tsan_release(&b->barrier_sync);
 #endif

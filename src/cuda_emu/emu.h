@@ -11,9 +11,10 @@
 //     should order it sees a different value under another order (the tests run both), and under
 //     ThreadSanitizer (fibers switched without synchronisation; a barrier is a release by every
 //     arriving thread and an acquire by every leaving one) the read is reported as a race.
-//   * __syncthreads: every thread of the block must reach the same barrier (the same call site).
-//     One that ends first, or waits at another, is an error naming the kernel, the block and the
-//     threads — never a hang.
+//   * __syncthreads: every thread of the block must reach it, as often as the others (counted per
+//     thread: code the host compiler duplicated has several addresses for one barrier). One that
+//     ends first, or waits at a barrier the others passed, is an error naming the kernel, the block
+//     and the threads — never a hang.
 //   * Warp operations (__shfl_xor_sync, __syncwarp): a rendezvous of the lanes named by the mask,
 //     which must include the calling lane, be the same on every lane, and (shuffles) contain the
 //     lane read from; a lane of the mask that never arrives is a deadlock, reported.
