@@ -13,7 +13,8 @@ ALLOWED = {
     "optim": {"core", "nn"},
     "train": {"core", "nn", "io", "optim"},
     "exp": {"core", "nn", "io", "optim", "train"},
-    "cuda": {"core", "nn", "optim"},
+    "cuda_emu": set(),  # CUDA's execution model on the CPU: the kernels of cuda/ run on it
+    "cuda": {"core", "nn", "optim", "cuda_emu"},
     "cli": {"core", "nn", "io", "optim", "train", "exp", "cuda"},
 }
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)

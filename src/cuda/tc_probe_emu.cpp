@@ -1,4 +1,4 @@
-// cuda-emu's cuda_tensor_core_probe (cuda/cuda.h): the emulator has no tensor cores, so no probe
+// cuda_tensor_core_probe (cuda/cuda.h) in the cuda-emu build (tc_probe.cu's stand-in): the emulator has no tensor cores, so no probe
 // instruction exists here — the answer a GPU without the instruction gives (empty). The matrix-unit
 // models (core/matrix_unit.h) are what stands in for them on the CPU; validate-gpu and the probe
 // command say the device is cuda-emu.
