@@ -49,7 +49,7 @@ failed() { echo "fuzz.sh: $1" >&2; mkdir -p "$work" && echo "build failed" >"$re
 rm -f "$results"
 built=$(date +%s)
 if [ ! -f "$dir/build.ninja" ]; then
-  CXX=${CXX:-clang++} meson setup "$dir" -Dfuzz=enabled -Dtests=disabled -Dcuda=disabled -Dpython_module=disabled \
+  CXX=${CXX:-clang++} meson setup "$dir" -Dfuzz=enabled -Dtests=disabled -Dcuda=disabled -Demulate_cuda=disabled -Dpython_module=disabled \
     -Doptimization=0 -Ddebug=false -Dcpp_args=-g1 >/dev/null || failed "meson setup $dir failed"
 fi
 ninja -C "$dir" -j"$jobs" fuzz >/dev/null || failed "build failed (ninja -C $dir fuzz)"
