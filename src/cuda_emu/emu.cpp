@@ -40,18 +40,21 @@ Options& options() {
     Options x;
     if (const char* e = std::getenv("MANTIS_CUDA_EMU_ORDER")) {
       const std::string s = e;
+      const bool seeded = s.rfind("shuffle:", 0) == 0 && s.size() > 8 &&
+                          s.find_first_not_of("0123456789", 8) == std::string::npos;
       if (s == "reverse") x.order = Order::reverse;
-      else if (s.rfind("shuffle", 0) == 0) {
+      else if (s == "shuffle" || seeded) {
         x.order = Order::shuffle;
-        if (s.size() > 8) x.seed = std::strtoull(s.c_str() + 8, nullptr, 10);
+        if (seeded) x.seed = std::strtoull(s.c_str() + 8, nullptr, 10);
       } else if (s != "forward") {
         std::fprintf(stderr, "MANTIS_CUDA_EMU_ORDER=%s: expected forward, reverse or shuffle:SEED\n", e);
         std::exit(2);
       }
     }
     if (const char* e = std::getenv("MANTIS_CUDA_EMU_BLOCKS")) {
-      const long n = std::strtol(e, nullptr, 10);
-      if (n < 1 || n > 256) {
+      char* end = nullptr;
+      const long n = std::strtol(e, &end, 10);
+      if (end == e || *end != '\0' || n < 1 || n > 256) {
         std::fprintf(stderr, "MANTIS_CUDA_EMU_BLOCKS=%s: expected 1..256\n", e);
         std::exit(2);
       }
@@ -164,6 +167,7 @@ constexpr size_t kStack = 256 * 1024;
 
 enum class State : int { ready, barrier, warp, done, failed };
 enum class WarpOp : int { shfl, sync };
+const char* op_name(int op) { return op == int(WarpOp::shfl) ? "__shfl_xor_sync" : "__syncwarp"; }
 
 struct Block;
 
@@ -383,9 +387,9 @@ bool settle_warps(Block& b) {
       const int st = g.state;
       if (st == int(State::warp) && (g.mask != mask || g.op != op)) {
         b.failed = true;
-        b.error = where(b, g) + ": " + (g.op == int(WarpOp::shfl) ? "__shfl_xor_sync" : "__syncwarp") +
+        b.error = where(b, g) + ": " + op_name(g.op) +
                   " with mask 0x" + fmt_hex(g.mask) + " while lane " + std::to_string(first->linear % 32) +
-                  " waits in " + (op == int(WarpOp::shfl) ? "__shfl_xor_sync" : "__syncwarp") + " with mask 0x" +
+                  " waits in " + op_name(op) + " with mask 0x" +
                   fmt_hex(mask);
         return false;
       }
@@ -412,6 +416,20 @@ bool settle_warps(Block& b) {
     any = true;
   }
   return any;
+}
+
+// The order of n things (a block's threads, a grid's blocks) under options(): forward, reverse, or
+// shuffled by the seed and `salt` (which launch, which block).
+std::vector<size_t> schedule(size_t n, uint64_t salt) {
+  std::vector<size_t> order(n);
+  std::iota(order.begin(), order.end(), size_t(0));
+  const Options& o = options();
+  if (o.order == Order::reverse) std::reverse(order.begin(), order.end());
+  if (o.order == Order::shuffle) {
+    std::mt19937_64 rng(o.seed * 0x9E3779B97F4A7C15ull ^ salt);
+    std::shuffle(order.begin(), order.end(), rng);
+  }
+  return order;
 }
 
 // ---------------------------------------------------------------- one block
@@ -454,15 +472,8 @@ std::string run_block(Worker& w, const char* kernel, dim3 grid, dim3 dim, uint3 
   __tsan_release(&t_block);  // everything above, for the fibers (fiber_main)
 #endif
   // The order in which ready threads run between barriers.
-  std::vector<size_t> order(n);
-  std::iota(order.begin(), order.end(), size_t(0));
-  const Options& o = options();
-  if (o.order == Order::reverse) std::reverse(order.begin(), order.end());
-  if (o.order == Order::shuffle) {
-    std::mt19937_64 rng(o.seed * 0x9E3779B97F4A7C15ull ^ launch_no * 0xBF58476D1CE4E5B9ull ^
-                        (uint64_t(id.x) << 32 | uint64_t(id.y) << 16 | id.z));
-    std::shuffle(order.begin(), order.end(), rng);
-  }
+  const std::vector<size_t> order =
+      schedule(n, launch_no * 0xBF58476D1CE4E5B9ull ^ (uint64_t(id.x) << 32 | uint64_t(id.y) << 16 | id.z));
   for (;;) {
     for (size_t i : order) {
       Fiber& f = *b.fibers[i];
@@ -588,15 +599,8 @@ void run_grid(const char* kernel, dim3 grid, dim3 block, size_t shared, const st
   static Pool* pool = new Pool;  // never destroyed: its threads outlive static destruction
   Grid g{kernel, grid, block, shared, &body, g_launches++, {}, {}};
   const size_t nb = size_t(grid.x) * grid.y * grid.z;
-  g.order.resize(nb);
+  g.order = schedule(nb, g.launch_no * 0xD6E8FEB86659FD93ull);
   g.errors.resize(nb);
-  std::iota(g.order.begin(), g.order.end(), size_t(0));
-  const Options& o = options();
-  if (o.order == Order::reverse) std::reverse(g.order.begin(), g.order.end());
-  if (o.order == Order::shuffle) {
-    std::mt19937_64 rng(o.seed * 0xD6E8FEB86659FD93ull ^ g.launch_no);
-    std::shuffle(g.order.begin(), g.order.end(), rng);
-  }
   pool->run(g);
   for (const std::string& e : g.errors)
     if (!e.empty()) return set_sticky("cuda-emu: " + e);
@@ -627,7 +631,7 @@ uint64_t warp_op(WarpOp op, unsigned mask, uint64_t bits, int lane_mask, int wid
   Fiber& f = *static_cast<Fiber*>(b->current);
   const unsigned lane = f.linear % 32;
   if (!(mask >> lane & 1))
-    fail(std::string(op == WarpOp::shfl ? "__shfl_xor_sync" : "__syncwarp") + " with mask 0x" + fmt_hex(mask) +
+    fail(std::string(op_name(int(op))) + " with mask 0x" + fmt_hex(mask) +
          ", which leaves out the calling lane " + std::to_string(lane));
   if (op == WarpOp::shfl && (width < 1 || width > 32 || (width & (width - 1))))
     fail("__shfl_xor_sync with width " + std::to_string(width) + " (a power of two ≤ 32)");
