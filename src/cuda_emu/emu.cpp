@@ -199,6 +199,13 @@ struct Fiber {
   Shared<uint64_t> value{0}, result{0};
 #if EMU_TSAN
   void* tsan = nullptr;
+  // A warp operation's release goes to warp_sync[its number's parity]; peers_parity holds, for each
+  // lane of the settled operation, the parity its lanes released to. One address for every operation
+  // would let a lane that already went on to the next one release into what a slower lane still
+  // acquires from this one, and so order (hide) the races between their accesses after it.
+  Shared<uint64_t> warp_ops{0};
+  Shared<unsigned> peers_parity{0};
+  char warp_sync[2] = {0, 0};
 #endif
 #if EMU_ASAN
   void* fake = nullptr;
@@ -217,7 +224,10 @@ struct Block {
   Shared<bool> failed{false};
   std::string error;  // written once, by the failing thread (fail) or the scheduler
   std::vector<unsigned char> shared;
-  char done_sync = 0, barrier_sync = 0;  // ThreadSanitizer sync addresses
+  // ThreadSanitizer sync addresses. A barrier releases to and acquires from barrier_sync[its number's
+  // parity]: with one address, the first thread on to the next barrier would release into what the
+  // others still acquire from this one, ordering (hiding) every race between the two barriers.
+  char done_sync = 0, barrier_sync[2] = {0, 0};
 #if EMU_TSAN
   void* sched_tsan = nullptr;
 #endif
@@ -396,6 +406,11 @@ bool settle_warps(Block& b) {
       if (st != int(State::warp)) all = false;
     }
     if (!all) continue;  // the scheduler decides whether the missing lanes can still come
+#if EMU_TSAN
+    unsigned parity = 0;
+    for (unsigned l = 0; l < 32; ++l)
+      if (mask >> l & 1) parity |= unsigned(b.fibers[lo + l]->warp_ops & 1) << l;
+#endif
     for (unsigned l = 0; l < 32; ++l) {
       if (!(mask >> l & 1)) continue;
       Fiber& g = *b.fibers[lo + l];
@@ -411,6 +426,9 @@ bool settle_warps(Block& b) {
         }
         g.result = uint64_t(b.fibers[lo + src]->value);
       }
+#if EMU_TSAN
+      g.peers_parity = parity;
+#endif
       g.state = int(State::ready);
     }
     any = true;
@@ -616,12 +634,13 @@ void syncthreads() {
   Fiber& f = *static_cast<Fiber*>(b->current);
   f.barriers = f.barriers + 1;
 #if EMU_TSAN
-  __tsan_release(&b->barrier_sync);
+  char* const sync = &b->barrier_sync[f.barriers & 1];
+  __tsan_release(sync);
 #endif
   f.state = int(State::barrier);
   to_scheduler(*b, f, false);
 #if EMU_TSAN
-  __tsan_acquire(&b->barrier_sync);
+  __tsan_acquire(sync);
 #endif
 }
 
@@ -638,14 +657,15 @@ uint64_t warp_op(WarpOp op, unsigned mask, uint64_t bits, int lane_mask, int wid
   f.op = int(op), f.mask = mask, f.value = bits, f.lane_mask = lane_mask, f.width = width;
   // ThreadSanitizer: a warp operation orders the lanes' memory as a barrier among them does.
 #if EMU_TSAN
-  __tsan_release(&f.mask);
+  f.warp_ops = f.warp_ops + 1;
+  __tsan_release(&f.warp_sync[f.warp_ops & 1]);
 #endif
   f.state = int(State::warp);
   to_scheduler(*b, f, false);
 #if EMU_TSAN
   const unsigned base = f.linear - lane;
   for (unsigned l = 0; l < 32; ++l)
-    if (mask >> l & 1) __tsan_acquire(&b->fibers[base + l]->mask);
+    if (mask >> l & 1) __tsan_acquire(&b->fibers[base + l]->warp_sync[unsigned(f.peers_parity) >> l & 1]);
 #endif
   return f.result;
 }
