@@ -199,10 +199,10 @@ struct Fiber {
   Shared<uint64_t> value{0}, result{0};
 #if EMU_TSAN
   void* tsan = nullptr;
-  // A warp operation's release goes to warp_sync[its number's parity]; peers_parity holds, for each
-  // lane of the settled operation, the parity its lanes released to. One address for every operation
-  // would let a lane that already went on to the next one release into what a slower lane still
-  // acquires from this one, and so order (hide) the races between their accesses after it.
+  // A __syncwarp's release goes to warp_sync[its number's parity]; peers_parity holds, for each lane
+  // of the settled one, the parity its lanes released to. One address for every __syncwarp would
+  // let a lane that already went on to the next one release into what a slower lane still acquires
+  // from this one, and so order (hide) the races between their accesses after it.
   Shared<uint64_t> warp_ops{0};
   Shared<unsigned> peers_parity{0};
   char warp_sync[2] = {0, 0};
@@ -339,6 +339,10 @@ void to_scheduler(Block& b, Fiber& f, bool final) {
 }
 
 // An error in the running thread: recorded for the block, and the thread never resumes.
+// Thrown by fail() to the thread's fiber_main, so that the thread's stack is unwound (its frames'
+// objects destroyed) before it is left for good.
+struct ThreadFailed {};
+
 [[noreturn]] void fail(const std::string& what) {
   Block& b = *t_block;
   Fiber& f = *static_cast<Fiber*>(b.current);
@@ -347,9 +351,7 @@ void to_scheduler(Block& b, Fiber& f, bool final) {
   __tsan_release(&b.error);
 #endif
   b.failed = true;
-  f.state = int(State::failed);
-  to_scheduler(b, f, true);
-  std::abort();  // not reached: a failed fiber is never resumed
+  throw ThreadFailed{};
 }
 
 void fiber_main() {
@@ -361,10 +363,14 @@ void fiber_main() {
 #if EMU_ASAN
   __sanitizer_finish_switch_fiber(nullptr, &b.sched_bottom, &b.sched_size);
 #endif
-  (*b.body)();
-  f.state = int(State::done);
+  try {
+    (*b.body)();
+    f.state = int(State::done);
+  } catch (const ThreadFailed&) {
+    f.state = int(State::failed);
+  }
   to_scheduler(b, f, true);
-  std::abort();
+  std::abort();  // not reached: an ended fiber is never resumed
 }
 
 // Warp operations whose lanes have all arrived: completed. A lane that cannot arrive: an error.
@@ -655,17 +661,23 @@ uint64_t warp_op(WarpOp op, unsigned mask, uint64_t bits, int lane_mask, int wid
   if (op == WarpOp::shfl && (width < 1 || width > 32 || (width & (width - 1))))
     fail("__shfl_xor_sync with width " + std::to_string(width) + " (a power of two ≤ 32)");
   f.op = int(op), f.mask = mask, f.value = bits, f.lane_mask = lane_mask, f.width = width;
-  // ThreadSanitizer: a warp operation orders the lanes' memory as a barrier among them does.
+  // ThreadSanitizer: __syncwarp orders the lanes' memory as a barrier among them does; a shuffle
+  // exchanges registers only and orders no memory (CUDA's memory model: a lane that reads what
+  // another wrote before a shuffle, with no __syncwarp between, races).
 #if EMU_TSAN
-  f.warp_ops = f.warp_ops + 1;
-  __tsan_release(&f.warp_sync[f.warp_ops & 1]);
+  const bool orders = op == WarpOp::sync;
+  if (orders) {
+    f.warp_ops = f.warp_ops + 1;
+    __tsan_release(&f.warp_sync[f.warp_ops & 1]);
+  }
 #endif
   f.state = int(State::warp);
   to_scheduler(*b, f, false);
 #if EMU_TSAN
   const unsigned base = f.linear - lane;
-  for (unsigned l = 0; l < 32; ++l)
-    if (mask >> l & 1) __tsan_acquire(&b->fibers[base + l]->warp_sync[unsigned(f.peers_parity) >> l & 1]);
+  if (orders)
+    for (unsigned l = 0; l < 32; ++l)
+      if (mask >> l & 1) __tsan_acquire(&b->fibers[base + l]->warp_sync[unsigned(f.peers_parity) >> l & 1]);
 #endif
   return f.result;
 }

@@ -4,13 +4,15 @@
 // here instead of <<<…>>>.
 //
 // Execution model (what runs where):
-//   * Each CUDA thread is a fiber of its own (ucontext, a 256 KiB stack behind a guard page). The
-//     threads of a block run on one host thread, cooperatively: a thread runs until it reaches
-//     __syncthreads, a warp operation or its end, then the next one runs, in the order of
-//     MANTIS_CUDA_EMU_ORDER (below). So a thread that reads shared memory before the barrier that
-//     should order it sees a different value under another order (the tests run both), and under
-//     ThreadSanitizer (fibers switched without synchronisation; a barrier is a release by every
-//     arriving thread and an acquire by every leaving one) the read is reported as a race.
+//   * Each CUDA thread is a fiber of its own (a hand-written x86-64 context switch, a 256 KiB stack
+//     behind a guard page). The threads of a block run on one host thread, cooperatively: a thread
+//     runs until it reaches __syncthreads, a warp operation or its end, then the next one runs, in
+//     the order of MANTIS_CUDA_EMU_ORDER (below). So a thread that reads shared memory before the
+//     barrier that should order it sees a different value under another order (the tests run both),
+//     and under ThreadSanitizer (fibers switched without synchronisation; a barrier is a release by
+//     every arriving thread and an acquire by every leaving one, on an address of the barrier's
+//     parity so that a thread already at the next barrier does not order the slower ones) the read
+//     is reported as a race.
 //   * __syncthreads: every thread of the block must reach it, as often as the others (counted per
 //     thread: code the host compiler duplicated has several addresses for one barrier). One that
 //     ends first, or waits at a barrier the others passed, is an error naming the kernel, the block
