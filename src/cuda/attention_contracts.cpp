@@ -80,6 +80,7 @@ std::optional<LampSpec> lamp_spec(LampRule rule, double tau, bool length_scaled,
 // materialised kernel, probabilities) by `a`, the LAMP total exactly when `counts`.
 void attn_case(ContractTally& tl, const std::string& what, const Policy& policy, const AttnShape& s, uint64_t seed,
                AttentionKernel kernel, Agreement a, double tol, bool counts) {
+  if (!tl.take()) return;
   ModelConfig c;
   c.arch = Arch::llama, c.layers = 1, c.heads = int(s.NH), c.kv_heads = int(s.NKV), c.dim = int(s.NH * s.HS);
   const PolicyPlan pol(policy, c);

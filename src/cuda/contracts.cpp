@@ -109,6 +109,7 @@ void gemm_contract(ContractTally& tl, double scale, Accumulation acc) {
       for (const char* fn : formats)
         for (Rounding m : modes)
           for (bool input : {false, true}) {
+            if (!tl.take()) continue;
             GemmSpec s{.acc = format_lookup(fn), .acc_mode = m, .accumulation = acc, .block = 32,
                        .align_bits = 24, .sr_bits = 16, .seed = seed, .stream = 3};
             if (acc == Accumulation::blocked || acc == Accumulation::promoted) s.block = 8 + int(seed) * 11;  // not a tile multiple
@@ -152,6 +153,7 @@ void gemm_extremes_contract(ContractTally& tl, double) {
           GemmSpec s{.acc = format_lookup(fn), .acc_mode = m, .accumulation = a, .block = block, .sr_bits = 16,
                      .seed = ++seed, .stream = 4};
           for (const Range& r : ranges) {
+            if (!tl.take()) continue;
             const auto A = ranged_operands(r.sh.M * r.sh.K, r.lo, r.hi, seed);
             const auto B = ranged_operands(r.sh.K * r.sh.N, r.lo, r.hi, seed + 1);
             std::vector<double> cpu(r.sh.M * r.sh.N, -1.0), gpu(r.sh.M * r.sh.N, -2.0);

@@ -98,6 +98,7 @@ void compare_health(ContractTally& tl, const std::string& w, const ForwardStats&
 void forward_case(ContractTally& tl, const ModelConfig& cfg, const Policy& pol, size_t T, uint64_t seed, Agreement a,
                   double tol, AttentionKernel kernel, const std::string& what, HealthCheck hc,
                   const Model* model = nullptr) {
+  if (!tl.take()) return;
   const PolicyPlan plan(pol, cfg);
   const auto tok = tokens(T, cfg.vocab, seed);
   if (tl.check_only) {
@@ -240,6 +241,7 @@ const char* kSiteNative[] = {"", "input = \"bf16\"\noutput = \"fp16\"\n", "input
 
 void site_case(ContractTally& tl, const std::string& entry, size_t M, size_t N, size_t K, bool bt, float divisor,
                bool bias, uint64_t seed, Agreement a, double tol) {
+  if (!tl.take()) return;
   const Policy pol = policy_from_toml("[site.\"mlp.fc\"]\n" + entry, "site contract");
   const SitePolicy& sp = pol.at(Site::mlp_fc, 0);
   const SitePlan plan = plan_site(sp);

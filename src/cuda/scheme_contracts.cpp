@@ -61,6 +61,7 @@ std::vector<T> scheme_inputs(int64_t rows, int64_t cols, uint64_t seed, bool spe
 template <class T>
 void scheme_case(ContractTally& tl, const Scheme& s, const std::vector<T>& x, int64_t rows, int64_t cols, Rounding m,
                  int sr_bits, uint64_t seed, uint64_t index0, const std::string& label) {
+  if (!tl.take()) return;
   std::vector<T> cpu(x.size()), gpu(x.size());
   std::vector<double> cs, gs, cz, gz;
   const SchemeStats a = quantize_scheme<T>(s, x.data(), cpu.data(), rows, cols, m, sr_bits, seed, 7, index0, &cs, &cz);
@@ -142,6 +143,7 @@ void absmax_contract(ContractTally& tl, double scale) {
       for (int bits : {2, 4, 8, 16})
         for (size_t block : {size_t(0), size_t(32), size_t(100), size_t(2048)})
           for (Rounding m : {Rounding::rne, Rounding::sr}) {
+            if (!tl.take()) continue;
             const AbsmaxQuant q{bits, block, m, seed};
             std::vector<T> cpu(x.size()), gpu(x.size());
             quantize_absmax<T>(x.data(), cpu.data(), size_t(sh.rows), size_t(sh.cols), q, 9);
