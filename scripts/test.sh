@@ -1,11 +1,15 @@
 #!/usr/bin/env bash
 # Quick start, step 2: install what is missing, build, run the whole test suite.
-#   1. the release build: every test (GPU tests report SKIP where there is no GPU);
+#   1. the release build: every test (GPU tests report SKIP where there is no GPU; where nvcc is
+#      missing, as in CI, the cuda suite runs on cuda-emu, src/cuda_emu/emu.h). In an emulated build
+#      it also turns on -Demulate_cuda_tsan: the kernels and the emulator once more under
+#      ThreadSanitizer, linked with the uninstrumented CPU code (tests cuda_tsan, cuda_emu_tsan);
 #   2. an AddressSanitizer + UndefinedBehaviorSanitizer build (-O1: it compiles in about half the
 #      time of -O2; -g1: line tables for the reports' stack traces without full debug info, which
 #      halves the compile again) of the CPU tests at reduced sample counts (MANTIS_TEST_SCALE),
 #      linked -no-pie: UBSan's per-check data made the PIE CLI 5.3 million run-time relocations,
 #      0.8 s of start-up for every one of the thousands of CLI runs the tests make (0.33 s without);
+#      cuda-emu is in it where nvcc is missing (device buffers and fiber stacks under AddressSanitizer);
 #   3. the fuzz targets (tests/fuzz) with clang's libFuzzer under ASan + UBSan, a bounded run
 #      (scripts/fuzz.sh --ci: a fixed input count a target, two at a time, in build-fuzz; about 4 min
 #      to build, 1 to run).
@@ -20,10 +24,13 @@ if ! dpkg -s slurm-wlm munge clang libclang-rt-14-dev >/dev/null 2>&1 && [ "$(id
     clang libclang-rt-14-dev >/dev/null || exit 2
 fi
 [ -d /usr/local/cuda/bin ] && export PATH="/usr/local/cuda/bin:$PATH"
+if grep -q '#define MANTIS_CUDA_EMU 1' build/mantis_config.h; then
+  meson configure build -Demulate_cuda_tsan=true >/dev/null && ninja -C build >/dev/null || exit 2
+fi
 meson test -C build --print-errorlogs --num-processes 2
 rc1=$?
 if [ "${MANTIS_SKIP_SANITIZE:-0}" != 1 ]; then
-  scripts/setup.sh build-asan -Db_sanitize=address,undefined -Db_lundef=false -Dcuda=disabled -Demulate_cuda=disabled -Dpython_module=disabled \
+  scripts/setup.sh build-asan -Db_sanitize=address,undefined -Db_lundef=false -Dcuda=disabled -Dpython_module=disabled \
     -Doptimization=1 -Ddebug=false -Dcpp_args=-g1 -Dcpp_link_args=-no-pie || exit 2
   MANTIS_TEST_SCALE=0.02 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
     ASAN_OPTIONS=detect_leaks=1 meson test -C build-asan --print-errorlogs --num-processes 2
