@@ -79,12 +79,12 @@ def side(c):
         return "absent"
     return f"{'ok' if c['ok'] else 'FAILED'} {c['cases']} cases {c['mismatches']} mismatches"
 differ = 0
-print(f"{'contract':22} {'A':40} {'B':40}")
+print(f"{'contract':32} {'A':40} {'B':40}")
 for name in sorted(set(a) | set(b)):
     ca, cb = a.get(name), b.get(name)
     same = ca is not None and cb is not None and ca["ok"] == cb["ok"]
     differ += not same
-    print(f"{name:22} {side(ca):40} {side(cb):40}{'' if same else '  <- differs'}")
+    print(f"{name:32} {side(ca):40} {side(cb):40}{'' if same else '  <- differs'}")
 for key in ("probe_tensor_cores", "test_cuda", "bench_gpu"):
     print(f"{key}: A exit {ra.get(key, {}).get('exit')}, B exit {rb.get(key, {}).get('exit')}")
 print(f"{len(set(a) | set(b))} contracts, {differ} with different verdicts")
