@@ -338,11 +338,11 @@ void to_scheduler(Block& b, Fiber& f, bool final) {
 #endif
 }
 
-// An error in the running thread: recorded for the block, and the thread never resumes.
 // Thrown by fail() to the thread's fiber_main, so that the thread's stack is unwound (its frames'
 // objects destroyed) before it is left for good.
 struct ThreadFailed {};
 
+// An error in the running thread: recorded for the block, and the thread never resumes.
 [[noreturn]] void fail(const std::string& what) {
   Block& b = *t_block;
   Fiber& f = *static_cast<Fiber*>(b.current);
