@@ -16,6 +16,9 @@
 # Prints "N passed, N failed, N skipped" and exits non-zero on any failure.
 set -uo pipefail
 cd "$(dirname "$0")/.."
+# Each tier's wall time (build and tests), printed at the end: CI's budget is kept per tier.
+t0=$(date +%s) times=()
+lap() { local t; t=$(date +%s); times+=("$1 $((t - t0)) s"); t0=$t; }
 scripts/setup.sh build || exit 2
 # What only the tests need: a single-node Slurm (tests/run_slurm.sh starts it on localhost); clang and
 # its libFuzzer / sanitizer runtimes (the fuzz tier, scripts/fuzz.sh).
@@ -27,14 +30,18 @@ fi
 if grep -q '#define MANTIS_CUDA_EMU 1' build/mantis_config.h; then
   meson configure build -Demulate_cuda_tsan=true >/dev/null && ninja -C build >/dev/null || exit 2
 fi
+lap "release build"
 meson test -C build --print-errorlogs --num-processes 2
 rc1=$?
+lap "release tests"
 if [ "${MANTIS_SKIP_SANITIZE:-0}" != 1 ]; then
   scripts/setup.sh build-asan -Db_sanitize=address,undefined -Db_lundef=false -Dcuda=disabled -Dpython_module=disabled \
     -Doptimization=1 -Ddebug=false -Dcpp_args=-g1 -Dcpp_link_args=-no-pie || exit 2
+  lap "sanitizer build"
   MANTIS_TEST_SCALE=0.02 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
     ASAN_OPTIONS=detect_leaks=1 meson test -C build-asan --print-errorlogs --num-processes 2
   rc2=$?
+  lap "sanitizer tests"
 else
   rc2=0
 fi
@@ -42,7 +49,9 @@ rc3=0 fuzz_dir=()
 if [ "${MANTIS_SKIP_FUZZ:-0}" != 1 ]; then
   scripts/fuzz.sh --ci
   rc3=$? fuzz_dir=(build-fuzz)
+  lap "fuzz build and run"
 fi
+for t in "${times[@]}"; do echo "time: $t"; done
 python3 - build build-asan "${fuzz_dir[@]}" <<'PY'
 import json, os, sys
 p = f = s = 0
