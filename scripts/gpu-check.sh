@@ -66,7 +66,11 @@ def load(p):
     try:
         with open(p) as f:
             r = json.load(f)
-        return r, {c["contract"]: c for c in (r.get("validate_gpu", {}).get("results") or [])}
+        cs = {c["contract"]: {"ok": bool(c["ok"]), "cases": c["cases"], "mismatches": c["mismatches"]}
+              for c in (r.get("validate_gpu", {}).get("results") or [])}
+        if not cs:  # validate-gpu did not run there: nothing to compare is not agreement
+            raise ValueError("no validate-gpu results")
+        return r, cs
     except (OSError, ValueError, AttributeError, KeyError, TypeError) as e:
         print(f"gpu-check --compare: {p}: not a gpu-check report ({e})", file=sys.stderr)
         sys.exit(2)
