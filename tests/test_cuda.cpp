@@ -70,7 +70,7 @@ TEST_CASE("every GPU contract holds", "[cuda]") {
   for (const Contract& c : gpu_contracts()) {
     DYNAMIC_SECTION(c.name) {
       ContractTally t;
-      t.every = MANTIS_CUDA_EMU && scale() < 1 ? 29 : 1;
+      t.every = MANTIS_CUDA_EMU && scale() < 1 ? ContractTally::kSanitizerEvery : 1;
       c.run(t, sc);
       INFO(fmt::format("{}: {} cases, {} values, {} mismatches, worst {}: {}", c.name, t.cases, t.values, t.mismatches,
                        t.worst, t.first));

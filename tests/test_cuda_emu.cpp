@@ -284,7 +284,7 @@ int run_plant(const std::string& name) {
   for (const mantis::Contract& c : mantis::gpu_contracts()) {
     if (c.name.rfind(plant->contracts, 0) != 0) continue;
     mantis::ContractTally t;
-    t.every = sample ? 29 : 1;
+    t.every = sample ? mantis::ContractTally::kSanitizerEvery : 1;
     try {
       c.run(t, 0.01);
     } catch (const std::exception& e) {

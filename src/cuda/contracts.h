@@ -40,6 +40,7 @@ struct ContractTally {
   // sanitizer tiers, whose emulated kernels run 10–50× slower, take every 29th, a prime that no
   // loop of the table divides, so the sample walks across shapes, formats and modes; validate-gpu
   // and the release tier run every case (1). A host check takes every case.
+  static constexpr uint64_t kSanitizerEvery = 29;
   uint64_t every = 1;
   uint64_t offered = 0;
   bool take() { return check_only || offered++ % every == 0; }
